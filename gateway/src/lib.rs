@@ -1,0 +1,5 @@
+//! # ontime-gateway
+//!
+//! The composition: configuration, the SIP endpoint, per-call media (RTP in through the jitter
+//! buffer to the inference pool; agent audio out through the sender), agents, the metrics
+//! endpoint, admission and drain. A library with a thin `main`, so a Rust voice stack can embed it.

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The project's test command (README, `make test`, .ci/run): install what is missing, then run every
+# test, clippy with -D warnings, rustfmt and cargo-deny.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+scripts/setup.sh
+export ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$root/.cache/models/libonnxruntime.so.1.31.1}
+export ONTIME_MODELS_DIR=${ONTIME_MODELS_DIR:-$root/.cache/models}
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo deny check licenses bans sources
+cargo test --workspace --all-targets
+cargo test --workspace --doc

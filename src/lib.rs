@@ -1,0 +1,11 @@
+//! # ontime
+//!
+//! Facade over the ontime crates: on-time outgoing audio for AI voice bots answering calls from a
+//! company's own SIP trunk. Each crate owns one concern; see `docs/` and `../shared/design.md`.
+
+pub use ontime_cgroup as cgroup;
+pub use ontime_inference as inference;
+pub use ontime_jitter as jitter;
+pub use ontime_rtp as rtp;
+pub use ontime_sender as sender;
+pub use ontime_sip as sip;
