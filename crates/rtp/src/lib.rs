@@ -7,3 +7,6 @@
 //! are defined here once and imported by every other crate.
 //!
 //! Nothing here reads a clock or opens a socket: callers pass bytes and arrival times in.
+
+pub mod consts;
+pub use consts::*;

@@ -1,0 +1,39 @@
+//! The media facts every crate agrees on (design.md §2). Defined here once; import, never restate.
+
+use std::time::Duration;
+
+/// G.711 sample rate, which is also the RTP clock rate of PCMU/PCMA.
+pub const SAMPLE_RATE_HZ: u32 = 8000;
+/// Channels of telephone audio.
+pub const CHANNELS: u16 = 1;
+/// Packet time of every frame ontime sends: 20 ms.
+pub const FRAME: Duration = Duration::from_millis(20);
+/// [`FRAME`] in milliseconds, for arithmetic on traces and JSON.
+pub const FRAME_MS: u32 = 20;
+/// Samples in one 20 ms frame at 8 kHz.
+pub const SAMPLES_PER_FRAME: usize = 160;
+/// Bytes of one 20 ms G.711 frame (one byte per sample).
+pub const FRAME_BYTES: usize = SAMPLES_PER_FRAME;
+/// RTP timestamp increment per 20 ms frame.
+pub const TIMESTAMP_STEP: u32 = SAMPLES_PER_FRAME as u32;
+/// Static payload type of G.711 µ-law (RFC 3551).
+pub const PT_PCMU: u8 = 0;
+/// Static payload type of G.711 A-law (RFC 3551).
+pub const PT_PCMA: u8 = 8;
+/// Static payload type of comfort noise (RFC 3389).
+pub const PT_CN: u8 = 13;
+/// Dynamic payload type ontime offers for telephone-event (RFC 4733); answers use the peer's.
+pub const PT_TELEPHONE_EVENT_OFFER: u8 = 101;
+/// Size of a fixed RTP header without CSRCs or extension.
+pub const RTP_HEADER_BYTES: usize = 12;
+/// Largest RTP packet ontime builds: header plus one 20 ms G.711 frame.
+pub const MAX_FRAME_PACKET_BYTES: usize = RTP_HEADER_BYTES + FRAME_BYTES;
+
+/// The G.711 silence byte for a payload type (µ-law 0xFF, A-law 0xD5), `None` for other types.
+pub const fn silence_byte(payload_type: u8) -> Option<u8> {
+    match payload_type {
+        PT_PCMU => Some(0xFF),
+        PT_PCMA => Some(0xD5),
+        _ => None,
+    }
+}
