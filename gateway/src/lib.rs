@@ -3,3 +3,11 @@
 //! The composition: configuration, the SIP endpoint, per-call media (RTP in through the jitter
 //! buffer to the inference pool; agent audio out through the sender), agents, the metrics
 //! endpoint, admission and drain. A library with a thin `main`, so a Rust voice stack can embed it.
+
+pub mod agent;
+pub mod cdr;
+pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod ports;
+pub mod recording;

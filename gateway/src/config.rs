@@ -1,0 +1,420 @@
+//! Gateway configuration: defaults, then a TOML file (`--config`), then environment variables and
+//! flags (clap; each flag has an `ONTIME_*` twin). Every error names the field it is about.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::Parser;
+use ipnet::IpNet;
+use serde::Deserialize;
+
+/// A configuration error that names the field at fault.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A field's value could not be parsed or is out of range.
+    #[error("config field `{field}`: {reason}")]
+    Invalid {
+        /// The field's name as written in TOML (flags use the same name with dashes).
+        field: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The config file could not be read.
+    #[error("config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML for this schema (toml's message names the key).
+    #[error("config file {path}: {message}")]
+    Toml {
+        /// The file.
+        path: PathBuf,
+        /// toml's message, which names the offending key and line.
+        message: String,
+    },
+}
+
+/// An inclusive UDP port range for RTP (`20000-20999`). RTP uses the even ports, RTCP the odd one
+/// above (RFC 3550 §11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    /// First port (inclusive).
+    pub first: u16,
+    /// Last port (inclusive).
+    pub last: u16,
+}
+
+impl FromStr for PortRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (a, b) = s
+            .split_once('-')
+            .ok_or_else(|| format!("`{s}` is not FIRST-LAST, e.g. 20000-20999"))?;
+        let first: u16 = a.trim().parse().map_err(|e| format!("first port `{a}`: {e}"))?;
+        let last: u16 = b.trim().parse().map_err(|e| format!("last port `{b}`: {e}"))?;
+        if first == 0 || last < first.saturating_add(1) {
+            return Err(format!(
+                "`{s}` must hold at least one even/odd pair with 0 < first < last"
+            ));
+        }
+        Ok(PortRange { first, last })
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Which agent answers the calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentKind {
+    /// The built-in stub: plays a fixed reply after each completed turn.
+    Stub,
+    /// A Twilio-Media-Streams bot at this WebSocket URL (separate issue).
+    WebSocket(String),
+}
+
+impl FromStr for AgentKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "stub" {
+            Ok(AgentKind::Stub)
+        } else if s.starts_with("ws://") || s.starts_with("wss://") {
+            Ok(AgentKind::WebSocket(s.to_string()))
+        } else {
+            Err(format!("`{s}` is neither `stub` nor a ws:// or wss:// URL"))
+        }
+    }
+}
+
+/// Command-line flags; each has an environment twin. Unset flags fall back to the file, then defaults.
+#[derive(Debug, Default, Parser)]
+#[command(name = "ontime-gateway", version, about = "SIP/RTP gateway for AI voice bots that keeps outgoing audio on time")]
+pub struct Args {
+    /// TOML configuration file (flags and environment override it).
+    #[arg(long, env = "ONTIME_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// SIP UDP listen address.
+    #[arg(long, env = "ONTIME_SIP_LISTEN")]
+    pub sip_listen: Option<String>,
+    /// IP written into SDP `c=` and Contact (default: the SIP listen IP).
+    #[arg(long, env = "ONTIME_PUBLIC_IP")]
+    pub public_ip: Option<String>,
+    /// RTP port range FIRST-LAST (even ports RTP, odd RTCP).
+    #[arg(long, env = "ONTIME_RTP_PORTS")]
+    pub rtp_ports: Option<String>,
+    /// Prometheus /metrics, /healthz and /readyz listen address.
+    #[arg(long, env = "ONTIME_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+    /// `stub` or a ws:// URL.
+    #[arg(long, env = "ONTIME_AGENT")]
+    pub agent: Option<String>,
+    /// Calls admitted at once; above it INVITEs get 503 with Retry-After.
+    #[arg(long, env = "ONTIME_MAX_CALLS")]
+    pub max_calls: Option<usize>,
+    /// Trunk networks allowed to send INVITEs (repeatable; default loopback only).
+    #[arg(long = "trunk-cidr", env = "ONTIME_TRUNK_CIDR", value_delimiter = ',')]
+    pub trunk_cidr: Vec<String>,
+    /// CPU the real-time sender is pinned to (default: the last CPU of the affinity mask).
+    #[arg(long, env = "ONTIME_SENDER_CORE")]
+    pub sender_core: Option<usize>,
+    /// Record both directions of every call as WAV files into this folder.
+    #[arg(long, env = "ONTIME_RECORD")]
+    pub record: Option<PathBuf>,
+    /// Grace period for calls on SIGTERM before they are hung up (e.g. `30s`).
+    #[arg(long, env = "ONTIME_DRAIN_TIMEOUT")]
+    pub drain_timeout: Option<String>,
+    /// No RTP from the caller for this long ends the call with BYE (e.g. `30s`).
+    #[arg(long, env = "ONTIME_RTP_TIMEOUT")]
+    pub rtp_timeout: Option<String>,
+    /// Longest call before the gateway hangs up (e.g. `1h`).
+    #[arg(long, env = "ONTIME_MAX_CALL_DURATION")]
+    pub max_call_duration: Option<String>,
+    /// Silence after speech stops that ends a turn even if Smart Turn says incomplete (e.g. `2s`).
+    #[arg(long, env = "ONTIME_TURN_STOP_TIMEOUT")]
+    pub turn_stop_timeout: Option<String>,
+    /// Log format.
+    #[arg(long, env = "ONTIME_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// ONNX Runtime shared library (libonnxruntime.so).
+    #[arg(long, env = "ORT_DYLIB_PATH")]
+    pub ort_dylib_path: Option<PathBuf>,
+    /// Folder holding silero_vad.onnx and smart-turn-v3.2-cpu.onnx.
+    #[arg(long, env = "ONTIME_MODELS_DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// WAV (8 kHz mono 16-bit) the stub agent replies with (default: the built-in reply).
+    #[arg(long, env = "ONTIME_STUB_REPLY")]
+    pub stub_reply: Option<PathBuf>,
+}
+
+/// The TOML file: the same names as the flags, with underscores.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    sip_listen: Option<String>,
+    public_ip: Option<String>,
+    rtp_ports: Option<String>,
+    metrics_listen: Option<String>,
+    agent: Option<String>,
+    max_calls: Option<usize>,
+    trunk_cidr: Option<Vec<String>>,
+    sender_core: Option<usize>,
+    record: Option<PathBuf>,
+    drain_timeout: Option<String>,
+    rtp_timeout: Option<String>,
+    max_call_duration: Option<String>,
+    turn_stop_timeout: Option<String>,
+    log_format: Option<LogFormat>,
+    ort_dylib_path: Option<PathBuf>,
+    models_dir: Option<PathBuf>,
+    stub_reply: Option<PathBuf>,
+}
+
+/// The resolved configuration the gateway runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// SIP UDP listen address.
+    pub sip_listen: SocketAddr,
+    /// IP advertised in SDP and Contact.
+    pub public_ip: IpAddr,
+    /// RTP port range.
+    pub rtp_ports: PortRange,
+    /// Metrics/health HTTP listen address.
+    pub metrics_listen: SocketAddr,
+    /// The agent.
+    pub agent: AgentKind,
+    /// Admission limit.
+    pub max_calls: usize,
+    /// Trunk networks allowed to call.
+    pub trunk_cidrs: Vec<IpNet>,
+    /// Sender core (None: last CPU of the affinity mask).
+    pub sender_core: Option<usize>,
+    /// Recording folder.
+    pub record_dir: Option<PathBuf>,
+    /// Drain grace period.
+    pub drain_timeout: Duration,
+    /// RTP inactivity timeout.
+    pub rtp_timeout: Duration,
+    /// Maximum call length.
+    pub max_call_duration: Duration,
+    /// End-of-turn fallback after speech stops.
+    pub turn_stop_timeout: Duration,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// ONNX Runtime library path (None: ort's default lookup).
+    pub ort_dylib_path: Option<PathBuf>,
+    /// Models folder (None: the inference crate's default).
+    pub models_dir: Option<PathBuf>,
+    /// Stub reply WAV (None: built in).
+    pub stub_reply: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            sip_listen: SocketAddr::from(([127, 0, 0, 1], 5060)),
+            public_ip: IpAddr::from([127, 0, 0, 1]),
+            rtp_ports: PortRange { first: 20000, last: 20999 },
+            metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            agent: AgentKind::Stub,
+            max_calls: 100,
+            trunk_cidrs: vec![
+                IpNet::from_str("127.0.0.0/8").expect("ok: literal CIDR"),
+                IpNet::from_str("::1/128").expect("ok: literal CIDR"),
+            ],
+            sender_core: None,
+            record_dir: None,
+            drain_timeout: Duration::from_secs(30),
+            rtp_timeout: Duration::from_secs(30),
+            max_call_duration: Duration::from_secs(3600),
+            turn_stop_timeout: Duration::from_secs(2),
+            log_format: LogFormat::Text,
+            ort_dylib_path: None,
+            models_dir: None,
+            stub_reply: None,
+        }
+    }
+}
+
+fn parse<T: FromStr>(field: &'static str, value: &str) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    value.trim().parse::<T>().map_err(|e| ConfigError::Invalid {
+        field,
+        reason: format!("`{value}`: {e}"),
+    })
+}
+
+fn parse_duration(field: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    // A bare number is seconds; otherwise humantime ("500ms", "30s", "1h").
+    if let Ok(secs) = value.trim().parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(value.trim()).map_err(|e| ConfigError::Invalid {
+        field,
+        reason: format!("`{value}`: {e}"),
+    })
+}
+
+impl Config {
+    /// Resolve flags (with their env twins) over the file over the defaults.
+    pub fn resolve(args: Args) -> Result<Config, ConfigError> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                toml::from_str::<FileConfig>(&text).map_err(|e| ConfigError::Toml {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?
+            }
+            None => FileConfig::default(),
+        };
+        let mut c = Config::default();
+        macro_rules! pick {
+            ($name:ident) => {
+                args.$name.clone().or(file.$name.clone())
+            };
+        }
+        if let Some(v) = pick!(sip_listen) {
+            c.sip_listen = parse("sip_listen", &v)?;
+        }
+        c.public_ip = match pick!(public_ip) {
+            Some(v) => parse("public_ip", &v)?,
+            None => c.sip_listen.ip(),
+        };
+        if c.public_ip.is_unspecified() {
+            return Err(ConfigError::Invalid {
+                field: "public_ip",
+                reason: "must be set to a routable address when sip_listen is a wildcard".into(),
+            });
+        }
+        if let Some(v) = pick!(rtp_ports) {
+            c.rtp_ports = parse("rtp_ports", &v)?;
+        }
+        if let Some(v) = pick!(metrics_listen) {
+            c.metrics_listen = parse("metrics_listen", &v)?;
+        }
+        if let Some(v) = pick!(agent) {
+            c.agent = parse("agent", &v)?;
+        }
+        if let Some(v) = pick!(max_calls) {
+            if v == 0 {
+                return Err(ConfigError::Invalid {
+                    field: "max_calls",
+                    reason: "must be at least 1".into(),
+                });
+            }
+            c.max_calls = v;
+        }
+        let cidrs = if args.trunk_cidr.is_empty() {
+            file.trunk_cidr.clone()
+        } else {
+            Some(args.trunk_cidr.clone())
+        };
+        if let Some(list) = cidrs {
+            c.trunk_cidrs = list
+                .iter()
+                .map(|v| parse::<IpNet>("trunk_cidr", v))
+                .collect::<Result<_, _>>()?;
+        }
+        c.sender_core = pick!(sender_core);
+        if let Some(core) = c.sender_core {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            if core >= cpus.max(1) * 64 {
+                return Err(ConfigError::Invalid {
+                    field: "sender_core",
+                    reason: format!("CPU {core} does not exist"),
+                });
+            }
+        }
+        c.record_dir = pick!(record);
+        if let Some(v) = pick!(drain_timeout) {
+            c.drain_timeout = parse_duration("drain_timeout", &v)?;
+        }
+        if let Some(v) = pick!(rtp_timeout) {
+            c.rtp_timeout = parse_duration("rtp_timeout", &v)?;
+        }
+        if let Some(v) = pick!(max_call_duration) {
+            c.max_call_duration = parse_duration("max_call_duration", &v)?;
+        }
+        if let Some(v) = pick!(turn_stop_timeout) {
+            c.turn_stop_timeout = parse_duration("turn_stop_timeout", &v)?;
+        }
+        if let Some(v) = args.log_format.or(file.log_format) {
+            c.log_format = v;
+        }
+        c.ort_dylib_path = pick!(ort_dylib_path);
+        c.models_dir = pick!(models_dir);
+        c.stub_reply = pick!(stub_reply);
+        Ok(c)
+    }
+
+    /// Whether `ip` is inside one of the trunk networks.
+    pub fn is_trunk(&self, ip: IpAddr) -> bool {
+        self.trunk_cidrs.iter().any(|net| net.contains(&ip))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Args {
+        let mut v = vec!["ontime-gateway"];
+        v.extend_from_slice(list);
+        Args::parse_from(v)
+    }
+
+    #[test]
+    fn defaults_are_loopback_and_stub() {
+        let c = Config::resolve(args(&[])).unwrap();
+        assert_eq!(c.sip_listen.to_string(), "127.0.0.1:5060");
+        assert_eq!(c.agent, AgentKind::Stub);
+        assert!(c.is_trunk("127.0.0.1".parse().unwrap()));
+        assert!(!c.is_trunk("192.0.2.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn bad_flag_names_the_field() {
+        let e = Config::resolve(args(&["--rtp-ports", "20000"])).unwrap_err();
+        assert!(e.to_string().contains("`rtp_ports`"), "{e}");
+        let e = Config::resolve(args(&["--trunk-cidr", "10.0.0.0/33"])).unwrap_err();
+        assert!(e.to_string().contains("`trunk_cidr`"), "{e}");
+        let e = Config::resolve(args(&["--drain-timeout", "soon"])).unwrap_err();
+        assert!(e.to_string().contains("`drain_timeout`"), "{e}");
+    }
+
+    #[test]
+    fn file_is_overridden_by_flags_and_bad_keys_are_named() {
+        let dir = std::env::temp_dir().join(format!("ontime-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("gw.toml");
+        std::fs::write(&f, "max_calls = 7\nrtp_ports = \"30000-30099\"\n").unwrap();
+        let c = Config::resolve(args(&["--config", f.to_str().unwrap(), "--max-calls", "9"])).unwrap();
+        assert_eq!(c.max_calls, 9);
+        assert_eq!(c.rtp_ports, PortRange { first: 30000, last: 30099 });
+        std::fs::write(&f, "max_cals = 7\n").unwrap();
+        let e = Config::resolve(args(&["--config", f.to_str().unwrap()])).unwrap_err();
+        assert!(e.to_string().contains("max_cals"), "{e}");
+        std::fs::write(&f, "max_calls = \"many\"\n").unwrap();
+        let e = Config::resolve(args(&["--config", f.to_str().unwrap()])).unwrap_err();
+        assert!(e.to_string().contains("max_calls"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

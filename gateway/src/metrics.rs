@@ -1,0 +1,121 @@
+//! The gateway's own metric names (design.md §7: calls, RTP, jitter, cgroup, SIP), described and
+//! registered at zero at start-up so dashboards see 0, not an absent series. The sender's and the
+//! inference pool's names live in their crates.
+
+use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
+
+/// Calls in progress.
+pub const CALLS_ACTIVE: &str = "ontime_calls_active";
+/// Calls ended, by result (`completed`, `cancelled`, `failed`).
+pub const CALLS_TOTAL: &str = "ontime_calls_total";
+/// INVITEs refused, by reason.
+pub const CALLS_REJECTED_TOTAL: &str = "ontime_calls_rejected_total";
+/// Barge-ins: caller speech that cleared the agent's queued audio.
+pub const BARGE_INS_TOTAL: &str = "ontime_barge_ins_total";
+/// Valid RTP packets received from callers.
+pub const RTP_PACKETS_RECEIVED_TOTAL: &str = "ontime_rtp_packets_received_total";
+/// RTP packets sent to callers (published from the sender's counters).
+pub const RTP_PACKETS_SENT_TOTAL: &str = "ontime_rtp_packets_sent_total";
+/// Datagrams dropped on the RTP port, by reason.
+pub const RTP_INVALID_PACKETS_TOTAL: &str = "ontime_rtp_invalid_packets_total";
+/// Caller packets the inbound jitter buffer discarded as late.
+pub const JITTER_DISCARDED_TOTAL: &str = "ontime_jitter_discarded_total";
+/// Caller packets never received (sequence gaps).
+pub const JITTER_LOST_TOTAL: &str = "ontime_jitter_lost_total";
+/// Current inbound jitter-buffer depth, averaged over calls.
+pub const JITTER_DEPTH_SECONDS: &str = "ontime_jitter_depth_seconds";
+/// CFS periods elapsed in the gateway's cgroup.
+pub const CGROUP_PERIODS_TOTAL: &str = "ontime_cgroup_periods_total";
+/// CFS periods in which the cgroup was throttled.
+pub const CGROUP_THROTTLED_PERIODS_TOTAL: &str = "ontime_cgroup_throttled_periods_total";
+/// The cgroup's CPU quota in cores (0 when unlimited).
+pub const CGROUP_QUOTA_CORES: &str = "ontime_cgroup_quota_cores";
+/// SIP messages, by method (or status class for responses) and direction.
+pub const SIP_MESSAGES_TOTAL: &str = "ontime_sip_messages_total";
+/// SIP datagrams that could not be parsed (dropped or answered 400).
+pub const SIP_INVALID_MESSAGES_TOTAL: &str = "ontime_sip_invalid_messages_total";
+/// Round-trip time reported by RTCP, last value over calls.
+pub const RTCP_RTT_SECONDS: &str = "ontime_rtcp_rtt_seconds";
+/// Fraction lost the peers report for our stream (RTCP RR), last value.
+pub const RTCP_PEER_FRACTION_LOST: &str = "ontime_rtcp_peer_fraction_lost";
+/// Interarrival jitter the peers report for our stream (RTCP RR), last value.
+pub const RTCP_PEER_JITTER_SECONDS: &str = "ontime_rtcp_peer_jitter_seconds";
+/// Turns the gateway detected (Smart Turn complete or stop timeout).
+pub const TURNS_TOTAL: &str = "ontime_turns_total";
+/// DTMF digits received.
+pub const DTMF_DIGITS_TOTAL: &str = "ontime_dtmf_digits_total";
+/// Calls ended because no RTP arrived for the timeout.
+pub const RTP_TIMEOUTS_TOTAL: &str = "ontime_rtp_timeouts_total";
+
+/// Reasons an INVITE is refused (label values of [`CALLS_REJECTED_TOTAL`]).
+pub const REJECT_REASONS: &[&str] = &[
+    "not_trunk",
+    "max_calls",
+    "no_rtp_port",
+    "draining",
+    "no_common_codec",
+];
+/// Results of ended calls (label values of [`CALLS_TOTAL`]).
+pub const CALL_RESULTS: &[&str] = &["completed", "cancelled", "failed"];
+/// Reasons a datagram on an RTP port is dropped besides the parser's own.
+pub const RTP_DROP_REASONS: &[&str] = &["wrong_source", "unknown_payload_type", "rate_limit"];
+const SIP_METHODS: &[&str] = &[
+    "INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO", "UPDATE", "1xx", "2xx", "3xx", "4xx",
+    "5xx", "6xx",
+];
+
+/// Describe every gateway metric and register it at zero.
+pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
+    describe_gauge!(CALLS_ACTIVE, Unit::Count, "Calls in progress.");
+    gauge!(CALLS_ACTIVE).set(0.0);
+    describe_counter!(CALLS_TOTAL, Unit::Count, "Calls ended, by result.");
+    for r in CALL_RESULTS {
+        counter!(CALLS_TOTAL, "result" => *r).absolute(0);
+    }
+    describe_counter!(CALLS_REJECTED_TOTAL, Unit::Count, "INVITEs refused, by reason.");
+    for r in REJECT_REASONS {
+        counter!(CALLS_REJECTED_TOTAL, "reason" => *r).absolute(0);
+    }
+    describe_counter!(BARGE_INS_TOTAL, Unit::Count, "Caller speech that cleared queued agent audio.");
+    counter!(BARGE_INS_TOTAL).absolute(0);
+    describe_counter!(RTP_PACKETS_RECEIVED_TOTAL, Unit::Count, "Valid RTP packets received.");
+    counter!(RTP_PACKETS_RECEIVED_TOTAL).absolute(0);
+    describe_counter!(RTP_PACKETS_SENT_TOTAL, Unit::Count, "RTP packets sent by the sender thread.");
+    counter!(RTP_PACKETS_SENT_TOTAL).absolute(0);
+    describe_counter!(RTP_INVALID_PACKETS_TOTAL, Unit::Count, "Datagrams dropped on RTP ports, by reason.");
+    for r in rtp_parse_reasons.iter().chain(RTP_DROP_REASONS) {
+        counter!(RTP_INVALID_PACKETS_TOTAL, "reason" => *r).absolute(0);
+    }
+    describe_counter!(JITTER_DISCARDED_TOTAL, Unit::Count, "Caller packets discarded as late.");
+    counter!(JITTER_DISCARDED_TOTAL).absolute(0);
+    describe_counter!(JITTER_LOST_TOTAL, Unit::Count, "Caller packets never received.");
+    counter!(JITTER_LOST_TOTAL).absolute(0);
+    describe_gauge!(JITTER_DEPTH_SECONDS, Unit::Seconds, "Inbound jitter-buffer depth (mean over calls).");
+    gauge!(JITTER_DEPTH_SECONDS).set(0.0);
+    describe_counter!(CGROUP_PERIODS_TOTAL, Unit::Count, "CFS periods of the gateway's cgroup.");
+    counter!(CGROUP_PERIODS_TOTAL).absolute(0);
+    describe_counter!(CGROUP_THROTTLED_PERIODS_TOTAL, Unit::Count, "Throttled CFS periods.");
+    counter!(CGROUP_THROTTLED_PERIODS_TOTAL).absolute(0);
+    describe_gauge!(CGROUP_QUOTA_CORES, Unit::Count, "CPU quota in cores (0 = unlimited).");
+    gauge!(CGROUP_QUOTA_CORES).set(0.0);
+    describe_counter!(SIP_MESSAGES_TOTAL, Unit::Count, "SIP messages by method/status class and direction.");
+    for m in SIP_METHODS {
+        for d in ["in", "out"] {
+            counter!(SIP_MESSAGES_TOTAL, "method" => *m, "direction" => d).absolute(0);
+        }
+    }
+    describe_counter!(SIP_INVALID_MESSAGES_TOTAL, Unit::Count, "Unparseable SIP datagrams.");
+    counter!(SIP_INVALID_MESSAGES_TOTAL).absolute(0);
+    describe_gauge!(RTCP_RTT_SECONDS, Unit::Seconds, "RTCP round-trip time (last report).");
+    gauge!(RTCP_RTT_SECONDS).set(0.0);
+    describe_gauge!(RTCP_PEER_FRACTION_LOST, Unit::Count, "Fraction lost reported by peers (0..1).");
+    gauge!(RTCP_PEER_FRACTION_LOST).set(0.0);
+    describe_gauge!(RTCP_PEER_JITTER_SECONDS, Unit::Seconds, "Interarrival jitter reported by peers.");
+    gauge!(RTCP_PEER_JITTER_SECONDS).set(0.0);
+    describe_counter!(TURNS_TOTAL, Unit::Count, "Caller turns detected.");
+    counter!(TURNS_TOTAL).absolute(0);
+    describe_counter!(DTMF_DIGITS_TOTAL, Unit::Count, "DTMF digits received (RFC 4733 or SIP INFO).");
+    counter!(DTMF_DIGITS_TOTAL).absolute(0);
+    describe_counter!(RTP_TIMEOUTS_TOTAL, Unit::Count, "Calls ended for want of RTP.");
+    counter!(RTP_TIMEOUTS_TOTAL).absolute(0);
+}
