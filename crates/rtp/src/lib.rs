@@ -7,6 +7,32 @@
 //! are defined here once and imported by every other crate.
 //!
 //! Nothing here reads a clock or opens a socket: callers pass bytes and arrival times in.
+//!
+//! ```
+//! use ontime_rtp::{g711::Law, parse_rtp, Packetizer, FRAME_BYTES, MAX_FRAME_PACKET_BYTES, PT_PCMU};
+//!
+//! let samples = [0i16; FRAME_BYTES];
+//! let mut frame = [0u8; FRAME_BYTES];
+//! Law::Ulaw.encode_slice(&samples, &mut frame);
+//!
+//! let mut packetizer = Packetizer::with_initial(PT_PCMU, 0x1234_5678, 65535, 0);
+//! let mut buf = [0u8; MAX_FRAME_PACKET_BYTES];
+//! let len = packetizer.write_frame(&frame, &mut buf)?;
+//! let packet = parse_rtp(&buf[..len])?;
+//! assert_eq!((packet.sequence_number, packet.marker), (65535, true));
+//! assert_eq!(packetizer.next_sequence(), 0);
+//! # Ok::<(), ontime_rtp::Error>(())
+//! ```
 
 pub mod consts;
+pub mod error;
+pub mod g711;
+pub mod packet;
+pub mod rtcp;
+
 pub use consts::*;
+pub use error::{Error, Result};
+pub use packet::{
+    classify, parse_rtp, sequence_delta, timestamp_delta, PacketKind, Packetizer, RtpError,
+    RtpExtension, RtpPacketView,
+};
