@@ -2,5 +2,89 @@
 //!
 //! Owns the media clock: one real-time thread (SCHED_FIFO when permitted, pinned to one core) that
 //! serves every call's outgoing audio on absolute 20 ms deadlines, pops 160 bytes per stream per
-//! tick from lock-free SPSC rings, and counts its own late ticks. The late-tick threshold is
+//! tick from lock-free SPSC rings, and counts its own late ticks. The late-tick threshold
+//! ([`LATE_TICK_THRESHOLD`]) and the lateness histogram's buckets ([`LATENESS_BUCKET_BOUNDS`]) are
 //! defined here.
+//!
+//! ```no_run
+//! use ontime_sender::{Sender, SenderConfig, StreamConfig, StreamOutput};
+//! use std::sync::Arc;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let sender = Sender::start(SenderConfig::default())?;
+//! let socket = Arc::new(std::net::UdpSocket::bind("127.0.0.1:0")?);
+//! let output = StreamOutput::Udp { socket, remote: "127.0.0.1:40000".parse()? };
+//! let mut producer = sender.add_stream(StreamConfig::pcmu(0x1234_5678, output))?;
+//! producer.push(&[0xFF; 800]); // 100 ms of µ-law audio
+//! producer.mark(7)?; // reported as StreamEvent::Mark once its last byte was sent
+//! producer.end_utterance();
+//! // ...barge-in:
+//! producer.clear();
+//! println!("{:?}", producer.stats());
+//! sender.publish_metrics(); // once a second from any non-tick thread
+//! # Ok(()) }
+//! ```
+//!
+//! ## How the tick path stays free of locks and allocation
+//! - Audio and marks travel producer → tick in `ringbuf` SPSC rings (atomic head/tail, no lock);
+//!   events (marks played) travel back in another SPSC ring per stream.
+//! - `clear()` and `end_utterance()` publish a byte position in an `AtomicU64`; the tick compares
+//!   positions, so a clear needs no lock and takes effect on the next tick.
+//! - Streams are added/removed through a bounded `crossbeam-channel` the tick drains with
+//!   `try_recv` (array flavour: no allocation; it only takes its waker lock when a thread is
+//!   *blocked* on the channel, and no one ever blocks: the tick never waits on it and the
+//!   controller only uses `try_send`). Removed streams go back to the controller through a second
+//!   bounded channel so their memory is freed off the real-time thread.
+//! - Counters are atomics; the `metrics` facade is fed from them by [`Sender::publish_metrics`]
+//!   outside the tick (the Prometheus recorder's histogram allocates on record).
+//! - Packets are built into a fixed buffer; UDP sends use `sendto(MSG_DONTWAIT)`.
+//!
+//! `tests/no_alloc_tick.rs` proves it with a counting global allocator.
+
+mod engine;
+mod error;
+mod metrics_names;
+mod os;
+mod packet;
+mod sender;
+mod stats;
+mod stream;
+
+pub use engine::{Controller, EngineConfig, TickEngine};
+pub use error::{Error, Result};
+pub use metrics_names::describe_metrics;
+pub use sender::{Sender, SenderConfig};
+pub use stats::{LatenessHistogram, SenderStats, TickSample};
+pub use stream::{
+    PacketInfo, PacketSink, StreamConfig, StreamEvent, StreamId, StreamOutput, StreamProducer,
+    StreamStats,
+};
+
+use std::time::Duration;
+
+/// A tick is late when it fires more than one frame (20 ms) after its slot (design.md §2): by
+/// then a whole packet's slot has passed.
+pub const LATE_TICK_THRESHOLD: Duration = ontime_rtp::FRAME;
+
+/// Upper bounds of the lateness histogram's buckets (the last bucket holds everything above
+/// 200 ms). Bucket `i` counts lateness `<= LATENESS_BUCKET_BOUNDS[i]` and above the previous bound,
+/// matching Prometheus' inclusive `le` buckets.
+pub const LATENESS_BUCKET_BOUNDS: [Duration; 11] = [
+    Duration::from_micros(100),
+    Duration::from_micros(250),
+    Duration::from_micros(500),
+    Duration::from_millis(1),
+    Duration::from_millis(2),
+    Duration::from_millis(5),
+    Duration::from_millis(10),
+    Duration::from_millis(20),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+];
+
+/// [`LATENESS_BUCKET_BOUNDS`] in seconds, for configuring a Prometheus histogram of
+/// `ontime_sender_tick_lateness_seconds` with the same buckets.
+pub const LATENESS_BUCKET_BOUNDS_SECONDS: [f64; 11] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2,
+];

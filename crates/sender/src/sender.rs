@@ -1,0 +1,219 @@
+//! The real-time thread around [`TickEngine`].
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use thread_priority::{
+    RealtimeThreadSchedulePolicy, ThreadPriority, ThreadPriorityValue, ThreadSchedulePolicy,
+};
+
+use crate::engine::{Controller, EngineConfig, TickEngine};
+use crate::stats::{SenderStats, TickSample};
+use crate::{os, Error, Result, StreamConfig, StreamId, StreamProducer};
+
+/// How to start the sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SenderConfig {
+    /// Core to pin the thread to; `None` = the last CPU of the process's affinity mask.
+    pub core: Option<usize>,
+    /// Try SCHED_FIFO (falls back to SCHED_OTHER with a warning when refused). Default true.
+    pub realtime: bool,
+    /// SCHED_FIFO priority, 1..=99 (default 50: above ordinary RT helpers, below kernel
+    /// watchdogs at 99).
+    pub realtime_priority: u8,
+    /// Stream, queue and trace sizes, and whether to feed the `metrics` facade.
+    pub engine: EngineConfig,
+}
+
+impl Default for SenderConfig {
+    fn default() -> Self {
+        Self {
+            core: None,
+            realtime: true,
+            realtime_priority: 50,
+            engine: EngineConfig::default(),
+        }
+    }
+}
+
+/// The running media clock: one thread serving every stream. Stops (and joins) on drop.
+pub struct Sender {
+    controller: Controller,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    realtime: bool,
+    core: Option<usize>,
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("realtime", &self.realtime)
+            .field("core", &self.core)
+            .finish()
+    }
+}
+
+/// The CPUs this process may run on.
+fn allowed_cores() -> Vec<usize> {
+    core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .collect()
+}
+
+impl Sender {
+    /// Spawn the sender thread, pin it, try SCHED_FIFO, and start ticking. Returns once the
+    /// thread is set up, so [`Sender::is_realtime`] is known.
+    pub fn start(config: SenderConfig) -> Result<Sender> {
+        let allowed = allowed_cores();
+        let core = match config.core {
+            Some(core) if !allowed.contains(&core) => {
+                return Err(Error::CoreNotAllowed { core, allowed });
+            }
+            Some(core) => Some(core),
+            None => allowed.last().copied(),
+        };
+        if config.engine.metrics {
+            crate::describe_metrics();
+        }
+        let (mut engine, controller) = TickEngine::new(config.engine);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<bool>(1);
+        let thread_stop = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("ontime-sender".into())
+            .spawn(move || {
+                let pinned = core
+                    .is_some_and(|id| core_affinity::set_for_current(core_affinity::CoreId { id }));
+                if !pinned {
+                    tracing::warn!(?core, "sender thread not pinned to a core");
+                }
+                let realtime = config.realtime && become_realtime(config.realtime_priority);
+                engine.set_realtime(realtime);
+                let _ = ready_tx.send(realtime);
+                tick_loop(&mut engine, &thread_stop);
+            })
+            .map_err(Error::Spawn)?;
+        let realtime = ready_rx.recv().map_err(|_| Error::ThreadExited)?;
+        if realtime {
+            tracing::info!(?core, "sender thread runs SCHED_FIFO");
+        } else {
+            tracing::warn!(
+                ?core,
+                wished = config.realtime,
+                "sender thread runs SCHED_OTHER (best effort): CFS quota throttling can freeze it"
+            );
+        }
+        if config.engine.metrics {
+            controller.publish_metrics();
+        }
+        Ok(Sender {
+            controller,
+            stop,
+            thread: Some(thread),
+            realtime,
+            core,
+        })
+    }
+
+    /// The thread runs SCHED_FIFO.
+    pub fn is_realtime(&self) -> bool {
+        self.realtime
+    }
+
+    /// The core the thread is pinned to, if any.
+    pub fn core(&self) -> Option<usize> {
+        self.core
+    }
+
+    /// A cloneable handle for adding/removing streams and reading stats from other threads.
+    pub fn controller(&self) -> Controller {
+        self.controller.clone()
+    }
+
+    /// See [`Controller::add_stream`].
+    pub fn add_stream(&self, config: StreamConfig) -> Result<StreamProducer> {
+        self.controller.add_stream(config)
+    }
+
+    /// See [`Controller::remove_stream`].
+    pub fn remove_stream(&self, id: StreamId) -> Result<()> {
+        self.controller.remove_stream(id)
+    }
+
+    /// See [`Controller::set_remote`].
+    pub fn set_remote(&self, id: StreamId, remote: SocketAddr) -> Result<()> {
+        self.controller.set_remote(id, remote)
+    }
+
+    /// See [`Controller::stats`].
+    pub fn stats(&self) -> SenderStats {
+        self.controller.stats()
+    }
+
+    /// See [`Controller::drain_ticks`].
+    pub fn drain_ticks(&self, each: impl FnMut(TickSample)) -> usize {
+        self.controller.drain_ticks(each)
+    }
+
+    /// See [`Controller::publish_metrics`].
+    pub fn publish_metrics(&self) {
+        self.controller.publish_metrics()
+    }
+
+    /// Stop the thread (within one tick) and wait for it.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Ask for SCHED_FIFO; false (and a log line from the caller) when the OS refuses.
+fn become_realtime(priority: u8) -> bool {
+    let Ok(value) = ThreadPriorityValue::try_from(priority.clamp(1, 99)) else {
+        return false;
+    };
+    match thread_priority::set_thread_priority_and_policy(
+        thread_priority::thread_native_id(),
+        ThreadPriority::Crossplatform(value),
+        ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
+    ) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(error = ?e, "SCHED_FIFO refused");
+            false
+        }
+    }
+}
+
+/// Sleep to each absolute deadline, then serve what is due. The origin is read once; every
+/// deadline is origin + k × 20 ms, so a late wake never shifts the schedule.
+fn tick_loop(engine: &mut TickEngine, stop: &AtomicBool) {
+    let origin_ns = os::monotonic_now_ns();
+    let mut now = || Duration::from_nanos(os::monotonic_now_ns().saturating_sub(origin_ns));
+    while !stop.load(Acquire) {
+        let deadline = engine.next_deadline();
+        os::sleep_until_ns(origin_ns + u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX));
+        if stop.load(Acquire) {
+            break;
+        }
+        engine.run_due(&mut now);
+    }
+}

@@ -1,0 +1,483 @@
+//! One outgoing stream: its producer handle (agent side) and its state on the tick.
+
+use std::fmt;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ontime_rtp::{FRAME_BYTES, MAX_FRAME_PACKET_BYTES, PT_PCMA, PT_PCMU};
+use ringbuf::traits::{Consumer, Observer, Producer, Split};
+use ringbuf::{HeapCons, HeapProd, HeapRb};
+
+use crate::os::{self, RawSocketAddr};
+use crate::packet::FramePacketizer;
+use crate::stats::{SenderCounters, TickCounters};
+use crate::{Error, Result};
+
+/// Identifies a stream within one sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamId(pub u64);
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What a sink learns about each packet besides its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketInfo {
+    /// The stream the packet belongs to.
+    pub stream: StreamId,
+    /// The sender slot it was built for.
+    pub slot: u64,
+    /// The slot's time since the sender's origin.
+    pub scheduled: Duration,
+    /// Sent as catch-up after a late wake (a later slot was already due).
+    pub catch_up: bool,
+    /// The payload is all silence (between utterances, or an underrun).
+    pub silence: bool,
+}
+
+/// Where a stream's packets go instead of a UDP socket: tests, recorders, other transports.
+///
+/// `send_packet` runs on the real-time tick: it must not block, lock or allocate. Whatever it
+/// spends delays every stream.
+pub trait PacketSink: Send + 'static {
+    /// Take one RTP packet (header + 160-byte payload). An error is counted as a send error.
+    fn send_packet(&mut self, packet: &[u8], info: PacketInfo) -> io::Result<()>;
+}
+
+/// Where a stream sends.
+#[non_exhaustive]
+pub enum StreamOutput {
+    /// Send with `sendto(MSG_DONTWAIT)` on this socket (usually the call's RTP socket, so the
+    /// caller sees symmetric RTP) to `remote`. The socket's blocking mode is left alone.
+    Udp {
+        /// The socket to send from.
+        socket: Arc<UdpSocket>,
+        /// The caller's RTP address (change it later with [`crate::Sender::set_remote`]).
+        remote: SocketAddr,
+    },
+    /// Hand packets to a sink.
+    Sink(Box<dyn PacketSink>),
+}
+
+impl fmt::Debug for StreamOutput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Udp { socket, remote } => f
+                .debug_struct("Udp")
+                .field("local", &socket.local_addr().ok())
+                .field("remote", remote)
+                .finish(),
+            Self::Sink(_) => f.write_str("Sink(..)"),
+        }
+    }
+}
+
+/// How to send one stream. Build with [`StreamConfig::pcmu`] or [`StreamConfig::pcma`], then
+/// adjust fields.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct StreamConfig {
+    /// RTP payload type: PCMU (0) or PCMA (8).
+    pub payload_type: u8,
+    /// RTP SSRC.
+    pub ssrc: u32,
+    /// First RTP sequence number (RFC 3550 §5.1: should be random).
+    pub first_sequence: u16,
+    /// First RTP timestamp (RFC 3550 §5.1: should be random).
+    pub first_timestamp: u32,
+    /// Where packets go.
+    pub output: StreamOutput,
+    /// Capacity of the audio ring in bytes (default 30 s of G.711: bots may send faster than
+    /// real time and the sender paces it).
+    pub ring_capacity_bytes: usize,
+    /// Marks that may wait for their audio to play (default 256).
+    pub mark_capacity: usize,
+    /// Events that may wait for the producer to read them (default 256).
+    pub event_capacity: usize,
+}
+
+impl StreamConfig {
+    /// Default audio ring: 30 s of 8 kHz G.711.
+    pub const DEFAULT_RING_CAPACITY_BYTES: usize = 30 * 50 * FRAME_BYTES;
+
+    /// A G.711 µ-law stream.
+    pub fn pcmu(ssrc: u32, output: StreamOutput) -> Self {
+        Self::with_payload_type(PT_PCMU, ssrc, output)
+    }
+
+    /// A G.711 A-law stream.
+    pub fn pcma(ssrc: u32, output: StreamOutput) -> Self {
+        Self::with_payload_type(PT_PCMA, ssrc, output)
+    }
+
+    fn with_payload_type(payload_type: u8, ssrc: u32, output: StreamOutput) -> Self {
+        Self {
+            payload_type,
+            ssrc,
+            first_sequence: 0,
+            first_timestamp: 0,
+            output,
+            ring_capacity_bytes: Self::DEFAULT_RING_CAPACITY_BYTES,
+            mark_capacity: 256,
+            event_capacity: 256,
+        }
+    }
+}
+
+/// Something the tick reports back to a stream's producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StreamEvent {
+    /// The mark's position was reached: every byte pushed before [`StreamProducer::mark`] has been
+    /// sent (`cleared: false`), or was discarded by [`StreamProducer::clear`] (`cleared: true`).
+    Mark {
+        /// The id given to `mark`.
+        id: u64,
+        /// The audio before the mark was cleared rather than played.
+        cleared: bool,
+    },
+}
+
+/// A snapshot of one stream's accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamStats {
+    /// Slots served for this stream.
+    pub ticks: u64,
+    /// Slots served more than [`crate::LATE_TICK_THRESHOLD`] late.
+    pub late_ticks: u64,
+    /// Frames that ran short mid-utterance and were filled with silence.
+    pub underruns: u64,
+    /// Packets sent as catch-up after a late wake.
+    pub catchup_packets: u64,
+    /// Packets sent successfully.
+    pub packets_sent: u64,
+    /// Sends that failed.
+    pub send_errors: u64,
+    /// The latest any of this stream's packets was sent.
+    pub worst_lateness: Duration,
+    /// Audio bytes queued and not yet sent.
+    pub queued_bytes: usize,
+    /// The stream has been removed from the tick.
+    pub removed: bool,
+}
+
+/// State shared between a producer and the tick, all atomics.
+#[derive(Debug, Default)]
+pub(crate) struct StreamShared {
+    pub(crate) counters: TickCounters,
+    /// Byte position up to which queued audio is discarded (barge-in).
+    pub(crate) clear_to: AtomicU64,
+    /// Byte position where the last finished utterance ended.
+    pub(crate) utterance_end: AtomicU64,
+    /// The producer was dropped: the tick removes the stream.
+    pub(crate) closed: AtomicBool,
+    /// The tick no longer serves the stream.
+    pub(crate) removed: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PendingMark {
+    id: u64,
+    position: u64,
+}
+
+/// The agent's side of a stream: push G.711 audio, end utterances, clear on barge-in, set marks
+/// and read back events. Dropping it removes the stream at the next tick.
+///
+/// All methods are wait-free (SPSC rings and atomics); call them from any one thread or task.
+pub struct StreamProducer {
+    id: StreamId,
+    audio: HeapProd<u8>,
+    marks: HeapProd<PendingMark>,
+    mark_capacity: usize,
+    events: HeapCons<StreamEvent>,
+    shared: Arc<StreamShared>,
+    pushed: u64,
+}
+
+impl fmt::Debug for StreamProducer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamProducer")
+            .field("id", &self.id)
+            .field("pushed", &self.pushed)
+            .field("queued", &self.audio.occupied_len())
+            .finish()
+    }
+}
+
+impl StreamProducer {
+    /// The stream's id (for [`crate::Sender::remove_stream`] and logs).
+    pub fn id(&self) -> StreamId {
+        self.id
+    }
+
+    /// Queue G.711 bytes (of the stream's payload type) as part of the current utterance.
+    /// Returns how many were accepted: fewer than given when the ring is full.
+    pub fn push(&mut self, g711: &[u8]) -> usize {
+        let accepted = self.audio.push_slice(g711);
+        self.pushed += accepted as u64;
+        accepted
+    }
+
+    /// Free space in the ring, in bytes.
+    pub fn vacant_bytes(&self) -> usize {
+        self.audio.vacant_len()
+    }
+
+    /// Audio queued and not yet sent, in bytes.
+    pub fn queued_bytes(&self) -> usize {
+        self.audio.occupied_len()
+    }
+
+    /// The current utterance is complete: once its audio has been sent, an empty ring is silence
+    /// between utterances, not an underrun. A last partial frame is padded with silence.
+    pub fn end_utterance(&mut self) {
+        self.shared.utterance_end.store(self.pushed, Release);
+    }
+
+    /// Barge-in: discard everything queued so far. The tick applies it before the next packet it
+    /// builds (within 20 ms); audio pushed after this call is kept. Pending marks come back as
+    /// `StreamEvent::Mark { cleared: true }`; the stream is then between utterances.
+    pub fn clear(&mut self) {
+        self.shared.utterance_end.store(self.pushed, Release);
+        self.shared.clear_to.store(self.pushed, Release);
+    }
+
+    /// Report `id` back as a [`StreamEvent::Mark`] once all audio pushed so far has been sent.
+    pub fn mark(&mut self, id: u64) -> Result<()> {
+        self.marks
+            .try_push(PendingMark {
+                id,
+                position: self.pushed,
+            })
+            .map_err(|_| Error::MarkQueueFull {
+                stream: self.id.0,
+                capacity: self.mark_capacity,
+            })
+    }
+
+    /// The next event from the tick, if any.
+    pub fn try_event(&mut self) -> Option<StreamEvent> {
+        self.events.try_pop()
+    }
+
+    /// This stream's accounting so far.
+    pub fn stats(&self) -> StreamStats {
+        let c = &self.shared.counters;
+        StreamStats {
+            ticks: c.ticks.load(Relaxed),
+            late_ticks: c.late_ticks.load(Relaxed),
+            underruns: c.underruns.load(Relaxed),
+            catchup_packets: c.catchup_packets.load(Relaxed),
+            packets_sent: c.packets_sent.load(Relaxed),
+            send_errors: c.send_errors.load(Relaxed),
+            worst_lateness: Duration::from_nanos(c.worst_lateness_ns.load(Relaxed)),
+            queued_bytes: self.audio.occupied_len(),
+            removed: self.shared.removed.load(Acquire),
+        }
+    }
+}
+
+impl Drop for StreamProducer {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Release);
+    }
+}
+
+pub(crate) enum Output {
+    Udp {
+        socket: Arc<UdpSocket>,
+        remote: RawSocketAddr,
+    },
+    Sink(Box<dyn PacketSink>),
+}
+
+/// A stream as the tick owns it.
+pub(crate) struct StreamState {
+    pub(crate) id: StreamId,
+    pub(crate) shared: Arc<StreamShared>,
+    audio: HeapCons<u8>,
+    marks: HeapCons<PendingMark>,
+    events: HeapProd<StreamEvent>,
+    packetizer: FramePacketizer,
+    output: Output,
+    silence: u8,
+    /// Bytes taken out of the audio ring so far (sent or cleared).
+    popped: u64,
+}
+
+/// Build both halves of a stream (off the tick: this allocates the rings).
+pub(crate) fn new_stream(
+    id: StreamId,
+    config: StreamConfig,
+) -> Result<(StreamState, StreamProducer)> {
+    let silence = ontime_rtp::silence_byte(config.payload_type)
+        .ok_or(Error::UnsupportedPayloadType(config.payload_type))?;
+    if config.ring_capacity_bytes < FRAME_BYTES {
+        return Err(Error::RingTooSmall {
+            bytes: config.ring_capacity_bytes,
+        });
+    }
+    let (audio_prod, audio_cons) = HeapRb::<u8>::new(config.ring_capacity_bytes).split();
+    let mark_capacity = config.mark_capacity.max(1);
+    let (marks_prod, marks_cons) = HeapRb::<PendingMark>::new(mark_capacity).split();
+    let (events_prod, events_cons) =
+        HeapRb::<StreamEvent>::new(config.event_capacity.max(1)).split();
+    let shared = Arc::new(StreamShared::default());
+    let output = match config.output {
+        StreamOutput::Udp { socket, remote } => Output::Udp {
+            socket,
+            remote: RawSocketAddr::new(remote),
+        },
+        StreamOutput::Sink(sink) => Output::Sink(sink),
+    };
+    let state = StreamState {
+        id,
+        shared: Arc::clone(&shared),
+        audio: audio_cons,
+        marks: marks_cons,
+        events: events_prod,
+        packetizer: FramePacketizer::new(
+            config.payload_type,
+            config.ssrc,
+            config.first_sequence,
+            config.first_timestamp,
+        ),
+        output,
+        silence,
+        popped: 0,
+    };
+    let producer = StreamProducer {
+        id,
+        audio: audio_prod,
+        marks: marks_prod,
+        mark_capacity,
+        events: events_cons,
+        shared,
+        pushed: 0,
+    };
+    Ok((state, producer))
+}
+
+impl StreamState {
+    pub(crate) fn set_remote(&mut self, remote: RawSocketAddr) {
+        if let Output::Udp { remote: r, .. } = &mut self.output {
+            *r = remote;
+        }
+    }
+
+    /// The producer is gone: remove at this tick.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shared.closed.load(Acquire)
+    }
+
+    /// Serve one slot: apply a pending clear, take one frame (or silence), send it, report marks
+    /// reached. Allocation-free, lock-free.
+    pub(crate) fn serve_slot(
+        &mut self,
+        slot: u64,
+        scheduled: Duration,
+        lateness: Duration,
+        catch_up: bool,
+        scratch: &mut SlotScratch,
+        global: &SenderCounters,
+    ) {
+        // Barge-in: drop everything queued before the clear position.
+        let clear_to = self.shared.clear_to.load(Acquire);
+        if clear_to > self.popped {
+            let skip = (clear_to - self.popped).min(self.audio.occupied_len() as u64) as usize;
+            let skipped = self.audio.skip(skip);
+            self.popped += skipped as u64;
+            self.report_marks(true, global);
+        }
+
+        let taken = self.audio.pop_slice(&mut scratch.payload[..]);
+        self.popped += taken as u64;
+        let silence_only = taken == 0;
+        if taken < FRAME_BYTES {
+            scratch.payload[taken..].fill(self.silence);
+            // Mid-utterance: audio beyond the last finished utterance has been queued and the
+            // ring ran dry before the frame was full.
+            if self.popped > self.shared.utterance_end.load(Acquire) {
+                self.shared.counters.underruns.fetch_add(1, Relaxed);
+                global.clock.underruns.fetch_add(1, Relaxed);
+            }
+        }
+        if silence_only {
+            global.silence_packets.fetch_add(1, Relaxed);
+        }
+
+        let len = self
+            .packetizer
+            .write_next(&scratch.payload, &mut scratch.packet);
+        let packet = &scratch.packet[..len];
+        let sent = match &mut self.output {
+            Output::Udp { socket, remote } => {
+                os::send_to_nonblocking(socket.as_ref(), packet, remote).map(|_| ())
+            }
+            Output::Sink(sink) => sink.send_packet(
+                packet,
+                PacketInfo {
+                    stream: self.id,
+                    slot,
+                    scheduled,
+                    catch_up,
+                    silence: silence_only,
+                },
+            ),
+        };
+        let counters = &self.shared.counters;
+        counters.record_tick(lateness);
+        if catch_up {
+            counters.catchup_packets.fetch_add(1, Relaxed);
+            global.clock.catchup_packets.fetch_add(1, Relaxed);
+        }
+        if sent.is_ok() {
+            counters.packets_sent.fetch_add(1, Relaxed);
+            global.clock.packets_sent.fetch_add(1, Relaxed);
+        } else {
+            counters.send_errors.fetch_add(1, Relaxed);
+            global.clock.send_errors.fetch_add(1, Relaxed);
+        }
+        self.report_marks(false, global);
+    }
+
+    /// Report every mark whose position has been reached.
+    fn report_marks(&mut self, cleared: bool, global: &SenderCounters) {
+        while let Some(mark) = self.marks.try_peek().copied() {
+            if mark.position > self.popped {
+                break;
+            }
+            self.marks.skip(1);
+            let event = StreamEvent::Mark {
+                id: mark.id,
+                cleared,
+            };
+            if self.events.try_push(event).is_err() {
+                global.events_dropped.fetch_add(1, Relaxed);
+            }
+        }
+    }
+}
+
+/// Per-tick scratch buffers, allocated once with the engine.
+pub(crate) struct SlotScratch {
+    pub(crate) payload: [u8; FRAME_BYTES],
+    pub(crate) packet: [u8; MAX_FRAME_PACKET_BYTES],
+}
+
+impl Default for SlotScratch {
+    fn default() -> Self {
+        Self {
+            payload: [0; FRAME_BYTES],
+            packet: [0; MAX_FRAME_PACKET_BYTES],
+        }
+    }
+}
