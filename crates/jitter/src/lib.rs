@@ -5,3 +5,29 @@
 //! and the **live inbound buffer** the gateway uses for the caller's audio (reorder, duplicates,
 //! wrap, talkspurts, concealment, adaptive depth). Time is always an argument; there are no threads
 //! and no clocks here.
+//!
+//! ```
+//! use std::time::Duration;
+//! use ontime_jitter::{replay_fixed_lateness, DEFAULT_REPLAY_DEPTH};
+//!
+//! // Packet 3 left 70 ms late: at 40 ms depth it misses its slot, everything else plays.
+//! let ms = Duration::from_millis;
+//! let lateness = [(0, ms(0)), (1, ms(0)), (2, ms(0)), (3, ms(70)), (4, ms(50))];
+//! let report = replay_fixed_lateness(DEFAULT_REPLAY_DEPTH, &lateness);
+//! assert_eq!((report.played, report.discarded, report.max_discard_run), (3, 2, 2));
+//! ```
+
+pub mod burst_gap;
+pub mod error;
+pub mod live;
+pub mod replay;
+pub mod seq;
+
+pub use burst_gap::{rfc3611_fraction, BurstGapCounter, BurstGapMetrics, GMIN_DEFAULT};
+pub use error::{Error, Result};
+pub use live::JitterConfig;
+pub use replay::{
+    arrivals_from_lateness, replay_fixed, replay_fixed_lateness, PacketOutcome, ReplayModel,
+    ReplayReport, DEFAULT_REPLAY_DEPTH,
+};
+pub use seq::{extend_sequence_numbers, SeqExtender};
