@@ -14,7 +14,9 @@
 //! let sender = Sender::start(SenderConfig::default())?;
 //! let socket = Arc::new(std::net::UdpSocket::bind("127.0.0.1:0")?);
 //! let output = StreamOutput::Udp { socket, remote: "127.0.0.1:40000".parse()? };
-//! let mut producer = sender.add_stream(StreamConfig::pcmu(0x1234_5678, output))?;
+//! // Random SSRC, sequence and timestamp (RFC 3550 §5.1):
+//! let packetizer = ontime_rtp::Packetizer::new(ontime_rtp::PT_PCMU);
+//! let mut producer = sender.add_stream(StreamConfig::new(packetizer, output))?;
 //! producer.push(&[0xFF; 800]); // 100 ms of µ-law audio
 //! producer.mark(7)?; // reported as StreamEvent::Mark once its last byte was sent
 //! producer.end_utterance();
@@ -45,7 +47,6 @@ mod engine;
 mod error;
 mod metrics_names;
 mod os;
-mod packet;
 mod sender;
 mod stats;
 mod stream;

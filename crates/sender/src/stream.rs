@@ -7,12 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ontime_rtp::{FRAME_BYTES, MAX_FRAME_PACKET_BYTES, PT_PCMA, PT_PCMU};
+use ontime_rtp::{Packetizer, FRAME_BYTES, MAX_FRAME_PACKET_BYTES};
 use ringbuf::traits::{Consumer, Observer, Producer, Split};
 use ringbuf::{HeapCons, HeapProd, HeapRb};
 
 use crate::os::{self, RawSocketAddr};
-use crate::packet::FramePacketizer;
 use crate::stats::{SenderCounters, TickCounters};
 use crate::{Error, Result};
 
@@ -78,19 +77,14 @@ impl fmt::Debug for StreamOutput {
     }
 }
 
-/// How to send one stream. Build with [`StreamConfig::pcmu`] or [`StreamConfig::pcma`], then
-/// adjust fields.
+/// How to send one stream. Build with [`StreamConfig::new`], then adjust fields.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct StreamConfig {
-    /// RTP payload type: PCMU (0) or PCMA (8).
-    pub payload_type: u8,
-    /// RTP SSRC.
-    pub ssrc: u32,
-    /// First RTP sequence number (RFC 3550 §5.1: should be random).
-    pub first_sequence: u16,
-    /// First RTP timestamp (RFC 3550 §5.1: should be random).
-    pub first_timestamp: u32,
+    /// The stream's RTP state: payload type (PCMU 0 or PCMA 8), SSRC, next sequence number and
+    /// timestamp. The sender sets the marker only on the first packet: it sends continuously,
+    /// silence included, so there is no talkspurt gap to flag (RFC 3551 §4.1).
+    pub packetizer: Packetizer,
     /// Where packets go.
     pub output: StreamOutput,
     /// Capacity of the audio ring in bytes (default 30 s of G.711: bots may send faster than
@@ -106,22 +100,10 @@ impl StreamConfig {
     /// Default audio ring: 30 s of 8 kHz G.711.
     pub const DEFAULT_RING_CAPACITY_BYTES: usize = 30 * 50 * FRAME_BYTES;
 
-    /// A G.711 µ-law stream.
-    pub fn pcmu(ssrc: u32, output: StreamOutput) -> Self {
-        Self::with_payload_type(PT_PCMU, ssrc, output)
-    }
-
-    /// A G.711 A-law stream.
-    pub fn pcma(ssrc: u32, output: StreamOutput) -> Self {
-        Self::with_payload_type(PT_PCMA, ssrc, output)
-    }
-
-    fn with_payload_type(payload_type: u8, ssrc: u32, output: StreamOutput) -> Self {
+    /// A stream with default ring sizes.
+    pub fn new(packetizer: Packetizer, output: StreamOutput) -> Self {
         Self {
-            payload_type,
-            ssrc,
-            first_sequence: 0,
-            first_timestamp: 0,
+            packetizer,
             output,
             ring_capacity_bytes: Self::DEFAULT_RING_CAPACITY_BYTES,
             mark_capacity: 256,
@@ -306,7 +288,7 @@ pub(crate) struct StreamState {
     audio: HeapCons<u8>,
     marks: HeapCons<PendingMark>,
     events: HeapProd<StreamEvent>,
-    packetizer: FramePacketizer,
+    packetizer: Packetizer,
     output: Output,
     silence: u8,
     /// Bytes taken out of the audio ring so far (sent or cleared).
@@ -318,8 +300,9 @@ pub(crate) fn new_stream(
     id: StreamId,
     config: StreamConfig,
 ) -> Result<(StreamState, StreamProducer)> {
-    let silence = ontime_rtp::silence_byte(config.payload_type)
-        .ok_or(Error::UnsupportedPayloadType(config.payload_type))?;
+    let payload_type = config.packetizer.payload_type();
+    let silence = ontime_rtp::silence_byte(payload_type)
+        .ok_or(Error::UnsupportedPayloadType(payload_type))?;
     if config.ring_capacity_bytes < FRAME_BYTES {
         return Err(Error::RingTooSmall {
             bytes: config.ring_capacity_bytes,
@@ -344,12 +327,7 @@ pub(crate) fn new_stream(
         audio: audio_cons,
         marks: marks_cons,
         events: events_prod,
-        packetizer: FramePacketizer::new(
-            config.payload_type,
-            config.ssrc,
-            config.first_sequence,
-            config.first_timestamp,
-        ),
+        packetizer: config.packetizer,
         output,
         silence,
         popped: 0,
@@ -414,24 +392,20 @@ impl StreamState {
             global.silence_packets.fetch_add(1, Relaxed);
         }
 
-        let len = self
+        // The scratch packet buffer is MAX_FRAME_PACKET_BYTES = header + one frame, the
+        // only size write_frame can need; a failure would be a bug, counted as a send error.
+        let sent = match self
             .packetizer
-            .write_next(&scratch.payload, &mut scratch.packet);
-        let packet = &scratch.packet[..len];
-        let sent = match &mut self.output {
-            Output::Udp { socket, remote } => {
-                os::send_to_nonblocking(socket.as_ref(), packet, remote).map(|_| ())
-            }
-            Output::Sink(sink) => sink.send_packet(
-                packet,
-                PacketInfo {
-                    stream: self.id,
-                    slot,
-                    scheduled,
-                    catch_up,
-                    silence: silence_only,
-                },
+            .write_frame(&scratch.payload, &mut scratch.packet)
+        {
+            Ok(len) => self.send(
+                &scratch.packet[..len],
+                slot,
+                scheduled,
+                catch_up,
+                silence_only,
             ),
+            Err(_) => Err(io::Error::from(io::ErrorKind::InvalidInput)),
         };
         let counters = &self.shared.counters;
         counters.record_tick(lateness);
@@ -447,6 +421,31 @@ impl StreamState {
             global.clock.send_errors.fetch_add(1, Relaxed);
         }
         self.report_marks(false, global);
+    }
+
+    fn send(
+        &mut self,
+        packet: &[u8],
+        slot: u64,
+        scheduled: Duration,
+        catch_up: bool,
+        silence: bool,
+    ) -> io::Result<()> {
+        match &mut self.output {
+            Output::Udp { socket, remote } => {
+                os::send_to_nonblocking(socket.as_ref(), packet, remote).map(|_| ())
+            }
+            Output::Sink(sink) => sink.send_packet(
+                packet,
+                PacketInfo {
+                    stream: self.id,
+                    slot,
+                    scheduled,
+                    catch_up,
+                    silence,
+                },
+            ),
+        }
     }
 
     /// Report every mark whose position has been reached.

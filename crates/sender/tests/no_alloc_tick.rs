@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ontime_rtp::{Packetizer, PT_PCMU};
 use ontime_sender::{
     EngineConfig, PacketInfo, PacketSink, Sender, SenderConfig, StreamConfig, StreamOutput,
     TickEngine,
@@ -62,8 +63,8 @@ fn engine_on_simulated_time() {
     let bytes = Arc::new(AtomicU64::new(0));
     let mut producers = Vec::new();
     for i in 0..STREAMS {
-        let mut config = StreamConfig::pcmu(
-            i as u32,
+        let mut config = StreamConfig::new(
+            Packetizer::with_initial(PT_PCMU, i as u32, 0, 0),
             StreamOutput::Sink(Box::new(CountingSink(Arc::clone(&bytes)))),
         );
         config.ring_capacity_bytes = 160 * 100;
@@ -144,7 +145,10 @@ fn real_thread_with_udp() {
             StreamOutput::Sink(Box::new(CountingSink(Arc::clone(&bytes))))
         };
         let mut p = sender
-            .add_stream(StreamConfig::pcmu(i, output))
+            .add_stream(StreamConfig::new(
+                Packetizer::with_initial(PT_PCMU, i, 0, 0),
+                output,
+            ))
             .expect("add");
         p.push(&vec![0x11; 160 * 150]);
         p.mark(1).expect("mark");
