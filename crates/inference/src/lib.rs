@@ -4,3 +4,49 @@
 //! with intra-op = inter-op = 1 thread: Silero VAD batched across every call, and Smart Turn v3
 //! on Whisper log-mel features computed in Rust, never starting a job that would overrun the
 //! container's CPU quota in the current CFS period.
+//!
+//! ```no_run
+//! use ontime_inference::{pin_math_threads_to_one, InferenceEvent, InferencePool, ModelPaths, PoolConfig};
+//!
+//! # fn main() -> ontime_inference::Result<()> {
+//! pin_math_threads_to_one(); // first thing in main, before any thread starts
+//! let paths = ModelPaths::from_env_or(".cache/models");
+//! let pool = InferencePool::start(PoolConfig::new(paths))?;
+//! let (call, events) = pool.register_call()?;
+//! call.push_pcm(&[0i16; 160])?; // 20 ms of decoded 8 kHz audio, as it arrives
+//! while let Ok(event) = events.try_recv() {
+//!     if let InferenceEvent::TurnEnded { complete: true, .. } = event { /* reply */ }
+//! }
+//! drop(call); // unregisters
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Modules: [`pool`] (the thread and the per-call API), [`vad`] (Silero session, batched rows),
+//! [`speech`] (pipecat's speech state machine, sans-IO), [`turn`] (Smart Turn session and the turn
+//! audio buffer), [`features`] (Whisper log-mel), [`resample`] (8→16 kHz), [`budget`] (CPU per
+//! CFS window, sans-IO), [`runtime`] (loading ONNX Runtime), [`config`], [`metrics`].
+
+pub mod budget;
+pub mod config;
+mod error;
+pub mod features;
+mod math_threads;
+pub mod metrics;
+pub mod pool;
+pub mod resample;
+pub mod runtime;
+pub mod speech;
+mod thread_cpu;
+pub mod turn;
+pub mod vad;
+
+pub use budget::{BudgetDecision, CpuBudget, CpuQuota};
+pub use config::{ModelPaths, PoolConfig, TurnParams};
+pub use error::{Error, Result};
+pub use math_threads::{pin_math_threads_to_one, MATH_THREAD_VARS};
+pub use pool::{CallId, CallInference, InferenceEvent, InferencePool, PoolStats};
+pub use speech::{SpeechDetector, SpeechState, SpeechTransition, VadParams};
+pub use thread_cpu::thread_cpu_time;
+pub use turn::SmartTurn;
+pub use vad::{SileroVad, VadStream};

@@ -1,0 +1,172 @@
+//! Where the runtime and the models are, and the pool's tunables.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::budget::CpuQuota;
+use crate::speech::VadParams;
+use crate::{Error, Result};
+
+/// The environment variable naming the ONNX Runtime shared library.
+pub const ORT_DYLIB_ENV: &str = "ORT_DYLIB_PATH";
+/// The environment variable naming the folder holding the models (and, by default, the runtime).
+pub const MODELS_DIR_ENV: &str = "ONTIME_MODELS_DIR";
+/// File name of the ONNX Runtime library fetched by `scripts/fetch-models.sh`.
+pub const ORT_DYLIB_FILE: &str = "libonnxruntime.so.1.31.1";
+/// File name of the Silero VAD model (silero-vad 6.2.3 wheel).
+pub const SILERO_VAD_FILE: &str = "silero_vad.onnx";
+/// File name of the Smart Turn v3.2 CPU model (pipecat-ai 1.14.0 wheel).
+pub const SMART_TURN_FILE: &str = "smart-turn-v3.2-cpu.onnx";
+
+/// Paths of the ONNX Runtime library and the two models.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelPaths {
+    /// `libonnxruntime.so` (at least 1.31, the `api-31` level `ort` is built for).
+    pub ort_dylib: PathBuf,
+    /// `silero_vad.onnx`.
+    pub silero_vad: PathBuf,
+    /// `smart-turn-v3.2-cpu.onnx`.
+    pub smart_turn: PathBuf,
+}
+
+impl ModelPaths {
+    /// All three files in one folder, with the names `scripts/fetch-models.sh` gives them.
+    pub fn in_dir(dir: impl AsRef<Path>) -> Self {
+        let dir = dir.as_ref();
+        Self {
+            ort_dylib: dir.join(ORT_DYLIB_FILE),
+            silero_vad: dir.join(SILERO_VAD_FILE),
+            smart_turn: dir.join(SMART_TURN_FILE),
+        }
+    }
+
+    /// Paths from the environment: models in `$ONTIME_MODELS_DIR` (else `default_dir`), the runtime at
+    /// `$ORT_DYLIB_PATH` (else in the models folder). Tests and examples pass the workspace's
+    /// `.cache/models` as `default_dir`; a deployed binary passes its configured folder.
+    pub fn from_env_or(default_dir: impl AsRef<Path>) -> Self {
+        let dir = std::env::var_os(MODELS_DIR_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| default_dir.as_ref().to_path_buf());
+        let mut paths = Self::in_dir(dir);
+        if let Some(dylib) = std::env::var_os(ORT_DYLIB_ENV).filter(|v| !v.is_empty()) {
+            paths.ort_dylib = PathBuf::from(dylib);
+        }
+        paths
+    }
+
+    /// Checks that every file exists; the error names the file and `scripts/fetch-models.sh`.
+    pub fn check(&self) -> Result<()> {
+        check_file("ONNX Runtime library", &self.ort_dylib, ORT_DYLIB_ENV)?;
+        check_file("Silero VAD model", &self.silero_vad, MODELS_DIR_ENV)?;
+        check_file("Smart Turn v3.2 model", &self.smart_turn, MODELS_DIR_ENV)
+    }
+
+    /// True when all three files exist.
+    pub fn all_present(&self) -> bool {
+        self.check().is_ok()
+    }
+}
+
+fn check_file(what: &'static str, path: &Path, env_var: &'static str) -> Result<()> {
+    if path.is_file() {
+        Ok(())
+    } else {
+        Err(Error::MissingFile {
+            what,
+            path: path.to_path_buf(),
+            env_var,
+        })
+    }
+}
+
+/// Smart Turn tunables (pipecat's `LocalSmartTurnAnalyzerV3` defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnParams {
+    /// Audio kept from before the speech onset (pipecat `pre_speech_ms` = 500 ms).
+    pub pre_speech: Duration,
+    /// The most audio analysed: the last this-much of the turn (pipecat `max_duration_secs` = 8 s,
+    /// also the model's 800-frame input).
+    pub max_audio: Duration,
+    /// Probability above which a turn is complete (the model's output is already a sigmoid).
+    pub complete_threshold: f32,
+    /// After an *incomplete* verdict, silence this long ends the turn anyway (pipecat `stop_secs` = 3 s).
+    pub incomplete_timeout: Duration,
+}
+
+impl Default for TurnParams {
+    fn default() -> Self {
+        Self {
+            pre_speech: Duration::from_millis(500),
+            max_audio: Duration::from_secs(8),
+            complete_threshold: 0.5,
+            incomplete_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Everything [`crate::InferencePool::start`] needs.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// Runtime and model files.
+    pub paths: ModelPaths,
+    /// Capacity of the job queue (audio pushes, registrations). A full queue rejects, never blocks.
+    pub queue_capacity: usize,
+    /// Most calls in one batched VAD run; more ready calls run in further batches.
+    pub max_vad_batch: usize,
+    /// Speech start/stop detection.
+    pub vad: VadParams,
+    /// End-of-turn detection.
+    pub turn: TurnParams,
+    /// The container's CPU quota; `None` = unlimited (no budget applied).
+    pub quota: Option<CpuQuota>,
+    /// CPU per CFS period left for the sender and I/O: inference may use at most quota − reserve.
+    pub budget_reserve: Duration,
+}
+
+impl PoolConfig {
+    /// Defaults with the given paths: queue 4096, batch ≤ 128, pipecat's VAD and turn defaults, no
+    /// quota, 20 ms reserve per period.
+    pub fn new(paths: ModelPaths) -> Self {
+        Self {
+            paths,
+            queue_capacity: 4096,
+            max_vad_batch: 128,
+            vad: VadParams::default(),
+            turn: TurnParams::default(),
+            quota: None,
+            budget_reserve: Duration::from_millis(20),
+        }
+    }
+
+    /// Rejects values the pool cannot run with.
+    pub fn validate(&self) -> Result<()> {
+        if self.queue_capacity == 0 {
+            return Err(Error::InvalidConfig(
+                "queue_capacity must be at least 1".into(),
+            ));
+        }
+        if self.max_vad_batch == 0 {
+            return Err(Error::InvalidConfig(
+                "max_vad_batch must be at least 1".into(),
+            ));
+        }
+        self.vad.validate()?;
+        if !(0.0..=1.0).contains(&self.turn.complete_threshold) {
+            return Err(Error::InvalidConfig(format!(
+                "turn complete_threshold {} is outside 0..=1",
+                self.turn.complete_threshold
+            )));
+        }
+        if self.turn.max_audio.is_zero() || self.turn.max_audio > Duration::from_secs(8) {
+            return Err(Error::InvalidConfig(format!(
+                "turn max_audio {:?} must be in (0, 8 s] (the model's input is 8 s)",
+                self.turn.max_audio
+            )));
+        }
+        if let Some(q) = &self.quota {
+            q.validate()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,76 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// What went wrong in `ontime-inference`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A runtime library or model file is not where the configuration says.
+    #[error(
+        "{what} not found at {path}: run `scripts/fetch-models.sh` (or set {env_var} / ONTIME_MODELS_DIR)"
+    )]
+    MissingFile {
+        /// Which file ("ONNX Runtime library", "Silero VAD model", ...).
+        what: &'static str,
+        /// Where it was looked for.
+        path: PathBuf,
+        /// The environment variable that overrides the path.
+        env_var: &'static str,
+    },
+    /// ONNX Runtime could not be loaded or initialised.
+    #[error("loading ONNX Runtime from {path}: {message}")]
+    RuntimeLoad {
+        /// The library path tried.
+        path: PathBuf,
+        /// ONNX Runtime's or the loader's message.
+        message: String,
+    },
+    /// ONNX Runtime refused a session option, a model or a run.
+    #[error("ONNX Runtime ({context}): {message}")]
+    Ort {
+        /// What the pool was doing.
+        context: &'static str,
+        /// ONNX Runtime's message.
+        message: String,
+    },
+    /// A model returned an output of an unexpected shape or type.
+    #[error("{model} returned {what}")]
+    BadModelOutput {
+        /// The model.
+        model: &'static str,
+        /// What was unexpected.
+        what: String,
+    },
+    /// The inference queue is full; the job was dropped (counted), the caller was not blocked.
+    #[error("inference queue full ({capacity} jobs): job dropped")]
+    QueueFull {
+        /// The queue's capacity.
+        capacity: usize,
+    },
+    /// The inference thread has stopped (shut down or failed).
+    #[error("the inference thread has stopped")]
+    PoolStopped,
+    /// A configuration value is out of range.
+    #[error("invalid inference configuration: {0}")]
+    InvalidConfig(String),
+    /// Audio input of an unsupported format.
+    #[error("unsupported audio: {0}")]
+    UnsupportedAudio(String),
+    /// Spawning the inference thread failed.
+    #[error("spawning the inference thread: {0}")]
+    Spawn(#[source] std::io::Error),
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Wraps an `ort` error with what the pool was doing.
+    pub(crate) fn ort<R>(context: &'static str) -> impl FnOnce(ort::Error<R>) -> Error {
+        move |e| Error::Ort {
+            context,
+            message: e.to_string(),
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! Metric names (design.md §7) and their registration.
+
+/// Queue wait before a model run, by `model` (histogram, seconds).
+pub const QUEUE_WAIT_SECONDS: &str = "ontime_inference_queue_wait_seconds";
+/// Model run time (features included for Smart Turn), by `model` (histogram, seconds).
+pub const RUN_SECONDS: &str = "ontime_inference_run_seconds";
+/// Jobs run, by `model`: VAD chunks (batch rows), Smart Turn inferences (counter).
+pub const JOBS_TOTAL: &str = "ontime_inference_jobs_total";
+/// Jobs deferred to the next CFS window by the CPU budget (counter).
+pub const BUDGET_DEFERRALS_TOTAL: &str = "ontime_inference_budget_deferrals_total";
+/// Audio pushes rejected because the queue was full (counter; added to design.md §7's list).
+pub const QUEUE_FULL_TOTAL: &str = "ontime_inference_queue_full_total";
+
+/// The `model` label of Silero VAD.
+pub const MODEL_VAD: &str = "silero_vad";
+/// The `model` label of Smart Turn.
+pub const MODEL_TURN: &str = "smart_turn";
+
+/// Describes every inference metric and registers it at zero, so dashboards see 0, not absence.
+/// [`crate::InferencePool::start`] calls it; calling it again is harmless.
+pub fn describe_metrics() {
+    use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
+    describe_histogram!(
+        QUEUE_WAIT_SECONDS,
+        Unit::Seconds,
+        "Time a job waited for the inference thread"
+    );
+    describe_histogram!(
+        RUN_SECONDS,
+        Unit::Seconds,
+        "Model run time on the inference thread"
+    );
+    describe_counter!(
+        JOBS_TOTAL,
+        "Inference jobs run (VAD: chunks; Smart Turn: inferences)"
+    );
+    describe_counter!(
+        BUDGET_DEFERRALS_TOTAL,
+        "Inference jobs deferred to the next CFS window by the CPU budget"
+    );
+    describe_counter!(
+        QUEUE_FULL_TOTAL,
+        "Audio pushes rejected: inference queue full"
+    );
+    for model in [MODEL_VAD, MODEL_TURN] {
+        counter!(JOBS_TOTAL, "model" => model).increment(0);
+        // Touch the histograms so the series exist.
+        let _ = histogram!(QUEUE_WAIT_SECONDS, "model" => model);
+        let _ = histogram!(RUN_SECONDS, "model" => model);
+    }
+    counter!(BUDGET_DEFERRALS_TOTAL).increment(0);
+    counter!(QUEUE_FULL_TOTAL).increment(0);
+}

@@ -1,0 +1,753 @@
+//! The inference pool: one OS thread owning both sessions, serving every call.
+//!
+//! Callers push decoded 8 kHz PCM (any length) through their [`CallInference`]; the thread cuts it
+//! into 256-sample chunks, runs every call's ready chunk in **one** batched Silero VAD run, drives
+//! each call's speech state machine, buffers each call's turn audio, and on speech stop runs Smart
+//! Turn on it. Events go back per call through the sink given at registration.
+//!
+//! Order of work in the thread: control messages (register/unregister), then all queued audio,
+//! then one job — a Smart Turn job if any is waiting (a turn verdict is on the reply's critical
+//! path), else a VAD batch — each only if the CPU budget allows it in the current window.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TrySendError};
+use metrics::{counter, histogram};
+
+use crate::budget::{BudgetDecision, CpuBudget};
+use crate::config::{PoolConfig, TurnParams};
+use crate::metrics::{
+    describe_metrics, BUDGET_DEFERRALS_TOTAL, JOBS_TOTAL, MODEL_TURN, MODEL_VAD, QUEUE_FULL_TOTAL,
+    QUEUE_WAIT_SECONDS, RUN_SECONDS,
+};
+use crate::speech::{
+    chunk_time, SpeechDetector, SpeechState, SpeechTransition, VadParams, VAD_CHUNK,
+    VAD_CHUNK_SAMPLES,
+};
+use crate::thread_cpu::thread_cpu_time;
+use crate::turn::{SmartTurn, TurnAudioBuffer};
+use crate::vad::{SileroVad, VadStream};
+use crate::{Error, Result};
+
+/// A call's identity inside the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CallId(pub u64);
+
+/// What the pool reports for a call. Times are *stream time*: the duration of the call's audio
+/// pushed before that point (sample count / 8 kHz), not wall time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InferenceEvent {
+    /// Speech started (pipecat's Starting → Speaking).
+    SpeechStarted {
+        /// Start of the first speaking chunk of the run that confirmed it.
+        onset: Duration,
+        /// End of the chunk that confirmed it (onset + the start duration).
+        detected: Duration,
+    },
+    /// Speech stopped (Stopping → Quiet).
+    SpeechStopped {
+        /// Start of the first quiet chunk of the run that confirmed it.
+        end: Duration,
+        /// End of the chunk that confirmed it (end + the stop duration).
+        detected: Duration,
+    },
+    /// Smart Turn's verdict on the turn's audio, after a speech stop.
+    TurnEnded {
+        /// Probability that the turn is complete.
+        probability: f32,
+        /// `probability > complete_threshold`, or the incomplete timeout elapsed.
+        complete: bool,
+        /// True when `complete` comes from silence lasting `incomplete_timeout` after an
+        /// incomplete verdict (then `probability` is that verdict's).
+        timed_out: bool,
+        /// Stream time of the speech stop detection that triggered the analysis.
+        at: Duration,
+        /// Audio analysed (at most 8 s).
+        audio: Duration,
+        /// Wall time from the stop detection being queued to the verdict (queue wait + run).
+        latency: Duration,
+    },
+}
+
+type Sink = Box<dyn FnMut(InferenceEvent) + Send>;
+
+enum Control {
+    Register { id: u64, sink: Sink },
+    Unregister { id: u64 },
+    Shutdown,
+}
+
+struct AudioJob {
+    id: u64,
+    samples: Vec<i16>,
+    pushed_at: Instant,
+}
+
+/// Counters shared between the pool thread and handles.
+#[derive(Debug, Default)]
+struct Shared {
+    queue_full: AtomicU64,
+    deferrals: AtomicU64,
+    vad_batches: AtomicU64,
+    vad_chunks: AtomicU64,
+    turn_runs: AtomicU64,
+    dropped_samples: AtomicU64,
+    errors: AtomicU64,
+    calls: AtomicU64,
+}
+
+/// A snapshot of the pool's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolStats {
+    /// Audio pushes rejected because the queue was full.
+    pub queue_full: u64,
+    /// Jobs deferred by the CPU budget.
+    pub budget_deferrals: u64,
+    /// Batched VAD runs.
+    pub vad_batches: u64,
+    /// VAD chunks processed (sum of batch sizes).
+    pub vad_chunks: u64,
+    /// Smart Turn inferences.
+    pub turn_runs: u64,
+    /// Samples dropped because a call's backlog exceeded 8 s (the thread could not keep up).
+    pub dropped_samples: u64,
+    /// Model runs that failed (logged).
+    pub errors: u64,
+    /// Calls registered now.
+    pub calls: u64,
+}
+
+impl Shared {
+    fn snapshot(&self) -> PoolStats {
+        PoolStats {
+            queue_full: self.queue_full.load(Ordering::Relaxed),
+            budget_deferrals: self.deferrals.load(Ordering::Relaxed),
+            vad_batches: self.vad_batches.load(Ordering::Relaxed),
+            vad_chunks: self.vad_chunks.load(Ordering::Relaxed),
+            turn_runs: self.turn_runs.load(Ordering::Relaxed),
+            dropped_samples: self.dropped_samples.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            calls: self.calls.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The running pool. Dropping it stops the thread (after its current job).
+pub struct InferencePool {
+    control: Sender<Control>,
+    audio: Sender<AudioJob>,
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
+    capacity: usize,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for InferencePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InferencePool")
+            .field("capacity", &self.capacity)
+            .field("stats", &self.shared.snapshot())
+            .finish()
+    }
+}
+
+impl InferencePool {
+    /// Checks the files, starts the inference thread and loads ONNX Runtime and both models on
+    /// it; returns once they are loaded (or with the loading error). Registers the metrics.
+    pub fn start(config: PoolConfig) -> Result<Self> {
+        config.validate()?;
+        config.paths.check()?;
+        describe_metrics();
+        let (control_tx, control_rx) = unbounded();
+        let (audio_tx, audio_rx) = bounded(config.queue_capacity);
+        let (ready_tx, ready_rx) = bounded::<Result<()>>(1);
+        let shared = Arc::new(Shared::default());
+        let thread_shared = shared.clone();
+        let capacity = config.queue_capacity;
+        let thread = std::thread::Builder::new()
+            .name("ontime-inference".into())
+            .spawn(move || {
+                let worker = match Worker::load(config, control_rx, audio_rx, thread_shared) {
+                    Ok(w) => {
+                        let _ = ready_tx.send(Ok(()));
+                        w
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                worker.run();
+            })
+            .map_err(Error::Spawn)?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Self {
+                control: control_tx,
+                audio: audio_tx,
+                shared,
+                next_id: AtomicU64::new(1),
+                capacity,
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(Error::PoolStopped)
+            }
+        }
+    }
+
+    /// Registers a call whose events go to `sink`, called on the inference thread: it must not
+    /// block (send on an unbounded or `try_send` on a bounded channel, e.g. tokio's mpsc).
+    pub fn register_call_with_sink<F>(&self, sink: F) -> Result<CallInference>
+    where
+        F: FnMut(InferenceEvent) + Send + 'static,
+    {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.control
+            .send(Control::Register {
+                id,
+                sink: Box::new(sink),
+            })
+            .map_err(|_| Error::PoolStopped)?;
+        Ok(CallInference {
+            id: CallId(id),
+            control: self.control.clone(),
+            audio: self.audio.clone(),
+            shared: self.shared.clone(),
+            capacity: self.capacity,
+        })
+    }
+
+    /// Registers a call; its events arrive on the returned (unbounded) channel.
+    pub fn register_call(&self) -> Result<(CallInference, Receiver<InferenceEvent>)> {
+        let (tx, rx) = unbounded();
+        let call = self.register_call_with_sink(move |e| {
+            let _ = tx.send(e);
+        })?;
+        Ok((call, rx))
+    }
+
+    /// The pool's counters now.
+    pub fn stats(&self) -> PoolStats {
+        self.shared.snapshot()
+    }
+
+    /// Stops the thread and waits for it.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let _ = self.control.send(Control::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for InferencePool {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One call's handle: push its audio; dropping it unregisters the call.
+pub struct CallInference {
+    id: CallId,
+    control: Sender<Control>,
+    audio: Sender<AudioJob>,
+    shared: Arc<Shared>,
+    capacity: usize,
+}
+
+impl std::fmt::Debug for CallInference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallInference")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl CallInference {
+    /// The call's id in the pool.
+    pub fn id(&self) -> CallId {
+        self.id
+    }
+
+    /// Queues decoded 8 kHz 16-bit PCM (any length; the pool chunks it). Never blocks: a full
+    /// queue returns [`Error::QueueFull`] and counts it (`ontime_inference_queue_full_total`).
+    pub fn push_pcm(&self, pcm: &[i16]) -> Result<()> {
+        if pcm.is_empty() {
+            return Ok(());
+        }
+        let job = AudioJob {
+            id: self.id.0,
+            samples: pcm.to_vec(),
+            pushed_at: Instant::now(),
+        };
+        match self.audio.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => {
+                self.shared.queue_full.fetch_add(1, Ordering::Relaxed);
+                counter!(QUEUE_FULL_TOTAL).increment(1);
+                Err(Error::QueueFull {
+                    capacity: self.capacity,
+                })
+            }
+            Err(TrySendError::Disconnected(_)) => Err(Error::PoolStopped),
+        }
+    }
+}
+
+impl Drop for CallInference {
+    fn drop(&mut self) {
+        let _ = self.control.send(Control::Unregister { id: self.id.0 });
+    }
+}
+
+/// The most unprocessed audio a call may hold before its oldest is dropped (8 s).
+const MAX_BACKLOG_SAMPLES: usize = 8 * ontime_rtp::SAMPLE_RATE_HZ as usize;
+
+struct CallSlot {
+    sink: Sink,
+    pending: VecDeque<i16>,
+    /// (absolute index one past the job's last sample, arrival) of jobs not fully consumed.
+    arrivals: VecDeque<(u64, Instant)>,
+    pushed_samples: u64,
+    consumed_samples: u64,
+    vad: VadStream,
+    detector: SpeechDetector,
+    /// Chunks dropped under overload, so detector indices map to stream time.
+    skipped_chunks: u64,
+    turn: TurnAudioBuffer,
+    incomplete_since: Option<(u64, f32)>,
+}
+
+impl CallSlot {
+    fn new(sink: Sink, vad: &VadParams, turn: &TurnParams) -> Self {
+        Self {
+            sink,
+            pending: VecDeque::new(),
+            arrivals: VecDeque::new(),
+            pushed_samples: 0,
+            consumed_samples: 0,
+            vad: VadStream::default(),
+            detector: SpeechDetector::new(vad),
+            skipped_chunks: 0,
+            turn: TurnAudioBuffer::new(turn.pre_speech, vad.start + VAD_CHUNK * 2, turn.max_audio),
+            incomplete_since: None,
+        }
+    }
+
+    fn ready(&self) -> bool {
+        self.pending.len() >= VAD_CHUNK_SAMPLES
+    }
+
+    fn oldest_arrival(&self) -> Option<Instant> {
+        self.arrivals.front().map(|&(_, t)| t)
+    }
+}
+
+struct TurnJob {
+    id: u64,
+    audio: Vec<i16>,
+    queued_at: Instant,
+    at: Duration,
+    at_chunk: u64,
+}
+
+/// Running estimates of job CPU cost, for the budget (exponential moving averages).
+struct CostEstimates {
+    vad_per_chunk: Duration,
+    turn: Duration,
+}
+
+impl CostEstimates {
+    fn update(old: Duration, sample: Duration) -> Duration {
+        // EMA with α = 1/4: follows load changes within a few jobs.
+        (old * 3 + sample) / 4
+    }
+}
+
+struct Worker {
+    config: PoolConfig,
+    control: Receiver<Control>,
+    audio: Receiver<AudioJob>,
+    shared: Arc<Shared>,
+    vad: SileroVad,
+    turn: SmartTurn,
+    calls: HashMap<u64, CallSlot>,
+    turn_jobs: VecDeque<TurnJob>,
+    budget: CpuBudget,
+    origin: Instant,
+    estimates: CostEstimates,
+    batch_ids: Vec<u64>,
+    chunk_f32: Vec<f32>,
+    chunk_i16: Vec<i16>,
+    deferred_until: Option<Instant>,
+    running: bool,
+}
+
+impl Worker {
+    fn load(
+        config: PoolConfig,
+        control: Receiver<Control>,
+        audio: Receiver<AudioJob>,
+        shared: Arc<Shared>,
+    ) -> Result<Self> {
+        let env = crate::runtime::load_runtime(&config.paths.ort_dylib)?;
+        let vad = SileroVad::load(&env, &config.paths.silero_vad)?;
+        let turn = SmartTurn::load(&env, &config.paths.smart_turn)?;
+        let budget = CpuBudget::new(config.quota, config.budget_reserve);
+        tracing::info!(
+            quota_cores = config.quota.map(|q| q.cores()),
+            allowance_ms = budget.allowance().map(|a| a.as_secs_f64() * 1e3),
+            "inference pool loaded Silero VAD and Smart Turn v3.2 on one thread"
+        );
+        Ok(Self {
+            control,
+            audio,
+            shared,
+            vad,
+            turn,
+            calls: HashMap::new(),
+            turn_jobs: VecDeque::new(),
+            budget,
+            origin: Instant::now(),
+            // Conservative first guesses until measured: 0.3 ms per VAD chunk, 80 ms a turn.
+            estimates: CostEstimates {
+                vad_per_chunk: Duration::from_micros(300),
+                turn: Duration::from_millis(80),
+            },
+            batch_ids: Vec::with_capacity(config.max_vad_batch),
+            chunk_f32: vec![0.0; VAD_CHUNK_SAMPLES * config.max_vad_batch],
+            chunk_i16: vec![0; VAD_CHUNK_SAMPLES],
+            deferred_until: None,
+            running: true,
+            config,
+        })
+    }
+
+    fn run(mut self) {
+        while self.running {
+            self.drain_control();
+            self.drain_audio();
+            if !self.running {
+                break;
+            }
+            let has_work = !self.turn_jobs.is_empty() || self.calls.values().any(CallSlot::ready);
+            let deferred = self.deferred_until.is_some_and(|t| Instant::now() < t);
+            if has_work && !deferred {
+                self.deferred_until = None;
+                if !self.turn_jobs.is_empty() {
+                    self.run_turn_job();
+                } else {
+                    self.run_vad_batch();
+                }
+                continue;
+            }
+            self.wait();
+        }
+    }
+
+    /// Blocks until a message arrives (or the deferral ends).
+    fn wait(&mut self) {
+        let timeout = match self.deferred_until {
+            Some(t) => t.saturating_duration_since(Instant::now()),
+            None => Duration::from_secs(3600),
+        };
+        select! {
+            recv(self.control) -> msg => match msg {
+                Ok(c) => self.handle_control(c),
+                Err(_) => self.running = false,
+            },
+            recv(self.audio) -> msg => {
+                if let Ok(job) = msg {
+                    self.handle_audio(job);
+                }
+            },
+            default(timeout) => {},
+        }
+    }
+
+    fn drain_control(&mut self) {
+        while let Ok(c) = self.control.try_recv() {
+            self.handle_control(c);
+        }
+    }
+
+    fn handle_control(&mut self, c: Control) {
+        match c {
+            Control::Register { id, sink } => {
+                self.calls
+                    .insert(id, CallSlot::new(sink, &self.config.vad, &self.config.turn));
+            }
+            Control::Unregister { id } => {
+                self.calls.remove(&id);
+                self.turn_jobs.retain(|j| j.id != id);
+            }
+            Control::Shutdown => self.running = false,
+        }
+        self.shared
+            .calls
+            .store(self.calls.len() as u64, Ordering::Relaxed);
+    }
+
+    fn drain_audio(&mut self) {
+        while let Ok(job) = self.audio.try_recv() {
+            self.handle_audio(job);
+        }
+    }
+
+    fn handle_audio(&mut self, job: AudioJob) {
+        if !self.calls.contains_key(&job.id) {
+            // The registration was sent before this audio; it may still be in the control queue.
+            self.drain_control();
+        }
+        let Some(slot) = self.calls.get_mut(&job.id) else {
+            return; // Unregistered: the call ended.
+        };
+        slot.pending.extend(job.samples.iter().copied());
+        slot.pushed_samples += job.samples.len() as u64;
+        slot.arrivals
+            .push_back((slot.pushed_samples, job.pushed_at));
+        let excess = slot.pending.len().saturating_sub(MAX_BACKLOG_SAMPLES);
+        if excess > 0 {
+            // Overload: drop whole chunks of the oldest audio, keep stream time right.
+            let drop = excess.div_ceil(VAD_CHUNK_SAMPLES) * VAD_CHUNK_SAMPLES;
+            let drop = drop.min(slot.pending.len());
+            slot.pending.drain(..drop);
+            slot.consumed_samples += drop as u64;
+            slot.skipped_chunks += (drop / VAD_CHUNK_SAMPLES) as u64;
+            while slot
+                .arrivals
+                .front()
+                .is_some_and(|&(end, _)| end <= slot.consumed_samples)
+            {
+                slot.arrivals.pop_front();
+            }
+            self.shared
+                .dropped_samples
+                .fetch_add(drop as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    /// Asks the budget; on a deferral records it and returns false.
+    fn budget_allows(&mut self, estimated: Duration) -> bool {
+        match self.budget.check(self.now(), thread_cpu_time(), estimated) {
+            BudgetDecision::Run => true,
+            BudgetDecision::DeferUntil(t) => {
+                self.shared.deferrals.fetch_add(1, Ordering::Relaxed);
+                counter!(BUDGET_DEFERRALS_TOTAL).increment(1);
+                self.deferred_until = Some(self.origin + t);
+                false
+            }
+        }
+    }
+
+    fn run_vad_batch(&mut self) {
+        self.batch_ids.clear();
+        let max = self.config.max_vad_batch;
+        // Oldest backlog first, so no call starves when more than a batch are ready.
+        let mut ready: Vec<(Instant, u64)> = self
+            .calls
+            .iter()
+            .filter(|(_, s)| s.ready())
+            .map(|(&id, s)| (s.oldest_arrival().unwrap_or_else(Instant::now), id))
+            .collect();
+        ready.sort_unstable();
+        self.batch_ids
+            .extend(ready.iter().take(max).map(|&(_, id)| id));
+        let b = self.batch_ids.len();
+        if b == 0 {
+            return;
+        }
+        let estimated = self.estimates.vad_per_chunk * b as u32;
+        if !self.budget_allows(estimated) {
+            return;
+        }
+        let started = Instant::now();
+        let cpu_before = thread_cpu_time();
+        if let Some(&(oldest, _)) = ready.first() {
+            histogram!(QUEUE_WAIT_SECONDS, "model" => MODEL_VAD)
+                .record(started.saturating_duration_since(oldest).as_secs_f64());
+        }
+        self.vad.begin_batch(b);
+        for (i, id) in self.batch_ids.iter().enumerate() {
+            // ok: ids were just collected from `calls` on this thread.
+            let Some(slot) = self.calls.get(id) else {
+                continue;
+            };
+            let chunk = &mut self.chunk_f32[i * VAD_CHUNK_SAMPLES..(i + 1) * VAD_CHUNK_SAMPLES];
+            for (o, &s) in chunk.iter_mut().zip(slot.pending.iter()) {
+                *o = f32::from(s) / 32768.0;
+            }
+            if let Err(e) = self.vad.set_row(i, &slot.vad, chunk) {
+                tracing::error!(error = %e, "VAD batch assembly failed");
+                self.shared.errors.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        if let Err(e) = self.vad.run() {
+            tracing::error!(error = %e, batch = b, "Silero VAD run failed");
+            self.shared.errors.fetch_add(1, Ordering::Relaxed);
+            // Drop the chunks so a bad input cannot wedge the loop.
+            for id in &self.batch_ids {
+                if let Some(slot) = self.calls.get_mut(id) {
+                    slot.pending.drain(..VAD_CHUNK_SAMPLES);
+                    slot.consumed_samples += VAD_CHUNK_SAMPLES as u64;
+                }
+            }
+            return;
+        }
+        let run_wall = started.elapsed();
+        let cpu = thread_cpu_time().saturating_sub(cpu_before);
+        self.estimates.vad_per_chunk =
+            CostEstimates::update(self.estimates.vad_per_chunk, cpu / b as u32);
+        histogram!(RUN_SECONDS, "model" => MODEL_VAD).record(run_wall.as_secs_f64());
+        counter!(JOBS_TOTAL, "model" => MODEL_VAD).increment(b as u64);
+        self.shared.vad_batches.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .vad_chunks
+            .fetch_add(b as u64, Ordering::Relaxed);
+        for i in 0..b {
+            let id = self.batch_ids[i];
+            let Some(slot) = self.calls.get_mut(&id) else {
+                continue;
+            };
+            let p = match self.vad.finish_row(i, &mut slot.vad) {
+                Ok(p) => p,
+                Err(_) => continue,
+            };
+            self.chunk_i16.clear();
+            self.chunk_i16
+                .extend(slot.pending.drain(..VAD_CHUNK_SAMPLES));
+            slot.consumed_samples += VAD_CHUNK_SAMPLES as u64;
+            while slot
+                .arrivals
+                .front()
+                .is_some_and(|&(end, _)| end <= slot.consumed_samples)
+            {
+                slot.arrivals.pop_front();
+            }
+            slot.turn.push(&self.chunk_i16);
+            let chunk_index = slot.detector.chunks_seen() + slot.skipped_chunks;
+            let transition = slot.detector.push(p);
+            let detected = chunk_time(chunk_index + 1);
+            match transition {
+                Some(SpeechTransition::Started { onset_chunk }) => {
+                    let onset_chunk = onset_chunk + slot.skipped_chunks;
+                    slot.turn
+                        .speech_started(onset_chunk * VAD_CHUNK_SAMPLES as u64);
+                    slot.incomplete_since = None;
+                    (slot.sink)(InferenceEvent::SpeechStarted {
+                        onset: chunk_time(onset_chunk),
+                        detected,
+                    });
+                }
+                Some(SpeechTransition::Stopped { end_chunk }) => {
+                    (slot.sink)(InferenceEvent::SpeechStopped {
+                        end: chunk_time(end_chunk + slot.skipped_chunks),
+                        detected,
+                    });
+                    if slot.turn.in_turn() {
+                        let mut audio = Vec::with_capacity(slot.turn.len());
+                        slot.turn.copy_turn(&mut audio);
+                        self.turn_jobs.push_back(TurnJob {
+                            id,
+                            audio,
+                            queued_at: Instant::now(),
+                            at: detected,
+                            at_chunk: chunk_index + 1,
+                        });
+                    }
+                }
+                None => {}
+            }
+            // After an incomplete verdict, enough silence ends the turn anyway.
+            if let Some((since, probability)) = slot.incomplete_since {
+                let silent = chunk_time((chunk_index + 1).saturating_sub(since));
+                if slot.detector.state() == SpeechState::Quiet
+                    && silent >= self.config.turn.incomplete_timeout
+                {
+                    slot.incomplete_since = None;
+                    slot.turn.end_turn();
+                    (slot.sink)(InferenceEvent::TurnEnded {
+                        probability,
+                        complete: true,
+                        timed_out: true,
+                        at: detected,
+                        audio: Duration::ZERO,
+                        latency: Duration::ZERO,
+                    });
+                }
+            }
+        }
+    }
+
+    fn run_turn_job(&mut self) {
+        let estimated = self.estimates.turn;
+        if !self.budget_allows(estimated) {
+            return;
+        }
+        let Some(job) = self.turn_jobs.pop_front() else {
+            return;
+        };
+        let started = Instant::now();
+        let cpu_before = thread_cpu_time();
+        histogram!(QUEUE_WAIT_SECONDS, "model" => MODEL_TURN).record(
+            started
+                .saturating_duration_since(job.queued_at)
+                .as_secs_f64(),
+        );
+        let result = self
+            .turn
+            .predict_pcm(&job.audio, ontime_rtp::SAMPLE_RATE_HZ);
+        let run_wall = started.elapsed();
+        let cpu = thread_cpu_time().saturating_sub(cpu_before);
+        self.estimates.turn = CostEstimates::update(self.estimates.turn, cpu);
+        histogram!(RUN_SECONDS, "model" => MODEL_TURN).record(run_wall.as_secs_f64());
+        counter!(JOBS_TOTAL, "model" => MODEL_TURN).increment(1);
+        self.shared.turn_runs.fetch_add(1, Ordering::Relaxed);
+        let probability = match result {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "Smart Turn run failed");
+                self.shared.errors.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let Some(slot) = self.calls.get_mut(&job.id) else {
+            return;
+        };
+        let complete = probability > self.config.turn.complete_threshold;
+        if complete {
+            slot.turn.end_turn();
+            slot.incomplete_since = None;
+        } else {
+            slot.incomplete_since = Some((job.at_chunk, probability));
+        }
+        (slot.sink)(InferenceEvent::TurnEnded {
+            probability,
+            complete,
+            timed_out: false,
+            at: job.at,
+            audio: Duration::from_secs_f64(
+                job.audio.len() as f64 / f64::from(ontime_rtp::SAMPLE_RATE_HZ),
+            ),
+            latency: job.queued_at.elapsed(),
+        });
+    }
+}

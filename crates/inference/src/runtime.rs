@@ -1,0 +1,69 @@
+//! Loading ONNX Runtime (dynamically, from the PyPI wheel's library) and building sessions with
+//! one thread and no spinning.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use ort::environment::Environment;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::session::Session;
+
+use crate::{Error, Result};
+
+static ENVIRONMENT: OnceLock<Environment> = OnceLock::new();
+
+/// Loads the ONNX Runtime library at `dylib` (once per process; later calls reuse the first
+/// library, whatever path they pass) and returns the process's environment.
+pub fn load_runtime(dylib: &Path) -> Result<Environment> {
+    if let Some(env) = ENVIRONMENT.get() {
+        return Ok(env.clone());
+    }
+    if !dylib.is_file() {
+        return Err(Error::MissingFile {
+            what: "ONNX Runtime library",
+            path: dylib.to_path_buf(),
+            env_var: crate::config::ORT_DYLIB_ENV,
+        });
+    }
+    let builder = ort::init_from(dylib).map_err(|e| Error::RuntimeLoad {
+        path: dylib.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let env = builder
+        .with_name("ontime")
+        .build()
+        .map_err(|e| Error::RuntimeLoad {
+            path: dylib.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    Ok(ENVIRONMENT.get_or_init(|| env).clone())
+}
+
+/// A session on one thread: intra-op = inter-op = 1, sequential execution, spinning off (a
+/// spinning worker burns CPU the budget cannot see coming), all graph optimisations (as Python
+/// onnxruntime's default, so the reference runs the same graph).
+pub fn one_thread_session(env: &Environment, model: &Path, what: &'static str) -> Result<Session> {
+    if !model.is_file() {
+        return Err(Error::MissingFile {
+            what,
+            path: model.to_path_buf(),
+            env_var: crate::config::MODELS_DIR_ENV,
+        });
+    }
+    Session::builder(env)
+        .map_err(Error::ort("creating session options"))?
+        .with_intra_threads(1)
+        .map_err(Error::ort("intra-op threads"))?
+        .with_inter_threads(1)
+        .map_err(Error::ort("inter-op threads"))?
+        .with_parallel_execution(false)
+        .map_err(Error::ort("sequential execution"))?
+        .with_intra_op_spinning(false)
+        .map_err(Error::ort("session.intra_op.allow_spinning"))?
+        .with_inter_op_spinning(false)
+        .map_err(Error::ort("session.inter_op.allow_spinning"))?
+        .with_optimization_level(GraphOptimizationLevel::All)
+        .map_err(Error::ort("optimisation level"))?
+        .commit_from_file(model)
+        .map_err(Error::ort(what))
+}

@@ -1,0 +1,224 @@
+//! Silero VAD (v6, 8 kHz) on one session, batched across streams.
+//!
+//! At 8 kHz the model takes `input` [B, 288] — 32 samples of the stream's previous audio (its
+//! *context*) then the 256-sample chunk, as f32 in [-1, 1) — `state` [2, B, 128] (the recurrent
+//! state carried between chunks) and `sr` = 8000 (int64 scalar); it returns `output` [B, 1] (speech
+//! probability) and `stateN` [2, B, 128]. Each row of a batch is independent, so many calls' next
+//! chunks run in one call to ONNX Runtime; [`VadStream`] keeps one stream's context and state.
+
+use std::path::Path;
+
+use ort::environment::Environment;
+use ort::session::Session;
+use ort::value::TensorRef;
+
+use crate::runtime::one_thread_session;
+use crate::speech::{VAD_CHUNK_SAMPLES, VAD_CONTEXT_SAMPLES};
+use crate::{Error, Result};
+
+/// Width of one input row: context + chunk.
+pub const VAD_ROW: usize = VAD_CONTEXT_SAMPLES + VAD_CHUNK_SAMPLES;
+/// Floats in one stream's recurrent state (2 × 128).
+pub const VAD_STATE: usize = 2 * 128;
+const HALF_STATE: usize = 128;
+
+/// One audio stream's Silero state: the last 32 samples and the recurrent state. A fresh stream
+/// (and a reset one) has both zeroed, as silero's `OnnxWrapper.reset_states`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VadStream {
+    context: [f32; VAD_CONTEXT_SAMPLES],
+    state: [f32; VAD_STATE],
+}
+
+impl Default for VadStream {
+    fn default() -> Self {
+        Self {
+            context: [0.0; VAD_CONTEXT_SAMPLES],
+            state: [0.0; VAD_STATE],
+        }
+    }
+}
+
+impl VadStream {
+    /// Zeroes context and state.
+    pub fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
+
+/// Converts 16-bit PCM to the model's f32 scale (x / 32768), as pipecat and silero do.
+pub fn pcm_to_f32(pcm: &[i16], out: &mut [f32]) {
+    for (o, &s) in out.iter_mut().zip(pcm) {
+        *o = f32::from(s) / 32768.0;
+    }
+}
+
+/// The Silero VAD session plus reusable input buffers.
+pub struct SileroVad {
+    session: Session,
+    input: Vec<f32>,
+    state: Vec<f32>,
+    probabilities: Vec<f32>,
+}
+
+impl std::fmt::Debug for SileroVad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SileroVad").finish_non_exhaustive()
+    }
+}
+
+const MODEL: &str = "Silero VAD";
+
+impl SileroVad {
+    /// Loads the model on a one-thread session.
+    pub fn load(env: &Environment, model: &Path) -> Result<Self> {
+        Ok(Self {
+            session: one_thread_session(env, model, "Silero VAD model")?,
+            input: Vec::new(),
+            state: Vec::new(),
+            probabilities: Vec::new(),
+        })
+    }
+
+    /// Starts assembling a batch of `b` rows (low-level API for callers that keep their streams in
+    /// their own structures): then [`SileroVad::set_row`] each row, [`SileroVad::run`], and
+    /// [`SileroVad::finish_row`] each row.
+    pub fn begin_batch(&mut self, b: usize) {
+        self.input.clear();
+        self.input.resize(b * VAD_ROW, 0.0);
+        self.state.clear();
+        self.state.resize(b * VAD_STATE, 0.0);
+        self.probabilities.clear();
+    }
+
+    /// Rows in the batch being assembled.
+    pub fn batch_len(&self) -> usize {
+        self.input.len() / VAD_ROW
+    }
+
+    /// Fills row `i` from a stream and its next 256-sample chunk.
+    pub fn set_row(&mut self, i: usize, stream: &VadStream, chunk: &[f32]) -> Result<()> {
+        let b = self.batch_len();
+        if i >= b || chunk.len() != VAD_CHUNK_SAMPLES {
+            return Err(Error::UnsupportedAudio(format!(
+                "VAD row {i} of {b} with a chunk of {} samples; the 8 kHz model takes {VAD_CHUNK_SAMPLES}",
+                chunk.len()
+            )));
+        }
+        let row = &mut self.input[i * VAD_ROW..(i + 1) * VAD_ROW];
+        row[..VAD_CONTEXT_SAMPLES].copy_from_slice(&stream.context);
+        row[VAD_CONTEXT_SAMPLES..].copy_from_slice(chunk);
+        // [2, B, 128]: h of every row first, then c of every row.
+        self.state[i * HALF_STATE..(i + 1) * HALF_STATE]
+            .copy_from_slice(&stream.state[..HALF_STATE]);
+        self.state[(b + i) * HALF_STATE..(b + i + 1) * HALF_STATE]
+            .copy_from_slice(&stream.state[HALF_STATE..]);
+        Ok(())
+    }
+
+    /// Runs the assembled batch; the new states wait in the pool's buffer for `finish_row`.
+    pub fn run(&mut self) -> Result<()> {
+        let b = self.batch_len();
+        self.probabilities.clear();
+        if b == 0 {
+            return Ok(());
+        }
+        let sr = [i64::from(ontime_rtp::SAMPLE_RATE_HZ)];
+        let outputs = self
+            .session
+            .run(ort::inputs![
+                TensorRef::from_array_view(([b, VAD_ROW], &self.input[..]))
+                    .map_err(Error::ort("VAD input tensor"))?,
+                TensorRef::from_array_view(([2, b, HALF_STATE], &self.state[..]))
+                    .map_err(Error::ort("VAD state tensor"))?,
+                TensorRef::from_array_view(((), &sr[..])).map_err(Error::ort("VAD sr tensor"))?,
+            ])
+            .map_err(Error::ort("Silero VAD run"))?;
+        let (_, probs) = outputs["output"]
+            .try_extract_tensor::<f32>()
+            .map_err(Error::ort("VAD output"))?;
+        let (_, state_n) = outputs["stateN"]
+            .try_extract_tensor::<f32>()
+            .map_err(Error::ort("VAD stateN"))?;
+        if probs.len() != b || state_n.len() != b * VAD_STATE {
+            return Err(Error::BadModelOutput {
+                model: MODEL,
+                what: format!(
+                    "{} probabilities and {} state values for a batch of {b}",
+                    probs.len(),
+                    state_n.len()
+                ),
+            });
+        }
+        self.probabilities.extend_from_slice(probs);
+        // The input buffer is rebuilt per batch: keep the new state in `state`.
+        self.state.copy_from_slice(state_n);
+        Ok(())
+    }
+
+    /// After [`SileroVad::run`]: row `i`'s probability; stores the row's new state and context
+    /// (the last 32 samples of `chunk`) into `stream`.
+    pub fn finish_row(&self, i: usize, stream: &mut VadStream) -> Result<f32> {
+        let b = self.batch_len();
+        let Some(&p) = self.probabilities.get(i) else {
+            return Err(Error::UnsupportedAudio(format!(
+                "VAD row {i} of {b} has no result"
+            )));
+        };
+        stream.state[..HALF_STATE]
+            .copy_from_slice(&self.state[i * HALF_STATE..(i + 1) * HALF_STATE]);
+        stream.state[HALF_STATE..]
+            .copy_from_slice(&self.state[(b + i) * HALF_STATE..(b + i + 1) * HALF_STATE]);
+        let row = &self.input[i * VAD_ROW..(i + 1) * VAD_ROW];
+        stream
+            .context
+            .copy_from_slice(&row[VAD_ROW - VAD_CONTEXT_SAMPLES..]);
+        Ok(p)
+    }
+
+    /// Runs one chunk of each stream in one batch: `chunks[i]` (256 samples, f32) belongs to
+    /// `streams[i]`. Updates each stream's context and state and returns the probabilities in
+    /// order. Rows are independent: the result equals running each stream alone.
+    pub fn run_batch(
+        &mut self,
+        streams: &mut [&mut VadStream],
+        chunks: &[&[f32]],
+    ) -> Result<Vec<f32>> {
+        if chunks.len() != streams.len() {
+            return Err(Error::UnsupportedAudio(format!(
+                "{} chunks for {} VAD streams",
+                chunks.len(),
+                streams.len()
+            )));
+        }
+        self.begin_batch(streams.len());
+        for (i, (stream, chunk)) in streams.iter().zip(chunks).enumerate() {
+            self.set_row(i, stream, chunk)?;
+        }
+        self.run()?;
+        streams
+            .iter_mut()
+            .enumerate()
+            .map(|(i, stream)| self.finish_row(i, stream))
+            .collect()
+    }
+
+    /// Runs one chunk of one stream (a batch of 1).
+    pub fn run_one(&mut self, stream: &mut VadStream, chunk: &[f32]) -> Result<f32> {
+        let p = self.run_batch(&mut [stream], &[chunk])?;
+        Ok(p[0])
+    }
+
+    /// Probabilities of every whole 256-sample chunk of a recording (a trailing partial chunk is
+    /// dropped), from a fresh stream.
+    pub fn probabilities(&mut self, pcm: &[i16]) -> Result<Vec<f32>> {
+        let mut stream = VadStream::default();
+        let mut chunk = [0.0f32; VAD_CHUNK_SAMPLES];
+        let mut out = Vec::with_capacity(pcm.len() / VAD_CHUNK_SAMPLES);
+        for block in pcm.chunks_exact(VAD_CHUNK_SAMPLES) {
+            pcm_to_f32(block, &mut chunk);
+            out.push(self.run_one(&mut stream, &chunk)?);
+        }
+        Ok(out)
+    }
+}
