@@ -1,0 +1,41 @@
+//! The crate's error type.
+
+/// What went wrong in a command or a parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An SDP body could not be read: the text says which line and why.
+    #[error("invalid SDP: {0}")]
+    Sdp(String),
+    /// The offer has no audio codec we speak (answer 488).
+    #[error("no common codec in the offer (PCMU/PCMA at 8000 Hz)")]
+    NoCommonCodec,
+    /// A SIP message could not be read.
+    #[error("invalid SIP message: {0}")]
+    Message(String),
+    /// A URI we were asked to send to is not a `sip:`/`sips:` URI `rsip` can read.
+    #[error("URI {0:?} is not a usable sip: URI")]
+    InvalidUri(String),
+    /// The call handle is unknown (never existed, or the call has ended).
+    #[error("no call with handle {0}")]
+    UnknownCall(u64),
+    /// The command does not fit the call's state (e.g. answering a call twice).
+    #[error("cannot {action} a call that is {state}")]
+    InvalidState {
+        /// What was asked.
+        action: &'static str,
+        /// The call's state.
+        state: &'static str,
+    },
+    /// A status code outside the range the command allows.
+    #[error("status code {code} not allowed here ({allowed})")]
+    InvalidStatus {
+        /// The code given.
+        code: u16,
+        /// The range allowed.
+        allowed: &'static str,
+    },
+}
+
+/// Result with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

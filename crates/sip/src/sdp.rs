@@ -1,0 +1,835 @@
+//! SDP (RFC 4566) for one audio stream, and the offer/answer rules of RFC 3264 that a G.711
+//! phone call needs.
+//!
+//! Written by hand rather than on a crate: `sdp` (webrtc-rs) is WebRTC-shaped (ICE, DTLS, bundle)
+//! and rejects field orders that trunks send, and `sdp-types` (ezk) pulls its string/bytes stack
+//! with it; a phone call needs `v o s c t m a` for one audio stream, parsed strictly and with our
+//! own size limits. Unknown lines and attributes are kept so nothing is lost on the way through.
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+
+use ontime_rtp::{FRAME_MS, PT_PCMA, PT_PCMU, PT_TELEPHONE_EVENT_OFFER, SAMPLE_RATE_HZ};
+
+use crate::error::{Error, Result};
+
+/// Largest SDP body accepted, in bytes (a phone offer is a few hundred).
+pub const MAX_SDP_BYTES: usize = 16 * 1024;
+/// Most media descriptions accepted in one SDP.
+pub const MAX_MEDIA: usize = 16;
+/// Most payload formats accepted on one `m=` line.
+pub const MAX_FORMATS: usize = 64;
+
+/// A G.711 codec ontime speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Codec {
+    /// G.711 µ-law, static payload type 0.
+    Pcmu,
+    /// G.711 A-law, static payload type 8.
+    Pcma,
+}
+
+impl Codec {
+    /// The static payload type (RFC 3551).
+    pub fn payload_type(self) -> u8 {
+        match self {
+            Codec::Pcmu => PT_PCMU,
+            Codec::Pcma => PT_PCMA,
+        }
+    }
+    /// The `a=rtpmap` encoding name.
+    pub fn encoding_name(self) -> &'static str {
+        match self {
+            Codec::Pcmu => "PCMU",
+            Codec::Pcma => "PCMA",
+        }
+    }
+    fn from_name(name: &str) -> Option<Codec> {
+        if name.eq_ignore_ascii_case("PCMU") {
+            Some(Codec::Pcmu)
+        } else if name.eq_ignore_ascii_case("PCMA") {
+            Some(Codec::Pcma)
+        } else {
+            None
+        }
+    }
+}
+
+/// Media direction (RFC 3264 §5.1, §6.1): how hold is signalled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Direction {
+    /// Both ways (the default when no attribute is present).
+    #[default]
+    SendRecv,
+    /// Only the describing side sends.
+    SendOnly,
+    /// Only the describing side receives.
+    RecvOnly,
+    /// Neither side sends.
+    Inactive,
+}
+
+impl Direction {
+    /// The attribute name (`sendrecv`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::SendRecv => "sendrecv",
+            Direction::SendOnly => "sendonly",
+            Direction::RecvOnly => "recvonly",
+            Direction::Inactive => "inactive",
+        }
+    }
+    /// The answer direction for an offered one (RFC 3264 §6.1), given whether we want to send
+    /// and receive at all.
+    pub fn answer_to(self, local: Direction) -> Direction {
+        let (offer_send, offer_recv) = self.flags();
+        let (we_send, we_recv) = local.flags();
+        Direction::from_flags(offer_recv && we_send, offer_send && we_recv)
+    }
+    /// Whether the describing side sends, and receives.
+    pub fn flags(self) -> (bool, bool) {
+        match self {
+            Direction::SendRecv => (true, true),
+            Direction::SendOnly => (true, false),
+            Direction::RecvOnly => (false, true),
+            Direction::Inactive => (false, false),
+        }
+    }
+    /// The direction from (sends, receives).
+    pub fn from_flags(send: bool, recv: bool) -> Direction {
+        match (send, recv) {
+            (true, true) => Direction::SendRecv,
+            (true, false) => Direction::SendOnly,
+            (false, true) => Direction::RecvOnly,
+            (false, false) => Direction::Inactive,
+        }
+    }
+    fn parse(attr: &str) -> Option<Direction> {
+        match attr {
+            "sendrecv" => Some(Direction::SendRecv),
+            "sendonly" => Some(Direction::SendOnly),
+            "recvonly" => Some(Direction::RecvOnly),
+            "inactive" => Some(Direction::Inactive),
+            _ => None,
+        }
+    }
+}
+
+/// `a=rtpmap:<pt> <name>/<rate>[/<channels>]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RtpMap {
+    /// Payload type.
+    pub payload_type: u8,
+    /// Encoding name as written (`PCMU`, `telephone-event`, ...).
+    pub encoding: String,
+    /// Clock rate in Hz.
+    pub clock_rate_hz: u32,
+}
+
+/// One `m=` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MediaDescription {
+    /// Media type (`audio`, `video`, ...).
+    pub media: String,
+    /// Transport port; 0 means the stream is rejected/disabled (RFC 3264 §6).
+    pub port: u16,
+    /// Transport protocol (`RTP/AVP`, ...).
+    pub protocol: String,
+    /// Payload formats in preference order, as written.
+    pub formats: Vec<String>,
+    /// Media-level `c=` address, if any.
+    pub connection: Option<IpAddr>,
+    /// `a=rtpmap` lines.
+    pub rtpmaps: Vec<RtpMap>,
+    /// `a=fmtp:<pt> <params>` lines.
+    pub fmtps: Vec<(u8, String)>,
+    /// `a=ptime` in milliseconds.
+    pub ptime_ms: Option<u32>,
+    /// `a=maxptime` in milliseconds.
+    pub maxptime_ms: Option<u32>,
+    /// Direction attribute, if written at media level.
+    pub direction: Option<Direction>,
+    /// Other attributes, verbatim after `a=`.
+    pub other_attributes: Vec<String>,
+}
+
+impl MediaDescription {
+    /// The rtpmap of a payload type, with RFC 3551's static defaults for 0 and 8.
+    pub fn rtpmap(&self, payload_type: u8) -> Option<RtpMap> {
+        if let Some(m) = self.rtpmaps.iter().find(|m| m.payload_type == payload_type) {
+            return Some(m.clone());
+        }
+        [Codec::Pcmu, Codec::Pcma]
+            .into_iter()
+            .find(|c| c.payload_type() == payload_type)
+            .map(|c| RtpMap {
+                payload_type,
+                encoding: c.encoding_name().into(),
+                clock_rate_hz: SAMPLE_RATE_HZ,
+            })
+    }
+    /// Payload types as numbers (formats that are not numbers are skipped).
+    pub fn payload_types(&self) -> impl Iterator<Item = u8> + '_ {
+        self.formats.iter().filter_map(|f| f.parse::<u8>().ok())
+    }
+}
+
+/// A session description: the session-level fields plus its media sections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionDescription {
+    /// `o=` username.
+    pub origin_user: String,
+    /// `o=` session id.
+    pub session_id: u64,
+    /// `o=` session version; bumped on every change (RFC 3264 §8).
+    pub session_version: u64,
+    /// `o=` unicast address.
+    pub origin_address: IpAddr,
+    /// `s=` session name.
+    pub session_name: String,
+    /// Session-level `c=` address.
+    pub connection: Option<IpAddr>,
+    /// Session-level direction attribute.
+    pub direction: Option<Direction>,
+    /// Media sections.
+    pub media: Vec<MediaDescription>,
+    /// Other session-level lines (`b=`, `t=` is regenerated, `a=` kept), verbatim.
+    pub other_lines: Vec<String>,
+}
+
+fn sdp_err(reason: impl Into<String>) -> Error {
+    Error::Sdp(reason.into())
+}
+
+fn parse_addr(nettype: &str, addrtype: &str, addr: &str) -> Result<IpAddr> {
+    if nettype != "IN" {
+        return Err(sdp_err(format!("network type {nettype:?} is not IN")));
+    }
+    // c= may carry a multicast TTL/count suffix (RFC 4566 §5.7): phone calls are unicast.
+    let host = addr.split('/').next().unwrap_or(addr);
+    let ip: IpAddr = host
+        .parse()
+        .map_err(|_| sdp_err(format!("address {addr:?} is not an IP literal")))?;
+    match (addrtype, ip) {
+        ("IP4", IpAddr::V4(_)) | ("IP6", IpAddr::V6(_)) => Ok(ip),
+        _ => Err(sdp_err(format!(
+            "address {addr:?} does not match type {addrtype}"
+        ))),
+    }
+}
+
+impl SessionDescription {
+    /// Parses an SDP body strictly: `v=0` first, an `o=` and `c=` that are IP literals, `m=`
+    /// lines with numeric ports; size and count limits apply.
+    pub fn parse(body: &[u8]) -> Result<SessionDescription> {
+        if body.len() > MAX_SDP_BYTES {
+            return Err(sdp_err(format!(
+                "body of {} bytes exceeds {MAX_SDP_BYTES}",
+                body.len()
+            )));
+        }
+        let text = std::str::from_utf8(body).map_err(|_| sdp_err("body is not UTF-8"))?;
+        let mut lines = text
+            .split('\n')
+            .map(|l| l.strip_suffix('\r').unwrap_or(l))
+            .filter(|l| !l.is_empty());
+        if lines.next() != Some("v=0") {
+            return Err(sdp_err("first line is not v=0"));
+        }
+        let mut origin = None;
+        let mut session_name = String::new();
+        let mut connection = None;
+        let mut direction = None;
+        let mut media: Vec<MediaDescription> = Vec::new();
+        let mut other_lines = Vec::new();
+        for line in lines {
+            let (kind, value) = line
+                .split_once('=')
+                .filter(|(k, _)| k.len() == 1)
+                .ok_or_else(|| sdp_err(format!("line {line:?} is not <type>=<value>")))?;
+            match (kind, media.last_mut()) {
+                ("o", None) => {
+                    let f: Vec<&str> = value.split(' ').collect();
+                    if f.len() != 6 {
+                        return Err(sdp_err(format!("o= line {value:?} needs 6 fields")));
+                    }
+                    let id = f[1]
+                        .parse::<u64>()
+                        .map_err(|_| sdp_err("o= session id is not a number"))?;
+                    let ver = f[2]
+                        .parse::<u64>()
+                        .map_err(|_| sdp_err("o= session version is not a number"))?;
+                    origin = Some((f[0].to_string(), id, ver, parse_addr(f[3], f[4], f[5])?));
+                }
+                ("s", None) => session_name = value.to_string(),
+                ("c", m) => {
+                    let f: Vec<&str> = value.split(' ').collect();
+                    if f.len() != 3 {
+                        return Err(sdp_err(format!("c= line {value:?} needs 3 fields")));
+                    }
+                    let ip = parse_addr(f[0], f[1], f[2])?;
+                    match m {
+                        Some(m) => m.connection = Some(ip),
+                        None => connection = Some(ip),
+                    }
+                }
+                ("m", _) => {
+                    if media.len() >= MAX_MEDIA {
+                        return Err(sdp_err(format!("more than {MAX_MEDIA} m= lines")));
+                    }
+                    let mut f = value.split(' ');
+                    let kind = f.next().unwrap_or_default().to_string();
+                    let port_field = f.next().unwrap_or_default();
+                    // RFC 4566 §5.14: <port>/<number of ports>; one stream is all we use.
+                    let port = port_field
+                        .split('/')
+                        .next()
+                        .unwrap_or_default()
+                        .parse::<u16>()
+                        .map_err(|_| sdp_err(format!("m= port {port_field:?} is not a number")))?;
+                    let protocol = f
+                        .next()
+                        .filter(|p| !p.is_empty())
+                        .ok_or_else(|| sdp_err("m= line lacks a protocol"))?
+                        .to_string();
+                    let formats: Vec<String> =
+                        f.filter(|s| !s.is_empty()).map(str::to_string).collect();
+                    if formats.is_empty() || formats.len() > MAX_FORMATS {
+                        return Err(sdp_err(format!(
+                            "m= line has {} formats (1..={MAX_FORMATS} allowed)",
+                            formats.len()
+                        )));
+                    }
+                    media.push(MediaDescription {
+                        media: kind,
+                        port,
+                        protocol,
+                        formats,
+                        connection: None,
+                        rtpmaps: Vec::new(),
+                        fmtps: Vec::new(),
+                        ptime_ms: None,
+                        maxptime_ms: None,
+                        direction: None,
+                        other_attributes: Vec::new(),
+                    });
+                }
+                ("a", m) => {
+                    let dir = Direction::parse(value);
+                    match m {
+                        None => match dir {
+                            Some(d) => direction = Some(d),
+                            None => other_lines.push(line.to_string()),
+                        },
+                        Some(m) => parse_media_attribute(m, value, dir)?,
+                    }
+                }
+                ("t", None) => {}
+                (_, None) => other_lines.push(line.to_string()),
+                (_, Some(m)) => m.other_attributes.push(line.to_string()),
+            }
+        }
+        let (origin_user, session_id, session_version, origin_address) =
+            origin.ok_or_else(|| sdp_err("no o= line"))?;
+        Ok(SessionDescription {
+            origin_user,
+            session_id,
+            session_version,
+            origin_address,
+            session_name,
+            connection,
+            direction,
+            media,
+            other_lines,
+        })
+    }
+
+    /// The first audio section, if any.
+    pub fn audio(&self) -> Option<&MediaDescription> {
+        self.media.iter().find(|m| m.media == "audio")
+    }
+
+    /// Direction of a media section: its own attribute, else the session's, else sendrecv.
+    pub fn direction_of(&self, media: &MediaDescription) -> Direction {
+        media.direction.or(self.direction).unwrap_or_default()
+    }
+
+    /// Where the describing side receives RTP for a media section: media `c=` or session `c=`,
+    /// and the `m=` port. `None` when the port is 0 or no address is given.
+    pub fn rtp_address(&self, media: &MediaDescription) -> Option<SocketAddr> {
+        let ip = media.connection.or(self.connection)?;
+        (media.port != 0).then_some(SocketAddr::new(ip, media.port))
+    }
+
+    /// Serialises to the wire form (CRLF line ends).
+    pub fn to_sdp_string(&self) -> String {
+        let mut s = String::new();
+        let addr_line = |ip: &IpAddr| match ip {
+            IpAddr::V4(a) => format!("IN IP4 {a}"),
+            IpAddr::V6(a) => format!("IN IP6 {a}"),
+        };
+        let _ = write!(
+            s,
+            "v=0\r\no={} {} {} {}\r\ns={}\r\n",
+            self.origin_user,
+            self.session_id,
+            self.session_version,
+            addr_line(&self.origin_address),
+            if self.session_name.is_empty() {
+                "-"
+            } else {
+                &self.session_name
+            }
+        );
+        if let Some(c) = &self.connection {
+            let _ = write!(s, "c={}\r\n", addr_line(c));
+        }
+        for l in &self.other_lines {
+            let _ = write!(s, "{l}\r\n");
+        }
+        s.push_str("t=0 0\r\n");
+        if let Some(d) = self.direction {
+            let _ = write!(s, "a={}\r\n", d.as_str());
+        }
+        for m in &self.media {
+            let _ = write!(
+                s,
+                "m={} {} {} {}\r\n",
+                m.media,
+                m.port,
+                m.protocol,
+                m.formats.join(" ")
+            );
+            if let Some(c) = &m.connection {
+                let _ = write!(s, "c={}\r\n", addr_line(c));
+            }
+            for r in &m.rtpmaps {
+                let _ = write!(
+                    s,
+                    "a=rtpmap:{} {}/{}\r\n",
+                    r.payload_type, r.encoding, r.clock_rate_hz
+                );
+            }
+            for (pt, p) in &m.fmtps {
+                let _ = write!(s, "a=fmtp:{pt} {p}\r\n");
+            }
+            if let Some(p) = m.ptime_ms {
+                let _ = write!(s, "a=ptime:{p}\r\n");
+            }
+            if let Some(p) = m.maxptime_ms {
+                let _ = write!(s, "a=maxptime:{p}\r\n");
+            }
+            if let Some(d) = m.direction {
+                let _ = write!(s, "a={}\r\n", d.as_str());
+            }
+            for a in &m.other_attributes {
+                let _ = write!(s, "{a}\r\n");
+            }
+        }
+        s
+    }
+}
+
+fn parse_media_attribute(
+    m: &mut MediaDescription,
+    value: &str,
+    dir: Option<Direction>,
+) -> Result<()> {
+    if let Some(d) = dir {
+        m.direction = Some(d);
+        return Ok(());
+    }
+    let (name, arg) = value.split_once(':').unwrap_or((value, ""));
+    match name {
+        "rtpmap" => {
+            let (pt, rest) = arg
+                .split_once(' ')
+                .ok_or_else(|| sdp_err(format!("rtpmap {arg:?} lacks an encoding")))?;
+            let payload_type = pt
+                .parse::<u8>()
+                .ok()
+                .filter(|pt| *pt < 128)
+                .ok_or_else(|| sdp_err(format!("rtpmap payload type {pt:?} is not 0..=127")))?;
+            let mut parts = rest.trim().split('/');
+            let encoding = parts.next().unwrap_or_default().to_string();
+            let clock_rate_hz = parts
+                .next()
+                .and_then(|r| r.parse::<u32>().ok())
+                .ok_or_else(|| sdp_err(format!("rtpmap {arg:?} lacks a clock rate")))?;
+            m.rtpmaps.push(RtpMap {
+                payload_type,
+                encoding,
+                clock_rate_hz,
+            });
+        }
+        "fmtp" => {
+            let (pt, params) = arg.split_once(' ').unwrap_or((arg, ""));
+            if let Ok(pt) = pt.parse::<u8>() {
+                m.fmtps.push((pt, params.trim().to_string()));
+            }
+        }
+        "ptime" => {
+            m.ptime_ms = Some(
+                arg.trim()
+                    .parse()
+                    .map_err(|_| sdp_err(format!("ptime {arg:?} is not a number")))?,
+            )
+        }
+        "maxptime" => {
+            m.maxptime_ms = Some(
+                arg.trim()
+                    .parse()
+                    .map_err(|_| sdp_err(format!("maxptime {arg:?} is not a number")))?,
+            )
+        }
+        _ => m.other_attributes.push(format!("a={value}")),
+    }
+    Ok(())
+}
+
+/// What we put into an offer or answer: our RTP address and what we speak.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalMedia {
+    /// Where we receive RTP.
+    pub rtp_address: SocketAddr,
+    /// Codecs in preference order (the first common one wins when answering).
+    pub codecs: Vec<Codec>,
+    /// Whether we accept/offer telephone-event (RFC 4733).
+    pub telephone_event: bool,
+    /// Our direction (sendrecv normally, sendonly/inactive to hold).
+    pub direction: Direction,
+    /// `o=` session id (stable for the call).
+    pub session_id: u64,
+    /// `o=` session version (bump on each new offer/answer that changes).
+    pub session_version: u64,
+}
+
+impl LocalMedia {
+    /// PCMU then PCMA, telephone-event, sendrecv.
+    pub fn new(rtp_address: SocketAddr, session_id: u64) -> LocalMedia {
+        LocalMedia {
+            rtp_address,
+            codecs: vec![Codec::Pcmu, Codec::Pcma],
+            telephone_event: true,
+            direction: Direction::SendRecv,
+            session_id,
+            session_version: 1,
+        }
+    }
+}
+
+/// The outcome of offer/answer for the audio stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NegotiatedMedia {
+    /// Where to send RTP; `None` when the peer gave port 0 or no address (or 0.0.0.0 hold).
+    pub remote_rtp: Option<SocketAddr>,
+    /// The chosen codec.
+    pub codec: Codec,
+    /// Its payload type (static).
+    pub payload_type: u8,
+    /// telephone-event payload type both sides use, if negotiated.
+    pub telephone_event_pt: Option<u8>,
+    /// Packet time the peer asked to receive (`a=ptime`), if any; we send [`FRAME_MS`] unless the
+    /// peer's `a=maxptime` is below it.
+    pub remote_ptime_ms: Option<u32>,
+    /// Our direction after negotiation (sendonly/inactive when the peer holds us).
+    pub local_direction: Direction,
+}
+
+fn telephone_event_pt(m: &MediaDescription) -> Option<u8> {
+    m.rtpmaps
+        .iter()
+        .find(|r| {
+            r.encoding.eq_ignore_ascii_case("telephone-event") && r.clock_rate_hz == SAMPLE_RATE_HZ
+        })
+        .map(|r| r.payload_type)
+        .filter(|pt| m.payload_types().any(|p| p == *pt))
+}
+
+fn codec_of(m: &MediaDescription, pt: u8) -> Option<Codec> {
+    let map = m.rtpmap(pt)?;
+    if map.clock_rate_hz != SAMPLE_RATE_HZ {
+        return None;
+    }
+    Codec::from_name(&map.encoding)
+}
+
+fn is_unspecified(addr: Option<SocketAddr>) -> Option<SocketAddr> {
+    // RFC 3264 §8.4: c=0.0.0.0 is the old way to hold.
+    addr.filter(|a| !a.ip().is_unspecified())
+}
+
+fn audio_section(
+    local: &LocalMedia,
+    codec: Option<Codec>,
+    te_pt: Option<u8>,
+    direction: Direction,
+) -> MediaDescription {
+    let codecs: Vec<Codec> = match codec {
+        Some(c) => vec![c],
+        None => local.codecs.clone(),
+    };
+    let mut formats: Vec<String> = codecs
+        .iter()
+        .map(|c| c.payload_type().to_string())
+        .collect();
+    let mut rtpmaps: Vec<RtpMap> = codecs
+        .iter()
+        .map(|c| RtpMap {
+            payload_type: c.payload_type(),
+            encoding: c.encoding_name().into(),
+            clock_rate_hz: SAMPLE_RATE_HZ,
+        })
+        .collect();
+    let mut fmtps = Vec::new();
+    if let Some(pt) = te_pt {
+        formats.push(pt.to_string());
+        rtpmaps.push(RtpMap {
+            payload_type: pt,
+            encoding: "telephone-event".into(),
+            clock_rate_hz: SAMPLE_RATE_HZ,
+        });
+        fmtps.push((pt, "0-16".to_string()));
+    }
+    MediaDescription {
+        media: "audio".into(),
+        port: local.rtp_address.port(),
+        protocol: "RTP/AVP".into(),
+        formats,
+        connection: None,
+        rtpmaps,
+        fmtps,
+        ptime_ms: Some(FRAME_MS),
+        maxptime_ms: None,
+        direction: Some(direction),
+        other_attributes: Vec::new(),
+    }
+}
+
+fn session(local: &LocalMedia, media: Vec<MediaDescription>) -> SessionDescription {
+    SessionDescription {
+        origin_user: "ontime".into(),
+        session_id: local.session_id,
+        session_version: local.session_version,
+        origin_address: local.rtp_address.ip(),
+        session_name: "ontime".into(),
+        connection: Some(local.rtp_address.ip()),
+        direction: None,
+        media,
+        other_lines: Vec::new(),
+    }
+}
+
+/// Builds an offer: one audio stream with our codecs, telephone-event at
+/// [`PT_TELEPHONE_EVENT_OFFER`], ptime 20, our direction.
+pub fn build_offer(local: &LocalMedia) -> SessionDescription {
+    let te = local.telephone_event.then_some(PT_TELEPHONE_EVENT_OFFER);
+    session(local, vec![audio_section(local, None, te, local.direction)])
+}
+
+/// Answers an offer (RFC 3264 §6): the first of our codecs the offer's audio stream carries,
+/// telephone-event at the offered payload type, ptime 20, direction answered per §6.1; every
+/// other `m=` line is refused with port 0. `Err(Error::NoCommonCodec)` means answer 488.
+pub fn answer_offer(
+    offer: &SessionDescription,
+    local: &LocalMedia,
+) -> Result<(SessionDescription, NegotiatedMedia)> {
+    let mut chosen: Option<(usize, Codec, u8)> = None;
+    for (i, m) in offer.media.iter().enumerate() {
+        if m.media != "audio" || m.port == 0 || !m.protocol.eq_ignore_ascii_case("RTP/AVP") {
+            continue;
+        }
+        let offered: Vec<(Codec, u8)> = m
+            .payload_types()
+            .filter_map(|pt| codec_of(m, pt).map(|c| (c, pt)))
+            .collect();
+        if let Some((c, pt)) = local
+            .codecs
+            .iter()
+            .find_map(|want| offered.iter().find(|(c, _)| c == want).copied())
+        {
+            chosen = Some((i, c, pt));
+            break;
+        }
+    }
+    let (index, codec, payload_type) = chosen.ok_or(Error::NoCommonCodec)?;
+    let offered = &offer.media[index];
+    let te_pt = if local.telephone_event {
+        telephone_event_pt(offered)
+    } else {
+        None
+    };
+    let offer_dir = offer.direction_of(offered);
+    let local_direction = offer_dir.answer_to(local.direction);
+    let mut media = Vec::with_capacity(offer.media.len());
+    for (i, m) in offer.media.iter().enumerate() {
+        if i == index {
+            media.push(audio_section(local, Some(codec), te_pt, local_direction));
+        } else {
+            // RFC 3264 §6: a refused stream is answered with port 0 and the offered formats.
+            media.push(MediaDescription {
+                media: m.media.clone(),
+                port: 0,
+                protocol: m.protocol.clone(),
+                formats: m.formats.clone(),
+                connection: None,
+                rtpmaps: Vec::new(),
+                fmtps: Vec::new(),
+                ptime_ms: None,
+                maxptime_ms: None,
+                direction: None,
+                other_attributes: Vec::new(),
+            });
+        }
+    }
+    let negotiated = NegotiatedMedia {
+        remote_rtp: is_unspecified(offer.rtp_address(offered)),
+        codec,
+        payload_type,
+        telephone_event_pt: te_pt,
+        remote_ptime_ms: offered.ptime_ms,
+        local_direction,
+    };
+    Ok((session(local, media), negotiated))
+}
+
+/// Reads an answer to our offer: the codec the answer chose (its first format we offered),
+/// telephone-event, the remote RTP address and directions.
+pub fn read_answer(answer: &SessionDescription, local: &LocalMedia) -> Result<NegotiatedMedia> {
+    let m = answer
+        .media
+        .iter()
+        .find(|m| m.media == "audio" && m.port != 0)
+        .ok_or_else(|| sdp_err("answer has no accepted audio stream"))?;
+    let (codec, payload_type) = m
+        .payload_types()
+        .find_map(|pt| {
+            codec_of(m, pt)
+                .filter(|c| local.codecs.contains(c))
+                .map(|c| (c, pt))
+        })
+        .ok_or(Error::NoCommonCodec)?;
+    let answer_dir = answer.direction_of(m);
+    let (peer_send, peer_recv) = answer_dir.flags();
+    let (we_send, we_recv) = local.direction.flags();
+    Ok(NegotiatedMedia {
+        remote_rtp: is_unspecified(answer.rtp_address(m)),
+        codec,
+        payload_type,
+        telephone_event_pt: if local.telephone_event {
+            telephone_event_pt(m)
+        } else {
+            None
+        },
+        remote_ptime_ms: m.ptime_ms,
+        local_direction: Direction::from_flags(we_send && peer_recv, we_recv && peer_send),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OFFER: &str = "v=0\r\no=- 1 2 IN IP4 192.0.2.1\r\ns=-\r\nc=IN IP4 192.0.2.1\r\nt=0 0\r\n\
+m=audio 4000 RTP/AVP 8 0 96\r\na=rtpmap:96 telephone-event/8000\r\na=fmtp:96 0-15\r\na=ptime:30\r\n";
+
+    fn local() -> LocalMedia {
+        LocalMedia::new("10.0.0.1:20000".parse().unwrap(), 7)
+    }
+
+    #[test]
+    fn answers_with_preferred_codec_and_offered_event_pt() {
+        let offer = SessionDescription::parse(OFFER.as_bytes()).unwrap();
+        let (answer, n) = answer_offer(&offer, &local()).unwrap();
+        assert_eq!(n.codec, Codec::Pcmu);
+        assert_eq!(n.telephone_event_pt, Some(96));
+        assert_eq!(n.remote_rtp, Some("192.0.2.1:4000".parse().unwrap()));
+        assert_eq!(n.remote_ptime_ms, Some(30));
+        let text = answer.to_sdp_string();
+        assert!(text.contains("m=audio 20000 RTP/AVP 0 96\r\n"), "{text}");
+        assert!(text.contains("a=ptime:20\r\n"));
+        let back = SessionDescription::parse(text.as_bytes()).unwrap();
+        assert_eq!(back, answer);
+    }
+
+    #[test]
+    fn pcma_preference_is_honoured() {
+        let offer = SessionDescription::parse(OFFER.as_bytes()).unwrap();
+        let mut l = local();
+        l.codecs = vec![Codec::Pcma, Codec::Pcmu];
+        let (_, n) = answer_offer(&offer, &l).unwrap();
+        assert_eq!((n.codec, n.payload_type), (Codec::Pcma, 8));
+    }
+
+    #[test]
+    fn no_common_codec_is_an_error() {
+        let sdp = OFFER.replace("8 0 96", "18 96");
+        let offer = SessionDescription::parse(sdp.as_bytes()).unwrap();
+        assert!(matches!(
+            answer_offer(&offer, &local()),
+            Err(Error::NoCommonCodec)
+        ));
+    }
+
+    #[test]
+    fn hold_directions_answer_per_rfc3264() {
+        for (offered, answered) in [
+            ("sendonly", Direction::RecvOnly),
+            ("inactive", Direction::Inactive),
+            ("recvonly", Direction::SendOnly),
+            ("sendrecv", Direction::SendRecv),
+        ] {
+            let sdp = format!("{OFFER}a={offered}\r\n");
+            let offer = SessionDescription::parse(sdp.as_bytes()).unwrap();
+            let (a, n) = answer_offer(&offer, &local()).unwrap();
+            assert_eq!(n.local_direction, answered);
+            assert_eq!(a.media[0].direction, Some(answered));
+        }
+    }
+
+    #[test]
+    fn offer_reads_back_as_answer() {
+        let l = local();
+        let offer = build_offer(&l);
+        let (answer, _) = answer_offer(
+            &offer,
+            &LocalMedia::new("10.0.0.2:30000".parse().unwrap(), 9),
+        )
+        .unwrap();
+        let n = read_answer(&answer, &l).unwrap();
+        assert_eq!(n.codec, Codec::Pcmu);
+        assert_eq!(n.telephone_event_pt, Some(PT_TELEPHONE_EVENT_OFFER));
+        assert_eq!(n.remote_rtp, Some("10.0.0.2:30000".parse().unwrap()));
+    }
+
+    #[test]
+    fn rejects_malformed() {
+        for bad in [
+            "",
+            "v=1\r\n",
+            "v=0\r\no=- x 1 IN IP4 1.2.3.4\r\n",
+            "v=0\r\no=- 1 1 IN IP4 1.2.3.4\r\nm=audio x RTP/AVP 0\r\n",
+            "v=0\r\no=- 1 1 IN IP4 1.2.3.4\r\nc=IN IP4 example.com\r\n",
+            "v=0\r\no=- 1 1 IN IP4 1.2.3.4\r\nm=audio 4 RTP/AVP\r\n",
+            "v=0\r\nbogus\r\n",
+        ] {
+            assert!(
+                SessionDescription::parse(bad.as_bytes()).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+            let _ = SessionDescription::parse(&bytes);
+        }
+        #[test]
+        fn parse_never_panics_on_sdp_like(s in "(v=0\r\n)?([oscmta]=[ -~]{0,40}\r\n){0,12}") {
+            if let Ok(sdp) = SessionDescription::parse(s.as_bytes()) {
+                let _ = answer_offer(&sdp, &local());
+            }
+        }
+    }
+}
