@@ -22,12 +22,17 @@ pub mod error;
 pub mod live;
 pub mod replay;
 pub mod seq;
+pub mod trace;
 
 pub use burst_gap::{rfc3611_fraction, BurstGapCounter, BurstGapMetrics, GMIN_DEFAULT};
 pub use error::{Error, Result};
-pub use live::JitterConfig;
+pub use live::{
+    ConcealReason, JitterBuffer, JitterConfig, JitterCounters, PlayedFrame, Playout, PushOutcome,
+    RtpPacketInfo, VoipMetricsSnapshot, MAX_PAYLOAD_BYTES,
+};
 pub use replay::{
-    arrivals_from_lateness, replay_fixed, replay_fixed_lateness, PacketOutcome, ReplayModel,
-    ReplayReport, DEFAULT_REPLAY_DEPTH,
+    arrivals_from_lateness, replay_adaptive, replay_adaptive_lateness, replay_fixed,
+    replay_fixed_lateness, PacketOutcome, ReplayModel, ReplayReport, DEFAULT_REPLAY_DEPTH,
 };
 pub use seq::{extend_sequence_numbers, SeqExtender};
+pub use trace::{parse_trace, TraceKind};

@@ -187,6 +187,109 @@ pub fn replay_fixed_lateness(depth: Duration, lateness: &[(u64, Duration)]) -> R
     replay_fixed(depth, &arrivals_from_lateness(lateness))
 }
 
+/// Replays `arrivals` through the live adaptive [`JitterBuffer`](crate::live::JitterBuffer) with
+/// `cfg`, popping exactly at each deadline the buffer announces, as a caller's phone would.
+///
+/// Packets are fed in arrival order (ties in row order) as 20 ms PCMU frames with timestamps
+/// `seq·160`, so the report is the same definition as [`replay_fixed`] with the buffer's own
+/// decisions: `played` counts frames it played, `discarded` the unique packets it did not, and
+/// the playout delays are measured against the same `A0 + i·20 ms` schedule.
+pub fn replay_adaptive(
+    cfg: crate::live::JitterConfig,
+    arrivals: &[(u64, Duration)],
+) -> crate::Result<ReplayReport> {
+    use crate::live::{JitterBuffer, Playout, PushOutcome, RtpPacketInfo};
+    use ontime_rtp::{FRAME_BYTES, PT_PCMU, TIMESTAMP_STEP};
+
+    let mut jb = JitterBuffer::new(cfg)?;
+    let (unique, duplicates) = unique_arrivals(arrivals);
+    let model = ReplayModel::Adaptive(cfg);
+    let Some((&first_seq, &a0)) = unique.iter().next() else {
+        return Ok(summarize(model, 0, 0, Vec::new(), &[], 0));
+    };
+    let mut order: Vec<usize> = (0..arrivals.len()).collect();
+    order.sort_by_key(|&k| (arrivals[k].1, k));
+
+    let payload = [0xFFu8; FRAME_BYTES];
+    let mut seq_of_index: std::collections::HashMap<u64, u64> = Default::default();
+    let mut played: std::collections::HashSet<u64> = Default::default();
+    let mut delays = Vec::new();
+    let mut next = 0usize;
+    let a0_ns = a0.as_nanos();
+    loop {
+        let deadline = jb.next_deadline();
+        let arrival = order.get(next).map(|&k| arrivals[k]);
+        match (arrival, deadline) {
+            (Some((seq, at)), d) if d.is_none_or(|d| at <= d) => {
+                let pkt = RtpPacketInfo {
+                    sequence_number: seq as u16,
+                    timestamp: (seq as u32).wrapping_mul(TIMESTAMP_STEP),
+                    marker: next == 0,
+                    ssrc: 1,
+                    payload_type: PT_PCMU,
+                    payload: &payload,
+                };
+                if let PushOutcome::Buffered { index } = jb.push(&pkt, at)? {
+                    seq_of_index.insert(index, seq);
+                }
+                next += 1;
+            }
+            (_, Some(d)) => {
+                if arrival.is_none() && jb.buffered() == 0 {
+                    break;
+                }
+                loop {
+                    match jb.pop(d) {
+                        Playout::Nothing => break,
+                        Playout::Frame(f) => {
+                            if let Some(&seq) = seq_of_index.get(&f.index) {
+                                played.insert(seq);
+                                let nominal =
+                                    a0_ns + FRAME.as_nanos() * u128::from(seq - first_seq);
+                                delays.push(duration_from_nanos(
+                                    d.as_nanos().saturating_sub(nominal),
+                                ));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            (None, None) => break,
+            // ok: the first guard accepts any arrival when there is no deadline.
+            (Some(_), None) => unreachable!("an arrival with no deadline is always pushed"),
+        }
+    }
+    let outcomes = unique
+        .keys()
+        .map(|&seq| {
+            let o = if played.contains(&seq) {
+                PacketOutcome::Played
+            } else {
+                PacketOutcome::Discarded
+            };
+            (seq, o)
+        })
+        .collect();
+    let stretch = jb.counters().stretch_frames;
+    Ok(summarize(
+        model,
+        arrivals.len() as u64,
+        duplicates,
+        outcomes,
+        &delays,
+        stretch,
+    ))
+}
+
+/// [`replay_adaptive`] on sender lateness values, via [`arrivals_from_lateness`].
+pub fn replay_adaptive_lateness(
+    cfg: crate::live::JitterConfig,
+    lateness: &[(u64, Duration)],
+) -> crate::Result<ReplayReport> {
+    replay_adaptive(cfg, &arrivals_from_lateness(lateness))
+}
+
 /// Builds a report from per-packet outcomes (ascending unique sequence indices) and the playout
 /// delays of played packets.
 pub(crate) fn summarize(
