@@ -314,6 +314,10 @@ pub fn parse_message(
     let mut headers: Vec<(String, String)> = Vec::new();
     let mut bad_line: Option<String> = None;
     for line in lines {
+        if line.is_empty() {
+            // Only possible as the last line of a header section with no blank line after it.
+            continue;
+        }
         if line.starts_with([' ', '\t']) {
             match headers.last_mut() {
                 Some((_, v)) => {
@@ -551,6 +555,16 @@ pub fn uri_scheme(uri: &str) -> Option<&str> {
     ok.then_some(scheme)
 }
 
+/// What follows the userinfo of a `sip:` URI: hostport, params, headers. The user part may
+/// hold `;`, `?` and `/` (RFC 3261 §25.1 user-unreserved), so the host starts after the last `@`.
+fn sip_host_part(uri: &str) -> &str {
+    let rest = uri.split_once(':').map(|(_, r)| r).unwrap_or(uri);
+    match rest.rfind('@') {
+        Some(i) => &rest[i + 1..],
+        None => rest,
+    }
+}
+
 /// Whether a URI is `sip:` or `sips:` (schemes are case-insensitive).
 pub fn is_sip_uri(uri: &str) -> bool {
     uri_scheme(uri).is_some_and(|s| s.eq_ignore_ascii_case("sip") || s.eq_ignore_ascii_case("sips"))
@@ -739,7 +753,15 @@ fn parse_host_port(s: &str) -> Option<(String, Option<u16>)> {
     let (host, port) = if let Some(rest) = s.strip_prefix('[') {
         let end = rest.find(']')?;
         let host = &s[..end + 2];
-        host[1..host.len() - 1].parse::<std::net::Ipv6Addr>().ok()?;
+        // Hex, colons and dots only: RFC 5118 §4.10 asks us to tolerate the 3-colon form.
+        let inner = &host[1..host.len() - 1];
+        if inner.is_empty()
+            || !inner
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+        {
+            return None;
+        }
         let after = &rest[end + 1..];
         let port = match after.strip_prefix(':') {
             Some(p) => Some(p),
@@ -1017,9 +1039,19 @@ impl Message {
             if *method != cseq_method {
                 return fail(format!("CSeq method {cseq_method} does not match {method}"));
             }
-            // RFC 3261 §19.1.5: header components are not allowed in a Request-URI.
-            if is_sip_uri(uri) && uri.contains('?') {
-                return fail("Request-URI carries headers".into());
+            if is_sip_uri(uri) {
+                let host_part = sip_host_part(uri);
+                // RFC 3261 §19.1.5: header components are not allowed in a Request-URI.
+                if host_part.contains('?') {
+                    return fail("Request-URI carries headers".into());
+                }
+                let hostport = host_part.split([';', '?']).next().unwrap_or_default();
+                if parse_host_port(hostport).is_none() {
+                    return fail(format!(
+                        "Request-URI host {:?} is not host[:port]",
+                        truncate(hostport)
+                    ));
+                }
             }
         }
         for v in self.headers_named("Via") {

@@ -430,6 +430,19 @@ impl SessionDescription {
     }
 }
 
+fn parse_rtpmap(arg: &str) -> Option<RtpMap> {
+    let (pt, rest) = arg.split_once(' ')?;
+    let payload_type = pt.parse::<u8>().ok().filter(|pt| *pt < 128)?;
+    let mut parts = rest.trim().split('/');
+    let encoding = parts.next().unwrap_or_default().to_string();
+    let clock_rate_hz = parts.next().and_then(|r| r.parse::<u32>().ok())?;
+    Some(RtpMap {
+        payload_type,
+        encoding,
+        clock_rate_hz,
+    })
+}
+
 fn parse_media_attribute(
     m: &mut MediaDescription,
     value: &str,
@@ -442,25 +455,12 @@ fn parse_media_attribute(
     let (name, arg) = value.split_once(':').unwrap_or((value, ""));
     match name {
         "rtpmap" => {
-            let (pt, rest) = arg
-                .split_once(' ')
-                .ok_or_else(|| sdp_err(format!("rtpmap {arg:?} lacks an encoding")))?;
-            let payload_type = pt
-                .parse::<u8>()
-                .ok()
-                .filter(|pt| *pt < 128)
-                .ok_or_else(|| sdp_err(format!("rtpmap payload type {pt:?} is not 0..=127")))?;
-            let mut parts = rest.trim().split('/');
-            let encoding = parts.next().unwrap_or_default().to_string();
-            let clock_rate_hz = parts
-                .next()
-                .and_then(|r| r.parse::<u32>().ok())
-                .ok_or_else(|| sdp_err(format!("rtpmap {arg:?} lacks a clock rate")))?;
-            m.rtpmaps.push(RtpMap {
-                payload_type,
-                encoding,
-                clock_rate_hz,
-            });
+            // An rtpmap we cannot read (RFC 4475's `a=rtpmap:31 LPC`) describes a format we
+            // would not pick anyway: keep it verbatim rather than refuse the whole offer.
+            match parse_rtpmap(arg) {
+                Some(map) => m.rtpmaps.push(map),
+                None => m.other_attributes.push(format!("a={value}")),
+            }
         }
         "fmtp" => {
             let (pt, params) = arg.split_once(' ').unwrap_or((arg, ""));
