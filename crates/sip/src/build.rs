@@ -98,7 +98,8 @@ pub(crate) fn response(
     }
     headers.extend(extra.iter().cloned());
     let resp = rsip::Response {
-        status_code: rsip::StatusCode::from(code),
+        // rsip 0.4 prints some reason phrases run together ("RequestTerminated"): use RFC 3261's.
+        status_code: rsip::StatusCode::Other(code, reason_phrase(code).into()),
         version: rsip::Version::V2,
         headers: to_rsip_headers(&headers, body.len()),
         body: body.to_vec(),
@@ -120,4 +121,68 @@ pub(crate) fn response_to(
 /// (name, value) shorthand.
 pub(crate) fn h(name: &str, value: impl Into<String>) -> (String, String) {
     (name.to_string(), value.into())
+}
+
+/// RFC 3261 §21 (and RFC 4028, RFC 3311) reason phrases.
+pub(crate) fn reason_phrase(code: u16) -> &'static str {
+    match code {
+        100 => "Trying",
+        180 => "Ringing",
+        181 => "Call Is Being Forwarded",
+        182 => "Queued",
+        183 => "Session Progress",
+        200 => "OK",
+        202 => "Accepted",
+        300 => "Multiple Choices",
+        301 => "Moved Permanently",
+        302 => "Moved Temporarily",
+        380 => "Alternative Service",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        407 => "Proxy Authentication Required",
+        408 => "Request Timeout",
+        410 => "Gone",
+        413 => "Request Entity Too Large",
+        414 => "Request-URI Too Long",
+        415 => "Unsupported Media Type",
+        416 => "Unsupported URI Scheme",
+        420 => "Bad Extension",
+        421 => "Extension Required",
+        422 => "Session Interval Too Small",
+        423 => "Interval Too Brief",
+        480 => "Temporarily Unavailable",
+        481 => "Call/Transaction Does Not Exist",
+        482 => "Loop Detected",
+        483 => "Too Many Hops",
+        484 => "Address Incomplete",
+        485 => "Ambiguous",
+        486 => "Busy Here",
+        487 => "Request Terminated",
+        488 => "Not Acceptable Here",
+        491 => "Request Pending",
+        493 => "Undecipherable",
+        500 => "Server Internal Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Server Time-out",
+        505 => "Version Not Supported",
+        513 => "Message Too Large",
+        600 => "Busy Everywhere",
+        603 => "Decline",
+        604 => "Does Not Exist Anywhere",
+        606 => "Not Acceptable",
+        _ => match code / 100 {
+            1 => "Progress",
+            2 => "Success",
+            3 => "Redirection",
+            4 => "Client Error",
+            5 => "Server Error",
+            _ => "Global Failure",
+        },
+    }
 }
