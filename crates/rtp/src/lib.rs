@@ -25,14 +25,18 @@
 //! ```
 
 pub mod consts;
+pub mod dtmf;
 pub mod error;
 pub mod g711;
 pub mod packet;
 pub mod rtcp;
+pub mod stats;
 
 pub use consts::*;
+pub use dtmf::{DtmfDigit, DtmfTracker, TelephoneEvent};
 pub use error::{Error, Result};
 pub use packet::{
     classify, parse_rtp, sequence_delta, timestamp_delta, PacketKind, Packetizer, RtpError,
     RtpExtension, RtpPacketView,
 };
+pub use stats::{ReceiverStats, ReceptionReport, SequenceVerdict, StreamAnalysis};
