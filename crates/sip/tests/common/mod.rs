@@ -253,3 +253,85 @@ pub fn ended(events: &[Event], call: CallHandle) -> Option<ontime_sip::EndReason
         _ => None,
     })
 }
+
+/// An endpoint on a real UDP socket, driven by hand: send what it has, read what came, fire
+/// timers. Bounded by the socket read timeout.
+pub struct UdpPeer {
+    pub ep: Endpoint,
+    pub sock: std::net::UdpSocket,
+    pub events: Vec<Event>,
+    pub sent_lines: Vec<String>,
+    pub received_lines: Vec<String>,
+}
+
+impl UdpPeer {
+    /// Binds 127.0.0.1:0 and builds an endpoint advertising the bound address.
+    pub fn bind() -> UdpPeer {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(2)))
+            .unwrap();
+        let mut cfg = Config::new(sock.local_addr().unwrap());
+        cfg.rng_seed = Some(u64::from(sock.local_addr().unwrap().port()));
+        UdpPeer {
+            ep: Endpoint::new(cfg),
+            sock,
+            events: Vec::new(),
+            sent_lines: Vec::new(),
+            received_lines: Vec::new(),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.sock.local_addr().unwrap()
+    }
+
+    /// One round: flush transmits, read at most a few datagrams, fire due timers, collect events.
+    pub fn step(&mut self) {
+        while let Some(t) = self.ep.poll_transmit() {
+            self.sent_lines.push(first_line(&t.payload));
+            self.sock.send_to(&t.payload, t.destination).unwrap();
+        }
+        let mut buf = [0u8; 65_535];
+        for _ in 0..8 {
+            match self.sock.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    self.received_lines.push(first_line(&buf[..n]));
+                    self.ep.handle_datagram(&buf[..n], from, Instant::now());
+                }
+                Err(_) => break,
+            }
+        }
+        if self.ep.poll_timeout().is_some_and(|t| t <= Instant::now()) {
+            self.ep.handle_timeout(Instant::now());
+        }
+        while let Some(t) = self.ep.poll_transmit() {
+            self.sent_lines.push(first_line(&t.payload));
+            self.sock.send_to(&t.payload, t.destination).unwrap();
+        }
+        while let Some(e) = self.ep.poll_event() {
+            self.events.push(e);
+        }
+    }
+}
+
+/// Steps both peers until `done` holds, for at most `limit`.
+pub fn drive(
+    a: &mut UdpPeer,
+    b: &mut UdpPeer,
+    limit: Duration,
+    mut done: impl FnMut(&UdpPeer, &UdpPeer) -> bool,
+) {
+    let end = Instant::now() + limit;
+    while !done(a, b) {
+        assert!(
+            Instant::now() < end,
+            "timed out; a sent {:?} got {:?}; b sent {:?} got {:?}",
+            a.sent_lines,
+            a.received_lines,
+            b.sent_lines,
+            b.received_lines
+        );
+        a.step();
+        b.step();
+    }
+}
