@@ -452,6 +452,8 @@ struct Call {
     granted_session: Option<(Duration, bool)>,
     /// UAS: the initial 2xx was acknowledged.
     acked: bool,
+    /// The peer listed `timer` in Supported (RFC 4028 §9: only then may we Require it).
+    peer_supports_timer: bool,
 }
 
 /// The SIP user agent: transactions, dialogs and calls for any number of calls.
@@ -513,6 +515,22 @@ fn parse_dtmf(content_type: &str, body: &[u8]) -> Option<(char, Option<u32>)> {
     digit.filter(|c| is_dtmf_digit(*c)).map(|d| (d, duration))
 }
 
+/// Our own stored requests are re-read without limits.
+const UNLIMITED: Limits = Limits {
+    max_message_bytes: usize::MAX,
+    max_headers: usize::MAX,
+    max_body_bytes: usize::MAX,
+    max_transactions: usize::MAX,
+};
+
+/// Longest session interval we honour (RFC 4028 sets no ceiling; a day keeps `Instant`
+/// arithmetic far from overflow whatever a peer writes).
+const MAX_SESSION_INTERVAL_SECS: u64 = 86_400;
+
+fn session_interval(secs: u64) -> Duration {
+    Duration::from_secs(secs.min(MAX_SESSION_INTERVAL_SECS))
+}
+
 /// Parses `Session-Expires: 1800;refresher=uac` (RFC 4028 §4).
 fn parse_session_expires(v: &str) -> Option<(u64, Option<String>)> {
     let mut parts = v.split(';');
@@ -536,7 +554,16 @@ fn sdp_body(msg: &Message) -> Option<std::result::Result<SessionDescription, Err
 
 impl Endpoint {
     /// A new endpoint.
-    pub fn new(config: Config) -> Endpoint {
+    pub fn new(mut config: Config) -> Endpoint {
+        // Keep timer arithmetic in range whatever the configuration says.
+        let t = &mut config.timers;
+        t.t1 =
+            t.t1.clamp(Duration::from_millis(1), Duration::from_secs(60));
+        t.t2 = t.t2.clamp(t.t1, Duration::from_secs(600));
+        t.t4 = t.t4.min(Duration::from_secs(600));
+        let max_interval = session_interval(u64::MAX);
+        config.session_expires = config.session_expires.map(|d| d.min(max_interval));
+        config.min_se = config.min_se.min(max_interval);
         let rng = match config.rng_seed {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_os_rng(),
@@ -817,6 +844,13 @@ impl Endpoint {
             return;
         }
 
+        if self.client.len() + self.server.len() >= self.config.limits.max_transactions {
+            // Overloaded: answer statelessly (RFC 3261 §21.5.4) rather than grow without bound.
+            let tag = self.random_token();
+            let bytes = build::response_to(&msg, 503, Some(&tag), &[h("Retry-After", "5")], b"");
+            self.send(destination, transport, bytes);
+            return;
+        }
         let to_tag = msg
             .to()
             .and_then(|t| t.tag().map(str::to_string))
@@ -984,14 +1018,16 @@ impl Endpoint {
         };
         // RFC 4028 §8: too small a session interval gets 422 with our Min-SE.
         let min_se = self.config.min_se.as_secs();
+        let supports_timer = msg.option_tags("Supported").iter().any(|t| t == "timer");
         let granted = match msg.header("Session-Expires").map(parse_session_expires) {
             Some(Some((secs, refresher))) => {
                 if secs < min_se {
                     self.respond(&key, 422, &[h("Min-SE", min_se.to_string())], b"", now);
                     return;
                 }
-                let we_refresh = refresher.as_deref() != Some("uac");
-                Some((Duration::from_secs(secs), we_refresh))
+                // RFC 4028 §9: a caller without timer support cannot refresh; we do.
+                let we_refresh = !supports_timer || refresher.as_deref() != Some("uac");
+                Some((session_interval(secs), we_refresh))
             }
             Some(None) => {
                 let w = h(
@@ -1001,7 +1037,7 @@ impl Endpoint {
                 self.respond(&key, 400, &[w], b"", now);
                 return;
             }
-            None if msg.option_tags("Supported").iter().any(|t| t == "timer") => {
+            None if supports_timer => {
                 let min_se_req = msg
                     .header("Min-SE")
                     .and_then(|v| v.split(';').next()?.trim().parse::<u64>().ok());
@@ -1061,6 +1097,7 @@ impl Endpoint {
                 remote_sdp_version: offer.as_ref().map(|o| o.session_version),
                 granted_session: granted,
                 acked: false,
+                peer_supports_timer: supports_timer,
             },
         );
         self.dialogs
@@ -1278,7 +1315,7 @@ impl Endpoint {
                 refresher.as_deref() == Some("uac")
             };
             if let Some(c) = self.calls.get_mut(&call) {
-                c.granted_session = Some((Duration::from_secs(secs), we_refresh));
+                c.granted_session = Some((session_interval(secs), we_refresh));
             }
         }
         self.restart_session_timer(call, now);
@@ -1487,16 +1524,7 @@ impl Endpoint {
         let tx = self
             .client
             .get(&(branch_key.to_string(), "INVITE".to_string()))?;
-        let req = crate::message::parse_message(
-            &tx.request,
-            &Limits {
-                max_message_bytes: usize::MAX,
-                max_headers: usize::MAX,
-                max_body_bytes: usize::MAX,
-            },
-            Framing::Datagram,
-        )
-        .ok()?;
+        let req = crate::message::parse_message(&tx.request, &UNLIMITED, Framing::Datagram).ok()?;
         let mut headers: HeaderList = Vec::new();
         for (n, v) in &req.headers {
             match n.as_str() {
@@ -1552,7 +1580,7 @@ impl Endpoint {
                             let we = if is_uas { "uas" } else { "uac" };
                             if let Some(c) = self.calls.get_mut(&call) {
                                 c.granted_session = Some((
-                                    Duration::from_secs(secs),
+                                    session_interval(secs),
                                     refresher.as_deref() == Some(we),
                                 ));
                             }
@@ -1616,7 +1644,7 @@ impl Endpoint {
             100 => {}
             101..=199 => {
                 c.got_provisional = true;
-                let sdp = msg.and_then(|m| sdp_body(m)).and_then(|r| r.ok());
+                let sdp = msg.and_then(sdp_body).and_then(|r| r.ok());
                 if c.cancel_wanted {
                     self.send_cancel(call, now);
                 }
@@ -1646,10 +1674,8 @@ impl Endpoint {
                 if let Some((secs, refresher)) =
                     m.header("Session-Expires").and_then(parse_session_expires)
                 {
-                    c.granted_session = Some((
-                        Duration::from_secs(secs),
-                        refresher.as_deref() != Some("uas"),
-                    ));
+                    c.granted_session =
+                        Some((session_interval(secs), refresher.as_deref() != Some("uas")));
                 }
                 let cancelled = c.cancel_wanted;
                 let remote_tag = c.remote_tag.clone().unwrap_or_default();
@@ -1717,11 +1743,11 @@ impl Endpoint {
             if tx.retransmit_at.is_some_and(|d| d <= now) {
                 let is_invite = tx.method == Method::Invite;
                 tx.interval = if is_invite {
-                    tx.interval * 2
+                    tx.interval.saturating_mul(2)
                 } else if tx.state == ClientState::Proceeding {
                     timers.t2
                 } else {
-                    (tx.interval * 2).min(timers.t2)
+                    (tx.interval.saturating_mul(2)).min(timers.t2)
                 };
                 tx.retransmit_at = Some(now + tx.interval);
                 let (d, t, b) = (tx.destination, tx.transport, tx.request.clone());
@@ -1745,7 +1771,7 @@ impl Endpoint {
                 continue;
             }
             if tx.retransmit_at.is_some_and(|d| d <= now) {
-                tx.interval = (tx.interval * 2).min(timers.t2);
+                tx.interval = (tx.interval.saturating_mul(2)).min(timers.t2);
                 tx.retransmit_at = Some(now + tx.interval);
                 if let Some(r) = tx.last_response.clone() {
                     let (d, t) = (tx.destination, tx.transport);
@@ -1769,7 +1795,7 @@ impl Endpoint {
                         continue;
                     }
                 } else if p.next_at <= now {
-                    p.interval = (p.interval * 2).min(timers.t2);
+                    p.interval = (p.interval.saturating_mul(2)).min(timers.t2);
                     p.next_at = (now + p.interval).min(p.give_up_at);
                     let (r, d, t) = (p.response.clone(), c.peer, c.transport);
                     let d = if c.is_uas {
@@ -1906,7 +1932,9 @@ impl Endpoint {
                     if we_refresh { "uas" } else { "uac" }
                 ),
             ));
-            extra.push(h("Require", "timer"));
+            if c.peer_supports_timer {
+                extra.push(h("Require", "timer"));
+            }
         }
         extra.push(h("Content-Type", "application/sdp"));
         let cseq = c.invite_cseq;
@@ -1996,11 +2024,7 @@ impl Endpoint {
         let (Some(branch), Some(req)) = (c.invite_branch.clone(), c.invite_request.clone()) else {
             return;
         };
-        let unlimited = Limits {
-            max_message_bytes: usize::MAX,
-            max_headers: usize::MAX,
-            max_body_bytes: usize::MAX,
-        };
+        let unlimited = UNLIMITED;
         let Ok(inv) = parse_message(&req, &unlimited, Framing::Datagram) else {
             return;
         };
@@ -2250,6 +2274,7 @@ impl Endpoint {
                 remote_sdp_version: None,
                 granted_session: None,
                 acked: false,
+                peer_supports_timer: true,
             },
         );
         self.dialogs.insert((call_id, local_tag), call);

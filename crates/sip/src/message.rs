@@ -22,6 +22,9 @@ pub struct Limits {
     pub max_headers: usize,
     /// Largest body.
     pub max_body_bytes: usize,
+    /// Most transactions (client and server) an endpoint holds; new requests beyond it get a
+    /// stateless 503 with Retry-After, so a flood cannot grow memory without bound.
+    pub max_transactions: usize,
 }
 
 impl Default for Limits {
@@ -30,6 +33,7 @@ impl Default for Limits {
             max_message_bytes: 65_535,
             max_headers: 128,
             max_body_bytes: 16 * 1024,
+            max_transactions: 10_000,
         }
     }
 }
@@ -695,7 +699,7 @@ fn parse_params(s: &str) -> Result<Vec<(String, Option<String>)>, String> {
         }
         if let Some(v) = value {
             let ok = if let Some(inner) = v.strip_prefix('"') {
-                inner.ends_with('"') && inner.len() >= 1
+                inner.ends_with('"')
             } else if v.starts_with('[') {
                 v.ends_with(']')
             } else {

@@ -35,7 +35,6 @@ fn timer_a_doubles_and_timer_b_ends_the_call_at_64_t1() {
 #[test]
 fn timer_a_stops_on_a_provisional_response() {
     let mut net = Net::new();
-    net.drop = Box::new(|from_uac, line| from_uac && line.starts_with("INVITE") && false);
     net.place_call();
     net.run_until(secs(10.0));
     assert_eq!(net.count(true, "INVITE"), 1, "{:#?}", net.lines());
