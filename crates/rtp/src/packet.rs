@@ -59,6 +59,10 @@ pub enum RtpError {
 }
 
 impl RtpError {
+    /// Every label [`RtpError::reason`] can return (to register the metric's series at zero).
+    pub const REASONS: &'static [&'static str] =
+        &["too_short", "version", "csrc", "extension", "padding"];
+
     /// A short, fixed label for `rtp_invalid_packets_total{reason}`.
     pub fn reason(&self) -> &'static str {
         match self {
