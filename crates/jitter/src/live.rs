@@ -16,14 +16,16 @@
 //! - **Shrinks slowly.** At a talkspurt start (marker bit, or speech after silence or a timestamp
 //!   jump) the offset is set straight to the target; inside a talkspurt it drops one frame's worth
 //!   at most every `shrink_interval` while the depth stays at least a frame above target (the
-//!   next frame is then due at once: two frames in one tick, as NetEq's *accelerate*).
+//!   next frame is then due at once: two frames in one tick, as NetEq's *accelerate*). Above
+//!   `max_depth` (a faster path appeared, so the depth grew without the buffer growing) it
+//!   shrinks a frame per played packet until back under it.
 //! - **Late**: a packet that arrives after its due time, or after its sequence number was passed,
 //!   is discarded and counted (RFC 3611 §4.7.1 discards). **Missing**: when the next packet is absent
 //!   at its due time but a later one is buffered, it is declared lost and concealed.
 //! - **Silence**: after a comfort-noise packet (PT 13) or a long underrun at `max_depth`, empty
 //!   slots are silence, not loss ([`Playout::Silence`]); the next speech packet starts a talkspurt.
 //! - **Overflow**: packet slots are preallocated (`capacity_packets`); a packet that would not fit
-//!   drops the oldest buffered ones (counted) and the playout point moves up in their place.
+//!   drops the oldest buffered ones (counted) and the playout point skips their slots.
 //! - **Sequence numbers** are extended to 64 bits across wrap (RFC 3550 A.1); a jump of more than
 //!   3000 or back by more than 100 is dropped unless the next packet continues it (re-sync). A new
 //!   SSRC resets the stream (counted); counters are cumulative.
@@ -628,6 +630,8 @@ impl JitterBuffer {
         st.offset_us = transit + initial;
         st.play_ts = ext_ts;
         st.anchored = Some(index);
+        // No shrink before one interval of playing: the first talkspurt starts at initial depth.
+        st.last_shrink_us = self.slots[i].arrival_us;
         self.max_depth_seen_us = self.max_depth_seen_us.max(initial);
     }
 
@@ -650,7 +654,7 @@ impl JitterBuffer {
     }
 
     /// Overflow: passes every index below `drop_to`, dropping buffered packets (counted) and
-    /// declaring the missing ones lost; the playout point moves up in their place.
+    /// declaring the missing ones lost.
     fn drop_oldest_until(&mut self, drop_to: u64) {
         let Some(st) = self.stream.as_mut() else {
             return;
@@ -670,9 +674,9 @@ impl JitterBuffer {
             self.burst_gap.record(false);
             st.arrived = (st.arrived << 1) | u128::from(present);
             st.next_index += 1;
+            // The dropped packets' slots are skipped; the rest keep their own due times (the
+            // shrink rule brings the depth back down if the sender ran ahead).
             st.play_ts += st.step;
-            // Dropping the oldest is playing the next one in its place: the delay shrinks.
-            st.offset_us -= FRAME_US;
         }
     }
 
@@ -813,13 +817,15 @@ impl JitterBuffer {
         let depth = self.depth_us();
         let shrink_interval = us(self.cfg.shrink_interval);
         let min_depth = us(self.cfg.min_depth);
+        let max_depth = us(self.cfg.max_depth);
         let slot = &self.slots[i];
         let st = self.stream.as_mut().expect("ok: pop checked");
         st.consecutive_underrun = 0;
         st.in_silence = slot.payload_type == PT_CN;
+        let above_max = depth - FRAME_US >= max_depth;
         if slot.payload_type != PT_CN
             && depth - FRAME_US >= target.max(min_depth)
-            && now_us - st.last_shrink_us >= shrink_interval
+            && (above_max || now_us - st.last_shrink_us >= shrink_interval)
         {
             st.offset_us -= FRAME_US;
             st.last_shrink_us = now_us;

@@ -1,0 +1,424 @@
+//! Scenario tests of the live buffer on injected time: one test per case the gateway relies on.
+
+use std::time::Duration;
+
+use ontime_jitter::live::{
+    ConcealReason, JitterBuffer, JitterConfig, Playout, PushOutcome, RtpPacketInfo,
+    MAX_PAYLOAD_BYTES,
+};
+use ontime_rtp::{FRAME_BYTES, PT_CN, PT_PCMU, TIMESTAMP_STEP};
+
+const PAYLOAD: [u8; FRAME_BYTES] = [0xFF; FRAME_BYTES];
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+/// What one pop produced, compactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Out {
+    F(u16),
+    C(ConcealReason),
+    S,
+}
+
+struct Sim {
+    jb: JitterBuffer,
+    ssrc: u32,
+    pt: u8,
+    /// (time in ms, output) of everything played so far.
+    log: Vec<(u64, Out)>,
+}
+
+impl Sim {
+    fn new(cfg: JitterConfig) -> Self {
+        Self {
+            jb: JitterBuffer::new(cfg).unwrap(),
+            ssrc: 0xC0FFEE,
+            pt: PT_PCMU,
+            log: Vec::new(),
+        }
+    }
+
+    fn push_full(&mut self, seq: u16, ts: u32, marker: bool, at_ms: u64) -> PushOutcome {
+        self.run_until(at_ms);
+        let pkt = RtpPacketInfo {
+            sequence_number: seq,
+            timestamp: ts,
+            marker,
+            ssrc: self.ssrc,
+            payload_type: self.pt,
+            payload: &PAYLOAD,
+        };
+        self.jb.push(&pkt, ms(at_ms)).unwrap()
+    }
+
+    /// Pushes seq with timestamp `seq·160` (relative to `ts0`) at `at_ms`, popping at every
+    /// deadline before it first.
+    fn push(&mut self, seq: u16, at_ms: u64) -> PushOutcome {
+        self.push_full(
+            seq,
+            u32::from(seq).wrapping_mul(TIMESTAMP_STEP),
+            false,
+            at_ms,
+        )
+    }
+
+    /// Pops at every deadline up to and including `t_ms`.
+    fn run_until(&mut self, t_ms: u64) {
+        while let Some(d) = self.jb.next_deadline() {
+            if d > ms(t_ms) {
+                break;
+            }
+            loop {
+                let out = match self.jb.pop(d) {
+                    Playout::Nothing => break,
+                    Playout::Frame(f) => Out::F(f.sequence_number),
+                    Playout::Conceal(r) => Out::C(r),
+                    Playout::Silence => Out::S,
+                };
+                self.log.push((d.as_millis() as u64, out));
+            }
+        }
+    }
+
+    fn frames(&self) -> Vec<u16> {
+        self.log
+            .iter()
+            .filter_map(|(_, o)| match o {
+                Out::F(s) => Some(*s),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn count(&self, want: &Out) -> usize {
+        self.log.iter().filter(|(_, o)| o == want).count()
+    }
+
+    fn assert_accounted(&self) {
+        let c = self.jb.counters();
+        assert_eq!(
+            c.pushed,
+            c.played
+                + c.late
+                + c.overflow
+                + c.flushed
+                + c.out_of_range
+                + c.duplicates
+                + self.jb.buffered() as u64,
+            "{c:?}"
+        );
+    }
+}
+
+#[test]
+fn nothing_before_first_packet() {
+    let mut jb = JitterBuffer::new(JitterConfig::default()).unwrap();
+    assert_eq!(jb.pop(ms(1000)), Playout::Nothing);
+    assert_eq!(jb.next_deadline(), None);
+    assert_eq!(jb.depth(), Duration::ZERO);
+}
+
+#[test]
+fn in_order_stream_plays_at_initial_depth() {
+    let mut s = Sim::new(JitterConfig::default());
+    for seq in 0..10 {
+        s.push(seq, u64::from(seq) * 20);
+    }
+    s.run_until(400);
+    assert_eq!(s.frames(), (0..10).collect::<Vec<_>>());
+    // First packet at 0 ms plays at 0 + 40 ms initial depth, then every 20 ms (no early shrink).
+    assert_eq!(s.log[0], (40, Out::F(0)));
+    assert_eq!(s.log[1], (60, Out::F(1)));
+    let c = s.jb.counters();
+    assert_eq!((c.played, c.lost, c.late, c.duplicates), (10, 0, 0, 0));
+    s.assert_accounted();
+}
+
+#[test]
+fn reordering_within_depth_is_repaired() {
+    let mut s = Sim::new(JitterConfig::default());
+    s.push(0, 0);
+    s.push(2, 40);
+    s.push(1, 45); // due at 60: in time despite arriving after 2
+    s.push(3, 60);
+    s.run_until(200);
+    assert_eq!(s.frames(), vec![0, 1, 2, 3]);
+    assert_eq!(s.jb.counters().lost, 0);
+    s.assert_accounted();
+}
+
+#[test]
+fn duplicates_are_counted_not_discarded() {
+    let mut s = Sim::new(JitterConfig::default());
+    s.push(0, 0);
+    assert_eq!(s.push(0, 5), PushOutcome::Duplicate); // while buffered
+    s.push(1, 20);
+    s.run_until(100);
+    assert_eq!(s.push(0, 101), PushOutcome::Duplicate); // after it played
+    let c = s.jb.counters();
+    assert_eq!((c.duplicates, c.late, c.discarded()), (2, 0, 0));
+    assert_eq!(s.frames(), vec![0, 1]);
+    s.assert_accounted();
+}
+
+#[test]
+fn missing_packet_is_concealed_and_counted_lost() {
+    let mut s = Sim::new(JitterConfig::default());
+    for seq in [0u16, 1, 3, 4] {
+        s.push(seq, u64::from(seq) * 20);
+    }
+    s.run_until(200);
+    assert_eq!(s.frames(), vec![0, 1, 3, 4]);
+    assert_eq!(s.log[2], (80, Out::C(ConcealReason::Missing)));
+    let m = s.jb.voip_metrics();
+    assert_eq!((m.lost, m.discarded, m.expected), (1, 0, 5));
+    // 1/5 × 256 = 51.2
+    assert_eq!(m.loss_rate_rfc3611, 51);
+    s.assert_accounted();
+}
+
+#[test]
+fn late_packet_is_discarded_and_moves_from_lost_to_late() {
+    let mut s = Sim::new(JitterConfig::default());
+    s.push(0, 0);
+    s.push(2, 40);
+    s.push(3, 60);
+    // Packet 1 was due at 60 ms; 2 was buffered, so 1 is declared missing at 60.
+    assert_eq!(s.push(1, 75), PushOutcome::Late);
+    s.run_until(200);
+    assert_eq!(s.frames(), vec![0, 2, 3]);
+    let c = s.jb.counters();
+    assert_eq!((c.lost, c.late, c.discarded()), (0, 1, 1));
+    let m = s.jb.voip_metrics();
+    assert_eq!(m.discard_rate_rfc3611, 64); // 1/4 × 256
+    assert_eq!(m.loss_rate_rfc3611, 0);
+    s.assert_accounted();
+}
+
+#[test]
+fn sequence_and_timestamp_wrap() {
+    let mut s = Sim::new(JitterConfig::default());
+    let ts0 = u32::MAX - 200; // the timestamp wraps between the 2nd and 3rd packet
+    for (k, seq) in [65534u16, 65535, 0, 1, 2].into_iter().enumerate() {
+        let ts = ts0.wrapping_add(k as u32 * TIMESTAMP_STEP);
+        s.push_full(seq, ts, k == 0, k as u64 * 20);
+    }
+    s.run_until(300);
+    assert_eq!(s.frames(), vec![65534, 65535, 0, 1, 2]);
+    let c = s.jb.counters();
+    assert_eq!((c.lost, c.late, c.out_of_range), (0, 0, 0));
+    assert_eq!(s.jb.expected(), 5);
+    s.assert_accounted();
+}
+
+#[test]
+fn comfort_noise_gap_is_silence_not_loss() {
+    let mut s = Sim::new(JitterConfig::default());
+    for seq in 0..5u16 {
+        s.push(seq, u64::from(seq) * 20);
+    }
+    s.pt = PT_CN;
+    s.push(5, 100); // CN: the caller stopped talking
+    s.pt = PT_PCMU;
+    // Next talkspurt 1 s later: seq continues, timestamp jumps, marker set.
+    let ts = 6 * TIMESTAMP_STEP + 8000;
+    s.push_full(6, ts, true, 1100);
+    s.push_full(7, ts + TIMESTAMP_STEP, false, 1120);
+    s.run_until(1400);
+    assert_eq!(s.frames(), vec![0, 1, 2, 3, 4, 5, 6, 7]);
+    assert!(
+        s.count(&Out::S) > 30,
+        "silence through the gap: {:?}",
+        s.log
+    );
+    // Nothing but frames and silence until the new talkspurt has played.
+    let (t7, _) = s.log.iter().find(|(_, o)| *o == Out::F(7)).unwrap();
+    assert!(
+        s.log
+            .iter()
+            .all(|(t, o)| t > t7 || matches!(o, Out::F(_) | Out::S)),
+        "{:?}",
+        s.log
+    );
+    assert_eq!(s.jb.counters().lost, 0);
+    // The talkspurt re-anchors: packet 6 plays within the target of its arrival, not 1 s late.
+    let (t6, _) = s.log.iter().find(|(_, o)| *o == Out::F(6)).unwrap();
+    assert!((1100..=1100 + 200).contains(t6), "played at {t6}");
+    s.assert_accounted();
+}
+
+#[test]
+fn dtx_without_comfort_noise_stops_concealing() {
+    let mut s = Sim::new(JitterConfig::default());
+    for seq in 0..5u16 {
+        s.push(seq, u64::from(seq) * 20);
+    }
+    let ts = 5 * TIMESTAMP_STEP + 16000; // 2 s of silence, no CN sent
+    s.push_full(5, ts, true, 2100);
+    s.run_until(2100);
+    assert_eq!(s.frames(), vec![0, 1, 2, 3, 4]);
+    let concealed = s.log.iter().filter(|(_, o)| matches!(o, Out::C(_))).count();
+    // Grows to max depth (200 ms) and a few frames more, then silence: not 2 s of concealment.
+    assert!(concealed <= 10 + 5, "{concealed} concealments: {:?}", s.log);
+    assert!(s.count(&Out::S) > 50);
+    s.run_until(2400);
+    assert_eq!(s.frames(), vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(s.jb.counters().lost, 0);
+    s.assert_accounted();
+}
+
+#[test]
+fn marker_with_timestamp_jump_starts_new_talkspurt_at_target() {
+    let mut s = Sim::new(JitterConfig::default());
+    for seq in 0..50u16 {
+        s.push(seq, u64::from(seq) * 20);
+    }
+    s.run_until(1040);
+    // On-time packets: the target is the margin, 20 ms, so the next talkspurt plays at +20 ms.
+    assert_eq!(s.jb.target_depth(), ms(20));
+    let ts = 50 * TIMESTAMP_STEP + 4000;
+    s.push_full(50, ts, true, 1500);
+    s.run_until(1600);
+    let (t50, _) = s.log.iter().find(|(_, o)| *o == Out::F(50)).unwrap();
+    assert_eq!(*t50, 1520);
+    s.assert_accounted();
+}
+
+#[test]
+fn ssrc_change_resets_stream() {
+    let mut s = Sim::new(JitterConfig::default());
+    s.push(100, 0);
+    s.push(101, 20);
+    s.push(102, 30);
+    s.run_until(45);
+    s.ssrc = 0xBEEF;
+    s.push_full(7, 123_456, true, 50);
+    s.push_full(8, 123_456 + TIMESTAMP_STEP, false, 70);
+    s.run_until(300);
+    assert_eq!(s.frames(), vec![100, 7, 8]);
+    let c = s.jb.counters();
+    assert_eq!((c.ssrc_resets, c.flushed), (1, 2));
+    assert_eq!(s.jb.expected(), 3 + 2);
+    s.assert_accounted();
+}
+
+#[test]
+fn overflow_drops_oldest() {
+    let cfg = JitterConfig {
+        capacity_packets: 4,
+        ..JitterConfig::default()
+    };
+    let mut s = Sim::new(cfg);
+    for seq in 0..10u16 {
+        s.push(seq, 0); // a burst of 10 at once, nothing popped yet (first due at 40 ms)
+    }
+    let c = s.jb.counters();
+    assert_eq!((c.overflow, s.jb.buffered()), (6, 4));
+    s.run_until(500);
+    assert_eq!(s.frames(), vec![6, 7, 8, 9]);
+    assert_eq!(s.jb.voip_metrics().discarded, 6);
+    s.assert_accounted();
+}
+
+#[test]
+fn late_burst_grows_depth_then_shrinks_slowly() {
+    let cfg = JitterConfig::default();
+    let mut s = Sim::new(cfg);
+    // 10 s of 20 ms packets; ticks 100..=105 stall: all sent at once 126 ms after slot 100.
+    let mut max_depth_seen = Duration::ZERO;
+    for seq in 0..500u16 {
+        let slot = u64::from(seq) * 20;
+        let at = if (100..=106).contains(&seq) {
+            100 * 20 + 126
+        } else {
+            slot
+        };
+        s.push(seq, at);
+        max_depth_seen = max_depth_seen.max(s.jb.depth());
+        assert!(s.jb.depth() <= cfg.max_depth, "depth {:?}", s.jb.depth());
+    }
+    // Measured while the stream still flows (after it ends, an underrun grows the depth again).
+    let depth_at_end = s.jb.depth();
+    s.run_until(10_000);
+    let c = s.jb.counters();
+    // The underrun is absorbed by growing, not by discarding.
+    assert_eq!((c.late, c.lost, c.played), (0, 0, 500), "{c:?}");
+    assert!(c.stretch_frames >= 5, "{c:?}");
+    assert!(max_depth_seen >= ms(126), "grew only to {max_depth_seen:?}");
+    // 8 s after the burst (window 250 packets = 5 s), it has shrunk back near the target.
+    assert!(c.shrink_frames >= 4, "{c:?}");
+    assert!(depth_at_end <= ms(40), "still {depth_at_end:?} deep");
+    assert!(depth_at_end >= cfg.min_depth);
+    let m = s.jb.voip_metrics();
+    assert!(m.jb_maximum_ms >= 126 && m.jb_maximum_ms <= 200, "{m:?}");
+    assert_eq!(m.jb_abs_max_ms, 200);
+    s.assert_accounted();
+}
+
+#[test]
+fn stall_beyond_max_depth_discards_and_respects_max() {
+    let cfg = JitterConfig::default();
+    let mut s = Sim::new(cfg);
+    for seq in 0..200u16 {
+        let slot = u64::from(seq) * 20;
+        // A 500 ms stall: packets 50..=75 all leave at 1500 ms.
+        let at = if (50..=75).contains(&seq) { 1500 } else { slot };
+        s.push(seq, at);
+        assert!(s.jb.depth() <= cfg.max_depth);
+    }
+    s.run_until(5000);
+    let c = s.jb.counters();
+    assert!(c.late > 0, "{c:?}");
+    assert_eq!(c.played + c.late, 200, "{c:?}");
+    assert!(s.jb.voip_metrics().jb_maximum_ms <= 200);
+    s.assert_accounted();
+}
+
+#[test]
+fn oversized_payload_is_a_typed_error() {
+    let mut jb = JitterBuffer::new(JitterConfig::default()).unwrap();
+    let big = [0u8; MAX_PAYLOAD_BYTES + 1];
+    let pkt = RtpPacketInfo {
+        sequence_number: 1,
+        timestamp: 0,
+        marker: false,
+        ssrc: 1,
+        payload_type: PT_PCMU,
+        payload: &big,
+    };
+    let err = jb.push(&pkt, ms(0)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "RTP payload of 321 bytes exceeds the jitter buffer slot size of 320 bytes"
+    );
+    assert_eq!(jb.counters().pushed, 0);
+}
+
+#[test]
+fn sequence_jump_needs_confirmation() {
+    let mut s = Sim::new(JitterConfig::default());
+    s.push(10, 0);
+    s.push(11, 20);
+    assert_eq!(s.push(9000, 40), PushOutcome::OutOfRange);
+    assert_eq!(s.push(12, 40), PushOutcome::Buffered { index: 65536 + 12 });
+    // Two in a row: re-sync onto the new numbering.
+    assert_eq!(s.push(20000, 60), PushOutcome::OutOfRange);
+    assert!(matches!(s.push(20001, 80), PushOutcome::Buffered { .. }));
+    let c = s.jb.counters();
+    assert_eq!((c.out_of_range, c.resyncs), (2, 1));
+    s.run_until(400);
+    assert!(s.frames().contains(&20001));
+    s.assert_accounted();
+}
+
+#[test]
+fn invalid_config_is_rejected() {
+    let cfg = JitterConfig {
+        min_depth: ms(100),
+        max_depth: ms(50),
+        ..JitterConfig::default()
+    };
+    assert!(JitterBuffer::new(cfg).is_err());
+}
