@@ -111,7 +111,9 @@ pub enum StubReplyError {
 impl StubAgent {
     /// The stub with the built-in reply.
     pub fn built_in() -> Result<StubAgent, StubReplyError> {
-        Self::from_wav_reader(hound::WavReader::new(std::io::Cursor::new(BUILT_IN_REPLY_WAV))?)
+        Self::from_wav_reader(hound::WavReader::new(std::io::Cursor::new(
+            BUILT_IN_REPLY_WAV,
+        ))?)
     }
 
     /// The stub with a reply from a WAV file (8 kHz mono 16-bit).
@@ -119,7 +121,9 @@ impl StubAgent {
         Self::from_wav_reader(hound::WavReader::open(path)?)
     }
 
-    fn from_wav_reader<R: std::io::Read>(r: hound::WavReader<R>) -> Result<StubAgent, StubReplyError> {
+    fn from_wav_reader<R: std::io::Read>(
+        r: hound::WavReader<R>,
+    ) -> Result<StubAgent, StubReplyError> {
         let s = r.spec();
         if s.sample_rate != ontime_rtp::SAMPLE_RATE_HZ
             || s.channels != 1
@@ -150,7 +154,11 @@ struct StubCall {
 
 impl Agent for StubAgent {
     fn start_call(&self, _info: &CallInfo, output: AgentOutput) -> Box<dyn AgentCall> {
-        Box::new(StubCall { reply: self.reply.clone(), output, replies: 0 })
+        Box::new(StubCall {
+            reply: self.reply.clone(),
+            output,
+            replies: 0,
+        })
     }
 }
 
@@ -160,7 +168,8 @@ impl AgentCall for StubCall {
             self.replies += 1;
             self.output.send(AgentAction::Play(self.reply.clone()));
             self.output.send(AgentAction::EndOfUtterance);
-            self.output.send(AgentAction::Mark(format!("reply-{}", self.replies)));
+            self.output
+                .send(AgentAction::Mark(format!("reply-{}", self.replies)));
         }
     }
 }
@@ -172,15 +181,26 @@ mod tests {
     #[test]
     fn stub_replies_once_per_turn_with_the_built_in_sentence() {
         let stub = StubAgent::built_in().unwrap();
-        assert!(stub.reply_samples() > 8000 * 3, "reply should be a sentence of seconds");
+        assert!(
+            stub.reply_samples() > 8000 * 3,
+            "reply should be a sentence of seconds"
+        );
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let info = CallInfo { call_id: "c".into(), from: "a".into(), to: "b".into() };
+        let info = CallInfo {
+            call_id: "c".into(),
+            from: "a".into(),
+            to: "b".into(),
+        };
         let mut call = stub.start_call(&info, AgentOutput(tx));
         call.on_event(AgentEvent::SpeechStarted);
         call.on_event(AgentEvent::SpeechStopped);
         assert!(rx.try_recv().is_err(), "no reply before the turn ends");
-        call.on_event(AgentEvent::TurnEnded { probability: Some(0.9) });
-        assert!(matches!(rx.try_recv(), Ok(AgentAction::Play(p)) if p.len() == stub.reply_samples()));
+        call.on_event(AgentEvent::TurnEnded {
+            probability: Some(0.9),
+        });
+        assert!(
+            matches!(rx.try_recv(), Ok(AgentAction::Play(p)) if p.len() == stub.reply_samples())
+        );
         assert!(matches!(rx.try_recv(), Ok(AgentAction::EndOfUtterance)));
         assert!(matches!(rx.try_recv(), Ok(AgentAction::Mark(m)) if m == "reply-1"));
     }

@@ -18,6 +18,8 @@ pub enum EndCause {
     MaxDuration,
     /// Drain timeout passed at shutdown.
     Drained,
+    /// The session timer expired without a refresh (RFC 4028).
+    SessionExpired,
     /// The ACK never came (timer H) or the transaction failed.
     SignallingFailure,
 }
@@ -82,7 +84,9 @@ impl CallDetailRecord {
     pub fn log(&self) {
         match serde_json::to_string(self) {
             Ok(json) => tracing::info!(target: "cdr", cdr = %json, "call ended"),
-            Err(e) => tracing::warn!(target: "cdr", error = %e, call_id = %self.call_id, "CDR not serialisable"),
+            Err(e) => {
+                tracing::warn!(target: "cdr", error = %e, call_id = %self.call_id, "CDR not serialisable")
+            }
         }
     }
 }

@@ -56,8 +56,14 @@ impl FromStr for PortRange {
         let (a, b) = s
             .split_once('-')
             .ok_or_else(|| format!("`{s}` is not FIRST-LAST, e.g. 20000-20999"))?;
-        let first: u16 = a.trim().parse().map_err(|e| format!("first port `{a}`: {e}"))?;
-        let last: u16 = b.trim().parse().map_err(|e| format!("last port `{b}`: {e}"))?;
+        let first: u16 = a
+            .trim()
+            .parse()
+            .map_err(|e| format!("first port `{a}`: {e}"))?;
+        let last: u16 = b
+            .trim()
+            .parse()
+            .map_err(|e| format!("last port `{b}`: {e}"))?;
         if first == 0 || last < first.saturating_add(1) {
             return Err(format!(
                 "`{s}` must hold at least one even/odd pair with 0 < first < last"
@@ -101,7 +107,11 @@ impl FromStr for AgentKind {
 
 /// Command-line flags; each has an environment twin. Unset flags fall back to the file, then defaults.
 #[derive(Debug, Default, Parser)]
-#[command(name = "ontime-gateway", version, about = "SIP/RTP gateway for AI voice bots that keeps outgoing audio on time")]
+#[command(
+    name = "ontime-gateway",
+    version,
+    about = "SIP/RTP gateway for AI voice bots that keeps outgoing audio on time"
+)]
 pub struct Args {
     /// TOML configuration file (flags and environment override it).
     #[arg(long, env = "ONTIME_CONFIG")]
@@ -226,7 +236,10 @@ impl Default for Config {
         Config {
             sip_listen: SocketAddr::from(([127, 0, 0, 1], 5060)),
             public_ip: IpAddr::from([127, 0, 0, 1]),
-            rtp_ports: PortRange { first: 20000, last: 20999 },
+            rtp_ports: PortRange {
+                first: 20000,
+                last: 20999,
+            },
             metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
             agent: AgentKind::Stub,
             max_calls: 100,
@@ -406,9 +419,16 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("gw.toml");
         std::fs::write(&f, "max_calls = 7\nrtp_ports = \"30000-30099\"\n").unwrap();
-        let c = Config::resolve(args(&["--config", f.to_str().unwrap(), "--max-calls", "9"])).unwrap();
+        let c =
+            Config::resolve(args(&["--config", f.to_str().unwrap(), "--max-calls", "9"])).unwrap();
         assert_eq!(c.max_calls, 9);
-        assert_eq!(c.rtp_ports, PortRange { first: 30000, last: 30099 });
+        assert_eq!(
+            c.rtp_ports,
+            PortRange {
+                first: 30000,
+                last: 30099
+            }
+        );
         std::fs::write(&f, "max_cals = 7\n").unwrap();
         let e = Config::resolve(args(&["--config", f.to_str().unwrap()])).unwrap_err();
         assert!(e.to_string().contains("max_cals"), "{e}");

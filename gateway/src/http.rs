@@ -33,7 +33,11 @@ fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<
 
 fn route<S: OpsState>(state: &S, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n".into());
+        return reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "GET only\n".into(),
+        );
     }
     match req.uri().path() {
         "/metrics" => reply(

@@ -5,9 +5,15 @@
 //! endpoint, admission and drain. A library with a thin `main`, so a Rust voice stack can embed it.
 
 pub mod agent;
+pub mod app;
+pub mod call;
 pub mod cdr;
+pub mod cgroup_watch;
 pub mod config;
 pub mod http;
+pub mod inbound;
 pub mod metrics;
 pub mod ports;
 pub mod recording;
+pub mod rtcp;
+pub mod server;

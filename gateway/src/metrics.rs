@@ -72,50 +72,122 @@ pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
     for r in CALL_RESULTS {
         counter!(CALLS_TOTAL, "result" => *r).absolute(0);
     }
-    describe_counter!(CALLS_REJECTED_TOTAL, Unit::Count, "INVITEs refused, by reason.");
+    describe_counter!(
+        CALLS_REJECTED_TOTAL,
+        Unit::Count,
+        "INVITEs refused, by reason."
+    );
     for r in REJECT_REASONS {
         counter!(CALLS_REJECTED_TOTAL, "reason" => *r).absolute(0);
     }
-    describe_counter!(BARGE_INS_TOTAL, Unit::Count, "Caller speech that cleared queued agent audio.");
+    describe_counter!(
+        BARGE_INS_TOTAL,
+        Unit::Count,
+        "Caller speech that cleared queued agent audio."
+    );
     counter!(BARGE_INS_TOTAL).absolute(0);
-    describe_counter!(RTP_PACKETS_RECEIVED_TOTAL, Unit::Count, "Valid RTP packets received.");
+    describe_counter!(
+        RTP_PACKETS_RECEIVED_TOTAL,
+        Unit::Count,
+        "Valid RTP packets received."
+    );
     counter!(RTP_PACKETS_RECEIVED_TOTAL).absolute(0);
-    describe_counter!(RTP_PACKETS_SENT_TOTAL, Unit::Count, "RTP packets sent by the sender thread.");
+    describe_counter!(
+        RTP_PACKETS_SENT_TOTAL,
+        Unit::Count,
+        "RTP packets sent by the sender thread."
+    );
     counter!(RTP_PACKETS_SENT_TOTAL).absolute(0);
-    describe_counter!(RTP_INVALID_PACKETS_TOTAL, Unit::Count, "Datagrams dropped on RTP ports, by reason.");
+    describe_counter!(
+        RTP_INVALID_PACKETS_TOTAL,
+        Unit::Count,
+        "Datagrams dropped on RTP ports, by reason."
+    );
     for r in rtp_parse_reasons.iter().chain(RTP_DROP_REASONS) {
         counter!(RTP_INVALID_PACKETS_TOTAL, "reason" => *r).absolute(0);
     }
-    describe_counter!(JITTER_DISCARDED_TOTAL, Unit::Count, "Caller packets discarded as late.");
+    describe_counter!(
+        JITTER_DISCARDED_TOTAL,
+        Unit::Count,
+        "Caller packets discarded as late."
+    );
     counter!(JITTER_DISCARDED_TOTAL).absolute(0);
-    describe_counter!(JITTER_LOST_TOTAL, Unit::Count, "Caller packets never received.");
+    describe_counter!(
+        JITTER_LOST_TOTAL,
+        Unit::Count,
+        "Caller packets never received."
+    );
     counter!(JITTER_LOST_TOTAL).absolute(0);
-    describe_gauge!(JITTER_DEPTH_SECONDS, Unit::Seconds, "Inbound jitter-buffer depth (mean over calls).");
+    describe_gauge!(
+        JITTER_DEPTH_SECONDS,
+        Unit::Seconds,
+        "Inbound jitter-buffer depth (mean over calls)."
+    );
     gauge!(JITTER_DEPTH_SECONDS).set(0.0);
-    describe_counter!(CGROUP_PERIODS_TOTAL, Unit::Count, "CFS periods of the gateway's cgroup.");
+    describe_counter!(
+        CGROUP_PERIODS_TOTAL,
+        Unit::Count,
+        "CFS periods of the gateway's cgroup."
+    );
     counter!(CGROUP_PERIODS_TOTAL).absolute(0);
-    describe_counter!(CGROUP_THROTTLED_PERIODS_TOTAL, Unit::Count, "Throttled CFS periods.");
+    describe_counter!(
+        CGROUP_THROTTLED_PERIODS_TOTAL,
+        Unit::Count,
+        "Throttled CFS periods."
+    );
     counter!(CGROUP_THROTTLED_PERIODS_TOTAL).absolute(0);
-    describe_gauge!(CGROUP_QUOTA_CORES, Unit::Count, "CPU quota in cores (0 = unlimited).");
+    describe_gauge!(
+        CGROUP_QUOTA_CORES,
+        Unit::Count,
+        "CPU quota in cores (0 = unlimited)."
+    );
     gauge!(CGROUP_QUOTA_CORES).set(0.0);
-    describe_counter!(SIP_MESSAGES_TOTAL, Unit::Count, "SIP messages by method/status class and direction.");
+    describe_counter!(
+        SIP_MESSAGES_TOTAL,
+        Unit::Count,
+        "SIP messages by method/status class and direction."
+    );
     for m in SIP_METHODS {
         for d in ["in", "out"] {
             counter!(SIP_MESSAGES_TOTAL, "method" => *m, "direction" => d).absolute(0);
         }
     }
-    describe_counter!(SIP_INVALID_MESSAGES_TOTAL, Unit::Count, "Unparseable SIP datagrams.");
+    describe_counter!(
+        SIP_INVALID_MESSAGES_TOTAL,
+        Unit::Count,
+        "Unparseable SIP datagrams."
+    );
     counter!(SIP_INVALID_MESSAGES_TOTAL).absolute(0);
-    describe_gauge!(RTCP_RTT_SECONDS, Unit::Seconds, "RTCP round-trip time (last report).");
+    describe_gauge!(
+        RTCP_RTT_SECONDS,
+        Unit::Seconds,
+        "RTCP round-trip time (last report)."
+    );
     gauge!(RTCP_RTT_SECONDS).set(0.0);
-    describe_gauge!(RTCP_PEER_FRACTION_LOST, Unit::Count, "Fraction lost reported by peers (0..1).");
+    describe_gauge!(
+        RTCP_PEER_FRACTION_LOST,
+        Unit::Count,
+        "Fraction lost reported by peers (0..1)."
+    );
     gauge!(RTCP_PEER_FRACTION_LOST).set(0.0);
-    describe_gauge!(RTCP_PEER_JITTER_SECONDS, Unit::Seconds, "Interarrival jitter reported by peers.");
+    describe_gauge!(
+        RTCP_PEER_JITTER_SECONDS,
+        Unit::Seconds,
+        "Interarrival jitter reported by peers."
+    );
     gauge!(RTCP_PEER_JITTER_SECONDS).set(0.0);
     describe_counter!(TURNS_TOTAL, Unit::Count, "Caller turns detected.");
     counter!(TURNS_TOTAL).absolute(0);
-    describe_counter!(DTMF_DIGITS_TOTAL, Unit::Count, "DTMF digits received (RFC 4733 or SIP INFO).");
+    describe_counter!(
+        DTMF_DIGITS_TOTAL,
+        Unit::Count,
+        "DTMF digits received (RFC 4733 or SIP INFO)."
+    );
     counter!(DTMF_DIGITS_TOTAL).absolute(0);
-    describe_counter!(RTP_TIMEOUTS_TOTAL, Unit::Count, "Calls ended for want of RTP.");
+    describe_counter!(
+        RTP_TIMEOUTS_TOTAL,
+        Unit::Count,
+        "Calls ended for want of RTP."
+    );
     counter!(RTP_TIMEOUTS_TOTAL).absolute(0);
 }

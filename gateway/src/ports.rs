@@ -54,7 +54,10 @@ mod tests {
 
     #[test]
     fn even_pairs_round_robin_and_exhaustion() {
-        let mut p = PortPool::new(PortRange { first: 20001, last: 20006 });
+        let mut p = PortPool::new(PortRange {
+            first: 20001,
+            last: 20006,
+        });
         // 20002/20003 and 20004/20005 fit; 20006 has no odd partner in range.
         assert_eq!(p.capacity(), 2);
         assert_eq!(p.allocate(), Some(20002));

@@ -31,7 +31,13 @@ fn spec() -> WavSpec {
 fn safe_name(call_id: &str) -> String {
     call_id
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(96)
         .collect()
 }
@@ -77,7 +83,10 @@ impl CallRecording {
 
     /// Flush and finalise both files; returns their paths.
     pub fn finish(mut self) -> std::io::Result<[PathBuf; 2]> {
-        for w in [self.caller.take(), self.agent.take()].into_iter().flatten() {
+        for w in [self.caller.take(), self.agent.take()]
+            .into_iter()
+            .flatten()
+        {
             w.finalize().map_err(std::io::Error::other)?;
         }
         Ok(self.paths.clone())

@@ -1,0 +1,416 @@
+//! The caller's media as the gateway receives it, sans-IO: fed datagrams with their source and
+//! arrival time, it checks the source, parses RTP (every invalid packet is dropped with a reason),
+//! keeps RFC 3550 receiver statistics for RTCP, turns RFC 4733 events into digits, and buffers
+//! audio in the live jitter buffer, from which [`InboundMedia::pop`] plays one 20 ms frame.
+//!
+//! Source policy: packets are accepted only from the IP the caller's SDP named. The port is taken
+//! from the SDP too, except that the first valid packet from that IP on another port latches the
+//! source once (a trunk behind a port-translating firewall); after that, only that exact
+//! address is accepted. Everything else is dropped and counted as `wrong_source`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use ontime_jitter::{JitterBuffer, JitterConfig, JitterCounters, Playout, RtpPacketInfo};
+use ontime_rtp::dtmf::DtmfTracker;
+use ontime_rtp::g711::Law;
+use ontime_rtp::stats::ReceiverStats;
+use ontime_rtp::{
+    classify, parse_rtp, PacketKind, FRAME, PT_CN, PT_PCMA, PT_PCMU, SAMPLES_PER_FRAME,
+    SAMPLE_RATE_HZ,
+};
+use ontime_sip::NegotiatedMedia;
+
+/// What one datagram was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboundOutcome {
+    /// Audio (or comfort noise) accepted into the jitter buffer.
+    Audio,
+    /// Audio accepted, and the source was latched to this address.
+    Latched(SocketAddr),
+    /// A telephone-event packet; a digit when one completed.
+    Dtmf(Option<char>),
+    /// RTCP multiplexed on the RTP port (RFC 5761): ignored here, RTCP has its own port.
+    Rtcp,
+    /// Dropped, with the `reason` label of `ontime_rtp_invalid_packets_total`.
+    Dropped(&'static str),
+}
+
+/// Totals for the CDR and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InboundCounters {
+    /// Valid RTP packets accepted.
+    pub received: u64,
+    /// Discarded by the jitter buffer (late, overflow, flushed, out of range).
+    pub discarded: u64,
+    /// Never arrived.
+    pub lost: u64,
+    /// Duplicates.
+    pub duplicates: u64,
+    /// Dropped datagrams (invalid or wrong source).
+    pub dropped: u64,
+}
+
+/// The caller's inbound media.
+pub struct InboundMedia {
+    media: NegotiatedMedia,
+    sdp_ip: Option<IpAddr>,
+    latched: Option<SocketAddr>,
+    origin: Instant,
+    first_audio: Option<Instant>,
+    frames_played: u64,
+    jitter: JitterBuffer,
+    stats: Option<(u32, ReceiverStats)>,
+    dtmf: DtmfTracker,
+    law: Law,
+    last_frame: [i16; SAMPLES_PER_FRAME],
+    concealed_run: u32,
+    received: u64,
+    dropped: u64,
+}
+
+impl InboundMedia {
+    /// Media for a call whose SDP named `sdp_ip`.
+    pub fn new(media: NegotiatedMedia, sdp_ip: Option<IpAddr>) -> InboundMedia {
+        InboundMedia {
+            media,
+            sdp_ip,
+            latched: None,
+            origin: Instant::now(),
+            first_audio: None,
+            frames_played: 0,
+            // ok: the default configuration is valid by construction (tested in ontime-jitter).
+            jitter: JitterBuffer::new(JitterConfig::default())
+                .expect("ok: default jitter config is valid"),
+            stats: None,
+            dtmf: DtmfTracker::new(),
+            law: law_of(media.payload_type),
+            last_frame: [0; SAMPLES_PER_FRAME],
+            concealed_run: 0,
+            received: 0,
+            dropped: 0,
+        }
+    }
+
+    /// New negotiated media after a re-INVITE.
+    pub fn update(&mut self, media: NegotiatedMedia) {
+        if let Some(addr) = media.remote_rtp {
+            if Some(addr.ip()) != self.sdp_ip {
+                self.sdp_ip = Some(addr.ip());
+                self.latched = None;
+            }
+        }
+        self.law = law_of(media.payload_type);
+        self.media = media;
+    }
+
+    /// The IP the caller's SDP named (RTCP is accepted from it too).
+    pub fn sdp_ip(&self) -> Option<IpAddr> {
+        self.sdp_ip
+    }
+
+    /// Whether caller audio has started (playout runs from then on).
+    pub fn started(&self) -> bool {
+        self.first_audio.is_some()
+    }
+
+    fn since_origin(&self, t: Instant) -> Duration {
+        t.saturating_duration_since(self.origin)
+    }
+
+    fn source_ok(&mut self, src: SocketAddr) -> Result<bool, &'static str> {
+        if let Some(l) = self.latched {
+            return if l == src {
+                Ok(false)
+            } else {
+                Err("wrong_source")
+            };
+        }
+        if Some(src.ip()) != self.sdp_ip {
+            return Err("wrong_source");
+        }
+        let latched_now = self.media.remote_rtp != Some(src);
+        self.latched = Some(src);
+        Ok(latched_now)
+    }
+
+    /// Take one datagram from the RTP port.
+    pub fn handle_datagram(
+        &mut self,
+        bytes: &[u8],
+        src: SocketAddr,
+        now: Instant,
+    ) -> InboundOutcome {
+        match classify(bytes) {
+            PacketKind::Rtcp => return InboundOutcome::Rtcp,
+            PacketKind::Other if bytes.len() < ontime_rtp::RTP_HEADER_BYTES => {
+                self.dropped += 1;
+                return InboundOutcome::Dropped("too_short");
+            }
+            _ => {}
+        }
+        let pkt = match parse_rtp(bytes) {
+            Ok(p) => p,
+            Err(e) => {
+                self.dropped += 1;
+                return InboundOutcome::Dropped(e.reason());
+            }
+        };
+        // Check the source only for valid packets, so garbage cannot latch it.
+        let latched = match self.source_ok(src) {
+            Ok(l) => l,
+            Err(reason) => {
+                self.dropped += 1;
+                return InboundOutcome::Dropped(reason);
+            }
+        };
+        let arrival = self.since_origin(now);
+        let stats = match &mut self.stats {
+            Some((ssrc, s)) if *ssrc == pkt.ssrc => s,
+            slot => {
+                &mut slot
+                    .insert((pkt.ssrc, ReceiverStats::new(SAMPLE_RATE_HZ)))
+                    .1
+            }
+        };
+        stats.on_packet(pkt.sequence_number, pkt.timestamp, arrival);
+
+        if Some(pkt.payload_type) == self.media.telephone_event_pt {
+            self.received += 1;
+            let digit = match self.dtmf.on_packet(pkt.timestamp, pkt.payload) {
+                Ok(found) => found.into_iter().flatten().last().map(|d| d.digit),
+                Err(_) => {
+                    return InboundOutcome::Dropped("telephone_event");
+                }
+            };
+            return InboundOutcome::Dtmf(digit);
+        }
+        if pkt.payload_type != self.media.payload_type && pkt.payload_type != PT_CN {
+            self.dropped += 1;
+            return InboundOutcome::Dropped("unknown_payload_type");
+        }
+        let info = RtpPacketInfo {
+            sequence_number: pkt.sequence_number,
+            timestamp: pkt.timestamp,
+            marker: pkt.marker,
+            ssrc: pkt.ssrc,
+            payload_type: pkt.payload_type,
+            payload: pkt.payload,
+        };
+        if let Err(_e) = self.jitter.push(&info, arrival) {
+            self.dropped += 1;
+            return InboundOutcome::Dropped("payload_size");
+        }
+        self.received += 1;
+        if self.first_audio.is_none() {
+            self.first_audio = Some(now);
+        }
+        if latched {
+            InboundOutcome::Latched(src)
+        } else {
+            InboundOutcome::Audio
+        }
+    }
+
+    /// Play the caller's audio due by `now` as 8 kHz PCM, one 20 ms frame per call of `each`.
+    /// When the caller stops sending (DTX, end of stream), silence keeps the frames flowing so
+    /// the VAD's clock advances and speech can stop.
+    pub fn pop(&mut self, now: Instant, mut each: impl FnMut(&[i16; SAMPLES_PER_FRAME])) {
+        let Some(first) = self.first_audio else {
+            return;
+        };
+        let t = self.since_origin(now);
+        let mut out = [0i16; SAMPLES_PER_FRAME];
+        // Bounded: a tokio stall of a few frames is caught up, never an unbounded burst.
+        for _ in 0..8 {
+            match self.jitter.pop(t) {
+                Playout::Frame(f) => {
+                    if matches!(f.payload_type, PT_PCMU | PT_PCMA) {
+                        let law = law_of(f.payload_type);
+                        out.fill(0);
+                        law.decode_slice(
+                            &f.payload[..f.payload.len().min(SAMPLES_PER_FRAME)],
+                            &mut out,
+                        );
+                    } else {
+                        out.fill(0); // comfort noise: play silence
+                    }
+                    self.concealed_run = 0;
+                }
+                Playout::Conceal(_) => {
+                    // Packet-loss concealment: repeat the last frame at half level once, then
+                    // silence (G.711 Appendix I does better; VAD only needs no burst of noise).
+                    self.concealed_run += 1;
+                    if self.concealed_run == 1 {
+                        for (o, s) in out.iter_mut().zip(self.last_frame.iter()) {
+                            *o = s / 2;
+                        }
+                    } else {
+                        out.fill(0);
+                    }
+                }
+                Playout::Silence => out.fill(0),
+                Playout::Nothing => break,
+            }
+            self.last_frame = out;
+            self.frames_played += 1;
+            each(&out);
+        }
+        // Keep the playout clock running when nothing arrives: one frame per 20 ms of wall
+        // time since the first packet, less the buffer's depth.
+        let wall_frames = now.saturating_duration_since(first).as_micros() / FRAME.as_micros();
+        let depth_frames = (self.jitter.depth().as_micros() / FRAME.as_micros()) as u64;
+        let due = (wall_frames as u64).saturating_sub(depth_frames + 2);
+        let mut filled = 0;
+        while self.frames_played < due && filled < 8 {
+            self.frames_played += 1;
+            filled += 1;
+            self.last_frame = [0; SAMPLES_PER_FRAME];
+            each(&self.last_frame);
+        }
+    }
+
+    /// The jitter buffer's counters.
+    pub fn jitter_counters(&self) -> JitterCounters {
+        self.jitter.counters()
+    }
+
+    /// The jitter buffer (for RTCP XR and the depth gauge).
+    pub fn jitter(&self) -> &JitterBuffer {
+        &self.jitter
+    }
+
+    /// RFC 3550 statistics of the current source, with its SSRC.
+    pub fn receiver_stats(&mut self) -> Option<(u32, &mut ReceiverStats)> {
+        self.stats.as_mut().map(|(ssrc, s)| (*ssrc, s))
+    }
+
+    /// Totals for the CDR.
+    pub fn counters(&self) -> InboundCounters {
+        let j = self.jitter.counters();
+        InboundCounters {
+            received: self.received,
+            discarded: j.discarded(),
+            lost: j.lost,
+            duplicates: j.duplicates,
+            dropped: self.dropped,
+        }
+    }
+}
+
+fn law_of(payload_type: u8) -> Law {
+    if payload_type == PT_PCMA {
+        Law::Alaw
+    } else {
+        Law::Ulaw
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ontime_rtp::Packetizer;
+    use ontime_sip::{Codec, Direction};
+
+    fn media(remote: SocketAddr) -> NegotiatedMedia {
+        NegotiatedMedia {
+            remote_rtp: Some(remote),
+            codec: Codec::Pcmu,
+            payload_type: PT_PCMU,
+            telephone_event_pt: Some(101),
+            remote_ptime_ms: Some(20),
+            local_direction: Direction::SendRecv,
+        }
+    }
+
+    #[test]
+    fn source_policy_latches_once_and_drops_strangers() {
+        let sdp: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()));
+        let mut p = Packetizer::with_initial(PT_PCMU, 7, 100, 0);
+        let mut buf = [0u8; 200];
+        let t0 = Instant::now();
+        let n = p.write_frame(&[0xFF; 160], &mut buf).unwrap();
+        let other_ip: SocketAddr = "127.0.0.2:40000".parse().unwrap();
+        assert_eq!(
+            m.handle_datagram(&buf[..n], other_ip, t0),
+            InboundOutcome::Dropped("wrong_source")
+        );
+        let nat: SocketAddr = "127.0.0.1:40002".parse().unwrap();
+        assert_eq!(
+            m.handle_datagram(&buf[..n], nat, t0),
+            InboundOutcome::Latched(nat)
+        );
+        let n = p.write_frame(&[0xFF; 160], &mut buf).unwrap();
+        assert_eq!(
+            m.handle_datagram(&buf[..n], sdp, t0),
+            InboundOutcome::Dropped("wrong_source")
+        );
+        assert_eq!(m.handle_datagram(&buf[..n], nat, t0), InboundOutcome::Audio);
+        assert_eq!(
+            m.handle_datagram(&[0x80, 0], nat, t0),
+            InboundOutcome::Dropped("too_short")
+        );
+        assert_eq!(m.counters().received, 2);
+        assert_eq!(m.counters().dropped, 3);
+    }
+
+    #[test]
+    fn plays_frames_then_keeps_the_clock_with_silence() {
+        let sdp: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()));
+        let mut p = Packetizer::with_initial(PT_PCMU, 7, 65530, 0);
+        let mut buf = [0u8; 200];
+        let t0 = Instant::now();
+        // 10 packets across a sequence wrap, a loud tone byte so frames are not silence.
+        for i in 0..10u32 {
+            let n = p.write_frame(&[0x80; 160], &mut buf).unwrap();
+            m.handle_datagram(&buf[..n], sdp, t0 + FRAME * i);
+        }
+        let mut frames = Vec::new();
+        for k in 0..60u32 {
+            m.pop(t0 + FRAME * k, |f| frames.push(f[0]));
+        }
+        let loud = frames.iter().filter(|s| s.abs() > 30000).count(); // concealment plays at half level
+        assert_eq!(loud, 10, "each packet played once: {frames:?}");
+        assert!(
+            frames.len() >= 50,
+            "silence keeps the clock going: {} frames",
+            frames.len()
+        );
+        assert_eq!(m.counters().lost, 0);
+    }
+
+    #[test]
+    fn dtmf_digit_reported_once_with_repeated_end_packets() {
+        let sdp: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()));
+        let mut p = Packetizer::with_initial(101, 9, 1, 1000);
+        let mut buf = [0u8; 64];
+        let t0 = Instant::now();
+        let mut digits = Vec::new();
+        for (dur, end) in [
+            (160u16, false),
+            (320, false),
+            (480, true),
+            (480, true),
+            (480, true),
+        ] {
+            let ev = ontime_rtp::dtmf::TelephoneEvent {
+                event: 5,
+                end,
+                volume: 10,
+                duration: dur,
+            };
+            let mut payload = [0u8; 4];
+            ev.write(&mut payload).unwrap();
+            let n = p
+                .write_event(101, dur == 160, 1000, &payload, &mut buf)
+                .unwrap();
+            if let InboundOutcome::Dtmf(Some(d)) = m.handle_datagram(&buf[..n], sdp, t0) {
+                digits.push(d);
+            }
+        }
+        assert_eq!(digits, vec!['5']);
+    }
+}

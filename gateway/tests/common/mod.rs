@@ -1,0 +1,336 @@
+//! Shared harness of the gateway's integration tests: start the real binary on free loopback
+//! ports, wait for `/readyz`, drive it with sipp, capture with tshark, scrape `/metrics`.
+//! Every child process is killed on drop, so a failing test leaves nothing running.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("gateway sits in the workspace")
+        .to_path_buf()
+}
+
+/// Whether a tool is on PATH; in CI a missing tool is a failure, elsewhere a printed skip.
+pub fn require(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !found {
+        if std::env::var_os("CI").is_some() {
+            panic!("{tool} is required in CI (scripts/setup.sh installs it)");
+        }
+        eprintln!("SKIP: {tool} not installed (run scripts/setup.sh)");
+    }
+    found
+}
+
+/// A free UDP port on loopback (bound then released; good enough on a test machine).
+pub fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A free TCP port on loopback.
+pub fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A free block of `n` even-aligned UDP ports (RTP/RTCP pairs) on loopback.
+pub fn free_port_range(n: u16) -> (u16, u16) {
+    for _ in 0..200 {
+        let base = (free_udp_port() & !1).max(20000);
+        if base.checked_add(n).is_none() {
+            continue;
+        }
+        let ok = (base..base + n).all(|p| UdpSocket::bind(("127.0.0.1", p)).is_ok());
+        if ok {
+            return (base, base + n - 1);
+        }
+    }
+    panic!("no free port range");
+}
+
+/// A running process killed on drop.
+pub struct Proc {
+    pub child: Child,
+    pub name: String,
+}
+
+impl Proc {
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status();
+    }
+
+    /// Wait for exit up to `limit`.
+    pub fn wait_timeout(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A gateway under test.
+pub struct Gateway {
+    pub proc: Proc,
+    pub sip: SocketAddr,
+    pub metrics: SocketAddr,
+    pub rtp_ports: (u16, u16),
+    pub log: PathBuf,
+}
+
+/// Start `ontime-gateway` with free ports and extra flags; waits for `/readyz`.
+pub fn start_gateway(extra: &[&str]) -> Gateway {
+    let sip: SocketAddr = format!("127.0.0.1:{}", free_udp_port()).parse().unwrap();
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+    let rtp_ports = free_port_range(80);
+    let dir = std::env::temp_dir().join(format!("ontime-gw-{}-{}", std::process::id(), sip.port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("gateway.log");
+    let models = workspace().join(".cache/models");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ontime-gateway"));
+    cmd.args([
+        "--sip-listen",
+        &sip.to_string(),
+        "--metrics-listen",
+        &metrics.to_string(),
+        "--rtp-ports",
+        &format!("{}-{}", rtp_ports.0, rtp_ports.1),
+        "--log-format",
+        "json",
+    ])
+    .args(extra)
+    .env("RUST_LOG", "info")
+    .stdin(Stdio::null())
+    .stdout(std::fs::File::create(&log).unwrap())
+    .stderr(std::fs::File::create(dir.join("gateway.err")).unwrap());
+    if std::env::var_os("ORT_DYLIB_PATH").is_none() {
+        cmd.env("ORT_DYLIB_PATH", models.join("libonnxruntime.so.1.31.1"));
+    }
+    if std::env::var_os("ONTIME_MODELS_DIR").is_none() {
+        cmd.env("ONTIME_MODELS_DIR", &models);
+    }
+    let child = cmd.spawn().expect("spawn ontime-gateway");
+    let mut gw = Gateway {
+        proc: Proc {
+            child,
+            name: "ontime-gateway".into(),
+        },
+        sip,
+        metrics,
+        rtp_ports,
+        log,
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some((200, _)) = http_get(metrics, "/readyz") {
+            break;
+        }
+        if let Ok(Some(status)) = gw.proc.child.try_wait() {
+            panic!("gateway exited early with {status}: {}", gw.stderr());
+        }
+        assert!(
+            Instant::now() < until,
+            "gateway not ready in 30 s: {}",
+            gw.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    gw
+}
+
+impl Gateway {
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.log.with_file_name("gateway.err")).unwrap_or_default()
+    }
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+    /// Scrape `/metrics` and return the value of a sample (exact name with labels, as rendered).
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = http_get(self.metrics, "/metrics")?;
+        metric_value(&body, series)
+    }
+    pub fn metrics_text(&self) -> String {
+        http_get(self.metrics, "/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default()
+    }
+}
+
+/// Find `series` (e.g. `ontime_calls_active` or `ontime_calls_rejected_total{reason="max_calls"}`).
+pub fn metric_value(body: &str, series: &str) -> Option<f64> {
+    body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok()).flatten()
+    })
+}
+
+/// A minimal HTTP/1.1 GET over std (tests only): status and body.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// A sipp scenario from `fixtures/sipp`, with placeholders replaced, written to a temp file.
+pub fn scenario(name: &str, replacements: &[(&str, &str)]) -> PathBuf {
+    let mut text = std::fs::read_to_string(workspace().join("fixtures/sipp").join(name)).unwrap();
+    for (k, v) in replacements {
+        text = text.replace(k, v);
+    }
+    let out = std::env::temp_dir().join(format!("ontime-{}-{}", std::process::id(), name));
+    std::fs::write(&out, text).unwrap();
+    out
+}
+
+/// Run sipp with a scenario against the gateway: `calls` calls, bounded by `timeout`.
+pub fn sipp(
+    gw: &Gateway,
+    scenario: &Path,
+    calls: u32,
+    media_port: u16,
+    timeout: Duration,
+) -> (bool, String) {
+    let local = free_udp_port();
+    let out = Command::new("timeout")
+        .arg(format!("{}", timeout.as_secs() + 5))
+        .arg("sipp")
+        .arg(gw.sip.to_string())
+        .args(["-sf", scenario.to_str().unwrap()])
+        .args([
+            "-m",
+            &calls.to_string(),
+            "-l",
+            &calls.to_string(),
+            "-r",
+            "10",
+        ])
+        .args(["-i", "127.0.0.1", "-p", &local.to_string()])
+        .args(["-mi", "127.0.0.1", "-mp", &media_port.to_string()])
+        .args([
+            "-timeout",
+            &format!("{}s", timeout.as_secs()),
+            "-timeout_error",
+        ])
+        .args(["-nostdin", "-trace_err", "-error_file", "/dev/stderr"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sipp");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// A tshark capture of loopback UDP on the given ports, stopped (SIGINT) and flushed on `finish`.
+pub struct Capture {
+    proc: Proc,
+    pub file: PathBuf,
+}
+
+pub fn capture(ports: &[u16]) -> Capture {
+    let file = std::env::temp_dir().join(format!(
+        "ontime-cap-{}-{}.pcap",
+        std::process::id(),
+        ports[0]
+    ));
+    let filter = ports
+        .iter()
+        .map(|p| format!("udp port {p}"))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    let child = Command::new("tshark")
+        .args([
+            "-i",
+            "lo",
+            "-f",
+            &filter,
+            "-w",
+            file.to_str().unwrap(),
+            "-F",
+            "pcap",
+            "-q",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tshark");
+    // tshark prints "Capturing on 'Loopback'" once the capture runs.
+    let mut proc = Proc {
+        child,
+        name: "tshark".into(),
+    };
+    let mut err = proc.child.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let until = Instant::now() + Duration::from_secs(15);
+    let mut byte = [0u8; 1];
+    while Instant::now() < until && !String::from_utf8_lossy(&seen).contains("Capturing on") {
+        match err.read(&mut byte) {
+            Ok(1) => seen.push(byte[0]),
+            _ => break,
+        }
+    }
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = err.read_to_end(&mut sink);
+    });
+    Capture { proc, file }
+}
+
+impl Capture {
+    pub fn finish(mut self) -> PathBuf {
+        std::thread::sleep(Duration::from_millis(300));
+        self.proc.signal("INT");
+        let _ = self.proc.wait_timeout(Duration::from_secs(10));
+        self.file.clone()
+    }
+}

@@ -1,0 +1,175 @@
+//! A real call: sipp dials the gateway, speaks fresh speech with `rtp_stream`, listens, hangs up.
+//! tshark captures the caller's port. The caller must hear the stub's reply after its turn, paced:
+//! no reply packet more than 40 ms after the previous one. `/metrics` must show the call.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+/// Fresh speech the gateway has never heard: espeak-ng at test time (a fixture when absent).
+fn fresh_speech(dir: &std::path::Path) -> std::path::PathBuf {
+    let sentences = [
+        "Good morning, could you please tell me what my current balance is?",
+        "I am calling because the parcel I ordered last week has not arrived yet.",
+        "Please book a table for four people tonight at seven thirty.",
+    ];
+    let pick = sentences[std::process::id() as usize % sentences.len()];
+    let raw = dir.join("fresh.wav");
+    let out = dir.join("fresh.ulaw.wav");
+    let ok = Command::new("espeak-ng")
+        .args(["-v", "en-us", "-s", "170", "-w"])
+        .arg(&raw)
+        .arg(pick)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new("sox")
+            .arg(&raw)
+            .args(["-r", "8000", "-c", "1", "-e", "mu-law"])
+            .arg(&out)
+            .status()
+            .is_ok_and(|s| s.success());
+    if ok {
+        out
+    } else {
+        eprintln!("espeak-ng/sox missing: using a committed utterance");
+        workspace().join("fixtures/callers/utterance_1.ulaw.wav")
+    }
+}
+
+struct RtpRow {
+    time: f64,
+    src_port: u16,
+    dst_port: u16,
+    silent: bool,
+}
+
+fn rtp_rows(pcap: &std::path::Path, media_port: u16) -> Vec<RtpRow> {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args(["-d", &format!("udp.port=={media_port},rtp")])
+        .args([
+            "-Y",
+            "rtp",
+            "-T",
+            "fields",
+            "-e",
+            "frame.time_epoch",
+            "-e",
+            "udp.srcport",
+            "-e",
+            "udp.dstport",
+            "-e",
+            "rtp.payload",
+        ])
+        .output()
+        .expect("tshark -r");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            if f.len() < 4 {
+                return None;
+            }
+            let payload = f[3].replace(':', "");
+            // µ-law silence is 0xFF (or 0x7F); anything else is sound.
+            let silent = payload
+                .as_bytes()
+                .chunks(2)
+                .all(|b| b == b"ff" || b == b"7f");
+            Some(RtpRow {
+                time: f[0].parse().ok()?,
+                src_port: f[1].parse().ok()?,
+                dst_port: f[2].parse().ok()?,
+                silent,
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn caller_hears_the_reply_after_its_turn_paced() {
+    if !require("sipp") || !require("tshark") {
+        return;
+    }
+    let gw = start_gateway(&[]);
+    let dir = gw.log.parent().unwrap().to_path_buf();
+    let speech = fresh_speech(&dir);
+    let media_port = free_udp_port() & !1;
+    let cap = capture(&[media_port]);
+    let scen = scenario(
+        "caller_speaks.xml",
+        &[
+            ("@SPEECH@", speech.to_str().unwrap()),
+            ("@LISTEN_MS@", "12000"),
+        ],
+    );
+    let (ok, log) = sipp(&gw, &scen, 1, media_port, Duration::from_secs(40));
+    let pcap = cap.finish();
+    assert!(ok, "sipp call failed:\n{log}\ngateway:\n{}", gw.stderr());
+
+    let rows = rtp_rows(&pcap, media_port);
+    let caller: Vec<&RtpRow> = rows.iter().filter(|r| r.src_port == media_port).collect();
+    let agent: Vec<&RtpRow> = rows.iter().filter(|r| r.dst_port == media_port).collect();
+    assert!(caller.len() > 50, "caller sent {} packets", caller.len());
+    assert!(agent.len() > 100, "gateway sent {} packets", agent.len());
+    let last_speech = caller
+        .iter()
+        .filter(|r| !r.silent)
+        .map(|r| r.time)
+        .fold(f64::MIN, f64::max);
+    let first_speech = caller
+        .iter()
+        .filter(|r| !r.silent)
+        .map(|r| r.time)
+        .fold(f64::MAX, f64::min);
+    let reply: Vec<&&RtpRow> = agent.iter().filter(|r| !r.silent).collect();
+    assert!(!reply.is_empty(), "the caller heard no reply");
+    let first_reply = reply[0].time;
+    assert!(first_reply > first_speech, "reply before the caller spoke");
+    assert!(
+        first_reply > last_speech - 0.5,
+        "reply started {:.3}s before the caller's turn ended",
+        last_speech - first_reply
+    );
+    let latency_ms = (first_reply - last_speech) * 1e3;
+    // Paced: from the first reply packet on, no packet more than 40 ms after the previous.
+    let from_reply: Vec<f64> = agent
+        .iter()
+        .map(|r| r.time)
+        .filter(|t| *t >= first_reply)
+        .collect();
+    let worst_gap_ms = from_reply
+        .windows(2)
+        .map(|w| (w[1] - w[0]) * 1e3)
+        .fold(0.0, f64::max);
+    eprintln!(
+        "turn latency {latency_ms:.0} ms, reply packets {}, worst gap {worst_gap_ms:.1} ms",
+        reply.len()
+    );
+    assert!(
+        worst_gap_ms <= 40.0,
+        "reply packets {worst_gap_ms:.1} ms apart"
+    );
+    assert!(
+        reply.len() > 100,
+        "reply of {} packets is not the stub sentence",
+        reply.len()
+    );
+
+    // The call shows in /metrics (scraped over HTTP).
+    let body = gw.metrics_text();
+    let v = |s: &str| {
+        metric_value(&body, s).unwrap_or_else(|| panic!("{s} missing from /metrics:\n{body}"))
+    };
+    assert_eq!(v("ontime_calls_total{result=\"completed\"}"), 1.0);
+    assert!(v("ontime_sender_ticks_total") > 100.0);
+    assert!(v("ontime_rtp_packets_received_total") > 50.0);
+    assert!(v("ontime_turns_total") >= 1.0);
+    assert_eq!(v("ontime_calls_active"), 0.0);
+    assert!(body.contains("ontime_sender_late_ticks_total"));
+    assert!(body.contains("ontime_sender_tick_lateness_seconds_bucket"));
+}
