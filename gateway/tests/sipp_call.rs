@@ -104,7 +104,7 @@ fn caller_hears_the_reply_after_its_turn_paced() {
         "caller_speaks.xml",
         &[
             ("@SPEECH@", speech.to_str().unwrap()),
-            ("@LISTEN_MS@", "12000"),
+            ("@LISTEN_MS@", "14000"),
         ],
     );
     let (ok, log) = sipp(&gw, &scen, 1, media_port, Duration::from_secs(40));
