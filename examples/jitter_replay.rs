@@ -14,8 +14,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use ontime::jitter::{
-    parse_trace, replay_adaptive, replay_fixed, JitterConfig, ReplayModel, ReplayReport,
-    TraceKind, DEFAULT_REPLAY_DEPTH,
+    parse_trace, replay_adaptive, replay_fixed, JitterConfig, ReplayModel, ReplayReport, TraceKind,
+    DEFAULT_REPLAY_DEPTH,
 };
 use serde::Serialize;
 
@@ -154,7 +154,10 @@ fn main() -> anyhow::Result<()> {
     };
     println!("trace                 {}", j.trace);
     println!("buffer                {model}");
-    println!("packets received      {} ({} duplicates)", j.packets, j.duplicates);
+    println!(
+        "packets received      {} ({} duplicates)",
+        j.packets, j.duplicates
+    );
     println!("expected              {}", j.expected);
     println!("played                {}", j.played);
     println!(

@@ -25,7 +25,12 @@
 //! - **Silence**: after a comfort-noise packet (PT 13) or a long underrun at `max_depth`, empty
 //!   slots are silence, not loss ([`Playout::Silence`]); the next speech packet starts a talkspurt.
 //! - **Overflow**: packet slots are preallocated (`capacity_packets`); a packet that would not fit
-//!   drops the oldest buffered ones (counted) and the playout point skips their slots.
+//!   drops the oldest buffered ones (counted); playout re-anchors on the next one, as at a
+//!   talkspurt start.
+//! - **Discontinuities**: a transit change of more than [`RESYNC_THRESHOLD`] (1 s) between
+//!   packets is a sender clock jump or path change, not jitter: when that packet reaches the
+//!   playout point the delay history restarts from it and the offset re-anchors. A playout point
+//!   more than 1 s behind `now` with nothing to play skips the empty slots at once.
 //! - **Sequence numbers** are extended to 64 bits across wrap (RFC 3550 A.1); a jump of more than
 //!   3000 or back by more than 100 is dropped unless the next packet continues it (re-sync). A new
 //!   SSRC resets the stream (counted); counters are cumulative.
@@ -47,6 +52,14 @@ pub const MAX_PAYLOAD_BYTES: usize = 2 * ontime_rtp::FRAME_BYTES;
 /// Consecutive underrun concealments at `max_depth` after which the buffer assumes the sender
 /// went silent without comfort noise (DTX) and reports silence instead of concealing.
 pub const UNDERRUN_SILENCE_FRAMES: u32 = 5;
+
+/// A transit change larger than this between consecutive packets is a timing discontinuity
+/// (sender clock jump, path change, a stall of a second or more), not jitter: the delay history
+/// restarts when that packet reaches the playout point (Asterisk's `resync_threshold` is 1000 ms).
+pub const RESYNC_THRESHOLD: Duration = Duration::from_secs(1);
+
+/// How far behind `now` the playout point may be before empty slots are skipped in one step.
+const MAX_POP_LAG_US: i64 = 1_000_000;
 
 /// Sequence numbers behind the playout point remembered, to tell duplicates from late packets
 /// (more than RFC 3550's `MAX_MISORDER` of 100).
@@ -217,6 +230,9 @@ pub struct JitterCounters {
     pub shrink_frames: u64,
     /// Silence frames inside DTX / comfort-noise gaps.
     pub silence_frames: u64,
+    /// Times the playout point jumped over more than 1 s of empty slots at once (the consumer
+    /// stopped popping, or timestamps jumped).
+    pub timeline_skips: u64,
     /// Streams reset because the SSRC changed.
     pub ssrc_resets: u64,
     /// Streams restarted after a confirmed sequence jump (RFC 3550 A.1 re-sync).
@@ -271,6 +287,8 @@ struct Slot {
     len: usize,
     arrival_us: i64,
     transit_us: i64,
+    /// Its transit jumped by more than [`RESYNC_THRESHOLD`]: the sender's clock or path changed.
+    resync: bool,
     bytes: [u8; MAX_PAYLOAD_BYTES],
 }
 
@@ -286,6 +304,7 @@ impl Slot {
         len: 0,
         arrival_us: 0,
         transit_us: 0,
+        resync: false,
         bytes: [0; MAX_PAYLOAD_BYTES],
     };
 
@@ -380,6 +399,7 @@ pub struct JitterBuffer {
     scratch: Box<[i64]>,
     transit_len: usize,
     transit_pos: usize,
+    last_transit_us: Option<i64>,
     max_depth_seen_us: i64,
 }
 
@@ -399,6 +419,7 @@ impl JitterBuffer {
             scratch: vec![0; cfg.window_packets].into_boxed_slice(),
             transit_len: 0,
             transit_pos: 0,
+            last_transit_us: None,
             max_depth_seen_us: 0,
         })
     }
@@ -500,6 +521,10 @@ impl JitterBuffer {
         self.transit_len = (self.transit_len + 1).min(w);
     }
 
+    fn resync_pending(&self) -> bool {
+        self.slots.iter().any(|s| s.occupied && s.resync)
+    }
+
     fn slot_of(&self, index: u64) -> usize {
         (index % self.slots.len() as u64) as usize
     }
@@ -550,6 +575,14 @@ impl JitterBuffer {
         let index = st.seq.extend(pkt.sequence_number);
         let ext_ts = st.extend_ts(pkt.timestamp);
         let transit_us = arrival_us - ts_to_us(ext_ts);
+        let resync = self
+            .last_transit_us
+            .is_some_and(|last| (transit_us - last).abs() > us(RESYNC_THRESHOLD));
+        self.last_transit_us = Some(transit_us);
+        // While a discontinuity waits in the buffer, new transits belong to the new timeline:
+        // they enter the history when it is re-anchored, not before.
+        let record = !resync && !self.resync_pending();
+        let st = self.stream.as_mut().expect("ok: stream exists");
 
         if index < st.next_index {
             let behind = st.next_index - index;
@@ -564,7 +597,9 @@ impl JitterBuffer {
                 self.counters.lost = self.counters.lost.saturating_sub(1);
             }
             self.counters.late += 1;
-            self.record_transit(transit_us);
+            if record {
+                self.record_transit(transit_us);
+            }
             return Ok(PushOutcome::Late);
         }
         let cap = self.slots.len() as u64;
@@ -589,11 +624,14 @@ impl JitterBuffer {
             len: pkt.payload.len(),
             arrival_us,
             transit_us,
+            resync,
             bytes: slot.bytes,
         };
         slot.bytes[..pkt.payload.len()].copy_from_slice(pkt.payload);
         self.buffered += 1;
-        self.record_transit(transit_us);
+        if record {
+            self.record_transit(transit_us);
+        }
         if self.stream.as_ref().is_some_and(|s| s.anchored.is_none()) {
             self.anchor_first(index);
         }
@@ -650,6 +688,7 @@ impl JitterBuffer {
             // A new source has a new path: its delay history starts over.
             self.transit_len = 0;
             self.transit_pos = 0;
+            self.last_transit_us = None;
         }
     }
 
@@ -659,6 +698,7 @@ impl JitterBuffer {
         let Some(st) = self.stream.as_mut() else {
             return;
         };
+        let mut carry_resync = false;
         while st.next_index < drop_to {
             let i = (st.next_index % self.slots.len() as u64) as usize;
             let slot = &mut self.slots[i];
@@ -668,16 +708,31 @@ impl JitterBuffer {
                 self.buffered -= 1;
                 self.counters.overflow += 1;
                 st.step = slot.samples();
+                if slot.resync {
+                    // The discontinuity still has to be re-anchored: hand it to the next one.
+                    slot.resync = false;
+                    carry_resync = true;
+                }
             } else {
                 self.counters.lost += 1;
             }
             self.burst_gap.record(false);
             st.arrived = (st.arrived << 1) | u128::from(present);
             st.next_index += 1;
-            // The dropped packets' slots are skipped; the rest keep their own due times (the
-            // shrink rule brings the depth back down if the sender ran ahead).
-            st.play_ts += st.step;
         }
+        if carry_resync {
+            let next = st.next_index;
+            if let Some(slot) = self
+                .slots
+                .iter_mut()
+                .filter(|s| s.occupied && s.index >= next)
+                .min_by_key(|s| s.index)
+            {
+                slot.resync = true;
+            }
+        }
+        // The playout point stays: the next packet's timestamp is now ahead of it, so pop
+        // re-anchors there as at a talkspurt start (overflow means the depth was wrong).
     }
 
     /// The earliest buffered packet after the playout point, as (index, ext_ts).
@@ -703,6 +758,17 @@ impl JitterBuffer {
             let i = self.slot_of(st.next_index);
             let front = &self.slots[i];
             let present = front.occupied && front.index == st.next_index;
+            let lag = now_us - st.due_us(st.play_ts);
+            if lag > MAX_POP_LAG_US && (!present || front.ext_ts > st.play_ts) {
+                // The playout point is far behind with nothing to play there (the caller did not
+                // pop for a long time, or timestamps jumped): skip the empty slots at once rather
+                // than emitting one silence or concealment frame per 20 ms of backlog.
+                let st = self.stream.as_mut().expect("ok: checked above");
+                let step_us = ts_to_us(st.step).max(1);
+                st.play_ts += (lag / step_us) * st.step;
+                self.counters.timeline_skips += 1;
+                continue;
+            }
             if !present {
                 match self.pop_missing() {
                     Some(out) => return out,
@@ -711,9 +777,14 @@ impl JitterBuffer {
             }
             let (index, ext_ts, pt, marker) =
                 (front.index, front.ext_ts, front.payload_type, front.marker);
-            let talkspurt_start = pt != PT_CN
-                && st.anchored != Some(index)
-                && (marker || st.in_silence || ext_ts > st.play_ts);
+            // A packet the current offset would hold longer than the maximum depth has a
+            // timestamp that jumped against its arrival: re-anchor on it whatever it carries.
+            let held_too_long =
+                st.due_us(ext_ts) - front.arrival_us > us(self.cfg.max_depth) + FRAME_US;
+            let talkspurt_start = front.resync
+                || (st.anchored != Some(index)
+                    && (held_too_long
+                        || (pt != PT_CN && (marker || st.in_silence || ext_ts > st.play_ts))));
             if talkspurt_start {
                 self.reanchor(i, now_us);
                 continue;
@@ -759,14 +830,16 @@ impl JitterBuffer {
     /// already gone by (it consumed no frame), so pop looks again.
     fn pop_missing(&mut self) -> Option<Playout<'static>> {
         let st = self.stream.as_ref().expect("ok: pop checked");
-        if st.in_silence {
+        let later = self.earliest_buffered();
+        if st.in_silence && later.is_none() {
             return Some(self.pop_silence());
         }
-        if let Some((later_index, later_ts)) = self.earliest_buffered() {
+        if let Some((later_index, later_ts)) = later {
             // A later packet is here: this one is lost (or so late it will be discarded).
             let gap = i64::try_from(later_index - st.next_index).unwrap_or(i64::MAX / 4);
             let expected_ts = later_ts - gap * st.step;
-            let consumes_slot = expected_ts + st.step > st.play_ts;
+            // In silence nothing is concealed: the later packet starts the next talkspurt.
+            let consumes_slot = !st.in_silence && expected_ts + st.step > st.play_ts;
             let st = self.stream.as_mut().expect("ok: pop checked");
             st.arrived <<= 1;
             st.next_index += 1;
@@ -843,6 +916,30 @@ impl JitterBuffer {
     /// A talkspurt starts at slot `i`: jump the offset to the target (never discarding the
     /// packet itself unless that would exceed `max_depth`).
     fn reanchor(&mut self, i: usize, now_us: i64) {
+        let t0 = self.slots[i].transit_us;
+        let threshold = us(RESYNC_THRESHOLD);
+        let discontinuity = self.slots[i].resync
+            || (self.transit_len > 0 && (t0 - self.min_transit_us()).abs() > threshold);
+        if discontinuity {
+            // A timing discontinuity: the history describes the old timeline. Restart it from
+            // the buffered packets of the new one (those within the threshold of this one).
+            self.transit_len = 0;
+            self.transit_pos = 0;
+            let start = self.slots[i].index;
+            for index in start..start + self.slots.len() as u64 {
+                let k = self.slot_of(index);
+                let slot = &mut self.slots[k];
+                if !slot.occupied || slot.index != index {
+                    continue;
+                }
+                if (slot.transit_us - t0).abs() > threshold {
+                    break;
+                }
+                slot.resync = false;
+                let t = slot.transit_us;
+                self.record_transit(t);
+            }
+        }
         let target = self.target_us();
         let min_transit = self.min_transit_us();
         let max = us(self.cfg.max_depth);
