@@ -270,6 +270,8 @@ pub const fn timestamp_delta(from: u32, to: u32) -> i32 {
 pub struct Packetizer {
     header: Header,
     marker_pending: bool,
+    packets_sent: u32,
+    octets_sent: u32,
 }
 
 impl Packetizer {
@@ -291,7 +293,19 @@ impl Packetizer {
                 ..Header::default()
             },
             marker_pending: true,
+            packets_sent: 0,
+            octets_sent: 0,
         }
+    }
+
+    /// Packets written so far, wrapping like the SR sender's packet count (RFC 3550 §6.4.1).
+    pub fn packets_sent(&self) -> u32 {
+        self.packets_sent
+    }
+
+    /// Payload octets written so far, wrapping like the SR sender's octet count.
+    pub fn octets_sent(&self) -> u32 {
+        self.octets_sent
     }
 
     /// The stream's SSRC.
@@ -403,6 +417,8 @@ impl Packetizer {
         }
         out[RTP_HEADER_BYTES..needed].copy_from_slice(payload);
         self.header.sequence_number = self.header.sequence_number.wrapping_add(1);
+        self.packets_sent = self.packets_sent.wrapping_add(1);
+        self.octets_sent = self.octets_sent.wrapping_add(payload.len() as u32);
         Ok(needed)
     }
 }
@@ -441,6 +457,10 @@ mod tests {
         assert_eq!(v.sequence_number, 1);
         assert!(v.marker);
         assert_eq!(v.timestamp, (u32::MAX - 100).wrapping_add(160 * 8));
+        assert_eq!(
+            (p.packets_sent(), p.octets_sent()),
+            (4, 4 * FRAME_BYTES as u32)
+        );
     }
 
     #[test]

@@ -50,6 +50,7 @@ pub struct ReceiverStats {
     // A.8 state: previous packet's arrival (timestamp units) and RTP timestamp.
     last_arrival_units: Option<(i128, u32)>,
     jitter_units: f64,
+    last_sr: Option<(u32, Duration)>,
 }
 
 impl ReceiverStats {
@@ -68,6 +69,7 @@ impl ReceiverStats {
             received_prior: 0,
             last_arrival_units: None,
             jitter_units: 0.0,
+            last_sr: None,
         }
     }
 
@@ -214,6 +216,26 @@ impl ReceiverStats {
             extended_highest_sequence: self.extended_max_sequence(),
             jitter: self.jitter_units as u32,
         }
+    }
+}
+
+impl ReceiverStats {
+    /// Records a sender report from this source: the middle 32 bits of its NTP timestamp and
+    /// when it arrived, for the LSR/DLSR fields of the next report block (RFC 3550 §6.4.1).
+    pub fn on_sender_report(&mut self, ntp_middle_32: u32, arrival: Duration) {
+        self.last_sr = Some((ntp_middle_32, arrival));
+    }
+
+    /// A complete report block for this source at time `now` (same origin as packet arrivals):
+    /// [`report`](Self::report) plus LSR and DLSR (0 when no SR was received). Starts a new
+    /// reporting interval.
+    pub fn report_block(&mut self, ssrc: u32, now: Duration) -> crate::rtcp::ReportBlock {
+        let reception = self.report();
+        let (last_sr, dlsr) = match self.last_sr {
+            Some((lsr, at)) => (lsr, crate::rtcp::to_dlsr_units(now.saturating_sub(at))),
+            None => (0, 0),
+        };
+        crate::rtcp::ReportBlock::from_reception(ssrc, reception, last_sr, dlsr)
     }
 }
 
@@ -436,6 +458,21 @@ mod tests {
         s.on_packet(104, 640, ms(80));
         let r = s.report();
         assert_eq!((r.fraction_lost, r.cumulative_lost), (0, 1));
+    }
+
+    #[test]
+    fn report_block_carries_lsr_and_dlsr() {
+        let mut s = ReceiverStats::new(8000);
+        s.on_packet(1, 0, ms(0));
+        s.on_packet(2, 160, ms(20));
+        let none = s.report_block(7, ms(30));
+        assert_eq!((none.last_sr, none.delay_since_last_sr), (0, 0));
+        s.on_sender_report(0xb705_2000, ms(1000));
+        let b = s.report_block(7, ms(6250));
+        assert_eq!(b.ssrc, 7);
+        assert_eq!(b.last_sr, 0xb705_2000);
+        assert_eq!(b.delay_since_last_sr, 0x0005_4000); // 5.25 s
+        assert_eq!(b.extended_highest_sequence, 2);
     }
 
     #[test]
