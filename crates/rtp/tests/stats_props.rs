@@ -30,10 +30,9 @@ proptest! {
                 offsets.insert(i, offsets[i]);
             }
         }
-        for i in 2..offsets.len().saturating_sub(1) {
-            if swaps[i] {
-                offsets.swap(i, i + 1);
-            }
+        let swap_at: Vec<usize> = (2..offsets.len().saturating_sub(1)).filter(|&i| swaps[i]).collect();
+        for i in swap_at {
+            offsets.swap(i, i + 1);
         }
         let mut stats = ReceiverStats::new(8000);
         for (n, off) in offsets.iter().enumerate() {
