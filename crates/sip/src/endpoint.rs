@@ -402,6 +402,9 @@ impl CallState {
 #[derive(Debug)]
 struct Pending2xx {
     response: Vec<u8>,
+    /// Where the INVITE's responses go (RFC 3261 §18.2.2).
+    destination: SocketAddr,
+    transport: Transport,
     cseq: u32,
     interval: Duration,
     next_at: Instant,
@@ -410,7 +413,6 @@ struct Pending2xx {
 
 #[derive(Debug)]
 struct SessionTimer {
-    interval: Duration,
     we_refresh: bool,
     /// When we refresh (we_refresh) or give up (peer refreshes).
     fire_at: Instant,
@@ -874,7 +876,7 @@ impl Endpoint {
         );
 
         if method == Method::Cancel {
-            self.on_cancel(&key, &msg, now);
+            self.on_cancel(&key, now);
             return;
         }
         // RFC 3261 §8.2.2.1: a Request-URI scheme we do not understand gets 416.
@@ -1134,7 +1136,7 @@ impl Endpoint {
         }
     }
 
-    fn on_cancel(&mut self, key: &ServerKey, msg: &Message, now: Instant) {
+    fn on_cancel(&mut self, key: &ServerKey, now: Instant) {
         // RFC 3261 §9.2: the CANCEL matches the INVITE's server transaction by everything but
         // the method.
         let invite_key = match key.clone() {
@@ -1182,7 +1184,6 @@ impl Endpoint {
                 }
             }
         }
-        let _ = msg;
     }
 
     fn on_dialog_ack(&mut self, msg: &Message) {
@@ -1428,7 +1429,8 @@ impl Endpoint {
         let Some(resp) = tx.last_response.clone() else {
             return;
         };
-        let reliable = tx.transport.reliable();
+        let (destination, transport) = (tx.destination, tx.transport);
+        let reliable = transport.reliable();
         let t = self.config.timers;
         let Some(c) = self.calls.get_mut(&call) else {
             return;
@@ -1438,6 +1440,8 @@ impl Endpoint {
         // for 64·T1; over TCP only the give-up timer runs.
         c.pending_2xx = Some(Pending2xx {
             response: resp,
+            destination,
+            transport,
             cseq,
             interval: t.t1,
             next_at: if reliable { now + t.t64() } else { now + t.t1 },
@@ -1447,8 +1451,7 @@ impl Endpoint {
 
     fn end_call(&mut self, call: CallHandle, reason: EndReason) {
         if let Some(c) = self.calls.remove(&call) {
-            self.dialogs.retain(|_, h| *h != call);
-            let _ = c;
+            self.dialogs.remove(&(c.call_id, c.local_tag));
             self.events.push_back(Event::Ended { call, reason });
         }
     }
@@ -1633,11 +1636,8 @@ impl Endpoint {
         code: u16,
         now: Instant,
     ) {
+        // A call already ended (timer B) has no transaction left to deliver to us.
         let Some(c) = self.calls.get_mut(&call) else {
-            // The call is gone (cancelled/hung up) but a 2xx came: ACK and BYE it.
-            if let Some(m) = msg.filter(|_| (200..300).contains(&code)) {
-                let _ = m;
-            }
             return;
         };
         match code {
@@ -1678,10 +1678,6 @@ impl Endpoint {
                         Some((session_interval(secs), refresher.as_deref() != Some("uas")));
                 }
                 let cancelled = c.cancel_wanted;
-                let remote_tag = c.remote_tag.clone().unwrap_or_default();
-                let key = (c.call_id.clone(), c.local_tag.clone());
-                let _ = remote_tag;
-                self.dialogs.insert(key, call);
                 self.send_ack(call, m);
                 self.restart_session_timer(call, now);
                 if cancelled {
@@ -1797,12 +1793,7 @@ impl Endpoint {
                 } else if p.next_at <= now {
                     p.interval = (p.interval.saturating_mul(2)).min(timers.t2);
                     p.next_at = (now + p.interval).min(p.give_up_at);
-                    let (r, d, t) = (p.response.clone(), c.peer, c.transport);
-                    let d = if c.is_uas {
-                        d
-                    } else {
-                        self.in_dialog_destination_of(call).unwrap_or(d)
-                    };
+                    let (r, d, t) = (p.response.clone(), p.destination, p.transport);
                     self.send(d, t, r);
                 }
             }
@@ -1841,11 +1832,9 @@ impl Endpoint {
             interval - (interval / 3).min(Duration::from_secs(32))
         };
         c.session_timer = Some(SessionTimer {
-            interval,
             we_refresh,
             fire_at: now + fire,
         });
-        let _ = c.session_timer.as_ref().map(|s| s.interval);
     }
 
     // ------------------------------------------------------------ commands
@@ -2430,10 +2419,6 @@ impl Endpoint {
             .and_then(uri_socket_addr)
             .or_else(|| uri_socket_addr(&c.remote_target))
             .unwrap_or(c.peer)
-    }
-
-    fn in_dialog_destination_of(&self, call: CallHandle) -> Option<SocketAddr> {
-        self.calls.get(&call).map(|c| self.in_dialog_destination(c))
     }
 
     /// Builds a request inside the dialog (RFC 3261 §12.2.1.1, loose routing).

@@ -39,19 +39,41 @@ fn status_lines(r: &[String]) -> Vec<&str> {
 fn unknown_dialog_gets_481() {
     let mut ep = uas();
     for m in ["BYE", "INVITE", "UPDATE", "INFO", "OPTIONS"] {
-        let r = responses(&mut ep, &request(m, ";tag=nope", &format!(";branch=z9hG4bK{m}"), ""));
-        assert_eq!(status_lines(&r), ["SIP/2.0 481 Call/Transaction Does Not Exist"], "{m}");
+        let r = responses(
+            &mut ep,
+            &request(m, ";tag=nope", &format!(";branch=z9hG4bK{m}"), ""),
+        );
+        assert_eq!(
+            status_lines(&r),
+            ["SIP/2.0 481 Call/Transaction Does Not Exist"],
+            "{m}"
+        );
     }
     let r = responses(&mut ep, &request("CANCEL", "", ";branch=z9hG4bKnone", ""));
-    assert_eq!(status_lines(&r), ["SIP/2.0 481 Call/Transaction Does Not Exist"]);
+    assert_eq!(
+        status_lines(&r),
+        ["SIP/2.0 481 Call/Transaction Does Not Exist"]
+    );
     // ACKs are never answered.
-    assert!(responses(&mut ep, &request("ACK", ";tag=nope", ";branch=z9hG4bKack", "")).is_empty());
+    assert!(responses(
+        &mut ep,
+        &request("ACK", ";tag=nope", ";branch=z9hG4bKack", "")
+    )
+    .is_empty());
 }
 
 #[test]
 fn methods_not_served_get_405_with_allow_and_unknown_ones_501() {
     let mut ep = uas();
-    for m in ["REGISTER", "SUBSCRIBE", "NOTIFY", "MESSAGE", "REFER", "PUBLISH", "PRACK"] {
+    for m in [
+        "REGISTER",
+        "SUBSCRIBE",
+        "NOTIFY",
+        "MESSAGE",
+        "REFER",
+        "PUBLISH",
+        "PRACK",
+    ] {
         let r = responses(&mut ep, &request(m, "", &format!(";branch=z9hG4bK{m}"), ""));
         assert_eq!(status_lines(&r), ["SIP/2.0 405 Method Not Allowed"], "{m}");
         assert!(r[0].contains("\r\nAllow: INVITE, ACK, BYE, CANCEL, OPTIONS, UPDATE, INFO\r\n"));
@@ -63,18 +85,35 @@ fn methods_not_served_get_405_with_allow_and_unknown_ones_501() {
 #[test]
 fn require_with_unknown_option_gets_420_listing_it() {
     let mut ep = uas();
-    let r = responses(&mut ep, &request("OPTIONS", "", ";branch=z9hG4bKr", "Require: timer, foo, 100rel\r\n"));
+    let r = responses(
+        &mut ep,
+        &request(
+            "OPTIONS",
+            "",
+            ";branch=z9hG4bKr",
+            "Require: timer, foo, 100rel\r\n",
+        ),
+    );
     assert_eq!(status_lines(&r), ["SIP/2.0 420 Bad Extension"]);
-    assert!(r[0].contains("\r\nUnsupported: foo, 100rel\r\n"), "{}", r[0]);
+    assert!(
+        r[0].contains("\r\nUnsupported: foo, 100rel\r\n"),
+        "{}",
+        r[0]
+    );
 }
 
 #[test]
 fn malformed_request_gets_400_with_a_warning_and_garbage_is_dropped() {
     let mut ep = uas();
-    let bad = request("OPTIONS", "", ";branch=z9hG4bKm", "").replace("CSeq: 1 OPTIONS", "CSeq: one OPTIONS");
+    let bad = request("OPTIONS", "", ";branch=z9hG4bKm", "")
+        .replace("CSeq: 1 OPTIONS", "CSeq: one OPTIONS");
     let r = responses(&mut ep, &bad);
     assert_eq!(status_lines(&r), ["SIP/2.0 400 Bad Request"]);
-    assert!(r[0].contains("Warning: 399 10.0.0.2:5060 \"CSeq number"), "{}", r[0]);
+    assert!(
+        r[0].contains("Warning: 399 10.0.0.2:5060 \"CSeq number"),
+        "{}",
+        r[0]
+    );
     assert!(responses(&mut ep, "\r\n\r\n").is_empty());
     assert!(responses(&mut ep, "hello").is_empty());
     assert_eq!(ep.invalid_messages(), 3);
@@ -87,7 +126,10 @@ fn rfc2543_invite_without_cookie_is_matched_by_its_fields() {
     let r = responses(&mut ep, &inv);
     assert_eq!(status_lines(&r), ["SIP/2.0 100 Trying"]);
     // A retransmission is absorbed (the 100 again), not a second call.
-    assert_eq!(status_lines(&responses(&mut ep, &inv)), ["SIP/2.0 100 Trying"]);
+    assert_eq!(
+        status_lines(&responses(&mut ep, &inv)),
+        ["SIP/2.0 100 Trying"]
+    );
     let call = match ep.poll_event() {
         Some(Event::IncomingCall(c)) => c.call,
         e => panic!("{e:?}"),
@@ -96,9 +138,15 @@ fn rfc2543_invite_without_cookie_is_matched_by_its_fields() {
     ep.reject(call, 486, &[], Instant::now()).unwrap();
     let busy = ep.poll_transmit().unwrap();
     let text = String::from_utf8_lossy(&busy.payload).into_owned();
-    let tag = text.split("To: <sip:bot@10.0.0.2>;tag=").nth(1).unwrap().split("\r\n").next().unwrap();
+    let tag = text
+        .split("To: <sip:bot@10.0.0.2>;tag=")
+        .nth(1)
+        .unwrap()
+        .split("\r\n")
+        .next()
+        .unwrap();
     // The ACK (same Via, our To tag) matches the transaction: no retransmission of the 486 after.
-    let ack = request("ACK", &format!(";tag={tag}"), ";branch=old-style", "").replace("CSeq: 1 ACK", "CSeq: 1 ACK");
+    let ack = request("ACK", &format!(";tag={tag}"), ";branch=old-style", "");
     assert!(responses(&mut ep, &ack).is_empty());
     ep.handle_timeout(Instant::now() + Duration::from_secs(1));
     assert!(ep.poll_transmit().is_none(), "confirmed: timer G stopped");
@@ -107,10 +155,16 @@ fn rfc2543_invite_without_cookie_is_matched_by_its_fields() {
 #[test]
 fn transaction_cap_answers_503_statelessly() {
     let mut cfg = Config::new(addr(UAS_ADDR));
-    cfg.limits = Limits { max_transactions: 2, ..Limits::default() };
+    cfg.limits = Limits {
+        max_transactions: 2,
+        ..Limits::default()
+    };
     let mut ep = Endpoint::new(cfg);
     for i in 0..2 {
-        let r = responses(&mut ep, &request("OPTIONS", "", &format!(";branch=z9hG4bKc{i}"), ""));
+        let r = responses(
+            &mut ep,
+            &request("OPTIONS", "", &format!(";branch=z9hG4bKc{i}"), ""),
+        );
         assert_eq!(status_lines(&r), ["SIP/2.0 200 OK"]);
     }
     let r = responses(&mut ep, &request("OPTIONS", "", ";branch=z9hG4bKc3", ""));
@@ -122,12 +176,20 @@ fn transaction_cap_answers_503_statelessly() {
 #[test]
 fn responses_go_to_the_via_port_or_the_source_with_rport() {
     let mut ep = uas();
-    let msg = request("OPTIONS", "", ";branch=z9hG4bKp", "").replace("10.0.0.1:5060;", "10.0.0.1:5099;");
+    let msg =
+        request("OPTIONS", "", ";branch=z9hG4bKp", "").replace("10.0.0.1:5060;", "10.0.0.1:5099;");
     ep.handle_datagram(msg.as_bytes(), addr("10.0.0.1:40000"), Instant::now());
-    assert_eq!(ep.poll_transmit().unwrap().destination, addr("10.0.0.1:5099"));
-    let msg = request("OPTIONS", "", ";branch=z9hG4bKq;rport", "").replace("10.0.0.1:5060;", "10.0.0.1:5099;");
+    assert_eq!(
+        ep.poll_transmit().unwrap().destination,
+        addr("10.0.0.1:5099")
+    );
+    let msg = request("OPTIONS", "", ";branch=z9hG4bKq;rport", "")
+        .replace("10.0.0.1:5060;", "10.0.0.1:5099;");
     ep.handle_datagram(msg.as_bytes(), addr("10.0.0.1:40000"), Instant::now());
-    assert_eq!(ep.poll_transmit().unwrap().destination, addr("10.0.0.1:40000"));
+    assert_eq!(
+        ep.poll_transmit().unwrap().destination,
+        addr("10.0.0.1:40000")
+    );
 }
 
 /// A valid INVITE to mutate.
