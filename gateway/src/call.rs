@@ -171,9 +171,9 @@ fn start_stream(
 pub async fn run(
     ctx: CallContext,
     media: CallMedia,
+    start_unix_ms: u64,
     mut control: mpsc::UnboundedReceiver<CallControl>,
 ) {
-    let start_unix_ms = unix_ms_now();
     let started = Instant::now();
     let CallMedia {
         call,
@@ -240,7 +240,7 @@ pub async fn run(
     let mut turns = 0u64;
     let mut barge_ins = 0u64;
     let mut dtmf = String::new();
-    let mut answer_unix_ms = Some(unix_ms_now());
+    let answer_unix_ms = Some(unix_ms_now());
     let mut speaking = false;
 
     let cause = loop {
@@ -408,9 +408,6 @@ pub async fn run(
             },
         }
     };
-    if cause == EndCause::Cancelled {
-        answer_unix_ms = None;
-    }
 
     agent.on_event(AgentEvent::Ended);
     let stream_stats = out.producer.as_ref().map(|p| p.stats());

@@ -80,6 +80,28 @@ pub fn unix_ms_now() -> u64 {
 }
 
 impl CallDetailRecord {
+    /// The record of a call that never got media (cancelled while ringing, failed to answer).
+    pub fn unanswered(info: &crate::agent::CallInfo, start_unix_ms: u64, cause: EndCause) -> Self {
+        CallDetailRecord {
+            call_id: info.call_id.clone(),
+            from: info.from.clone(),
+            to: info.to.clone(),
+            start_unix_ms,
+            answer_unix_ms: None,
+            end_unix_ms: unix_ms_now(),
+            cause,
+            packets_in: 0,
+            packets_out: 0,
+            late_ticks: 0,
+            underruns: 0,
+            discards: 0,
+            lost: 0,
+            turns: 0,
+            barge_ins: 0,
+            dtmf: String::new(),
+        }
+    }
+
     /// Write the record as one log line (target `cdr`, field `cdr` holding the JSON).
     pub fn log(&self) {
         match serde_json::to_string(self) {

@@ -155,6 +155,9 @@ pub struct Args {
     /// Silence after speech stops that ends a turn even if Smart Turn says incomplete (e.g. `2s`).
     #[arg(long, env = "ONTIME_TURN_STOP_TIMEOUT")]
     pub turn_stop_timeout: Option<String>,
+    /// Ring time before answering (180 first; e.g. `2s`); 0 answers at once.
+    #[arg(long, env = "ONTIME_ANSWER_DELAY")]
+    pub answer_delay: Option<String>,
     /// Log format.
     #[arg(long, env = "ONTIME_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -186,6 +189,7 @@ struct FileConfig {
     rtp_timeout: Option<String>,
     max_call_duration: Option<String>,
     turn_stop_timeout: Option<String>,
+    answer_delay: Option<String>,
     log_format: Option<LogFormat>,
     ort_dylib_path: Option<PathBuf>,
     models_dir: Option<PathBuf>,
@@ -221,6 +225,8 @@ pub struct Config {
     pub max_call_duration: Duration,
     /// End-of-turn fallback after speech stops.
     pub turn_stop_timeout: Duration,
+    /// Ring time before answering.
+    pub answer_delay: Duration,
     /// Log format.
     pub log_format: LogFormat,
     /// ONNX Runtime library path (None: ort's default lookup).
@@ -252,7 +258,8 @@ impl Default for Config {
             drain_timeout: Duration::from_secs(30),
             rtp_timeout: Duration::from_secs(30),
             max_call_duration: Duration::from_secs(3600),
-            turn_stop_timeout: Duration::from_secs(2),
+            turn_stop_timeout: Duration::from_secs(3),
+            answer_delay: Duration::ZERO,
             log_format: LogFormat::Text,
             ort_dylib_path: None,
             models_dir: None,
@@ -368,6 +375,9 @@ impl Config {
         }
         if let Some(v) = pick!(turn_stop_timeout) {
             c.turn_stop_timeout = parse_duration("turn_stop_timeout", &v)?;
+        }
+        if let Some(v) = pick!(answer_delay) {
+            c.answer_delay = parse_duration("answer_delay", &v)?;
         }
         if let Some(v) = args.log_format.or(file.log_format) {
             c.log_format = v;

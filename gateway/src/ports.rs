@@ -32,7 +32,7 @@ impl PortPool {
 
     /// Give a port back; it goes to the end of the queue.
     pub fn release(&mut self, port: u16) {
-        if port % 2 == 0 && !self.free.contains(&port) && self.free.len() < self.capacity {
+        if port.is_multiple_of(2) && !self.free.contains(&port) && self.free.len() < self.capacity {
             self.free.push_back(port);
         }
     }

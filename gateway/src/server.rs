@@ -26,6 +26,10 @@ use crate::config::Config;
 use crate::metrics as m;
 use crate::ports::PortPool;
 
+/// How long the SIP loop stays after the last call of a drain (RFC 3261 T4), absorbing
+/// retransmissions.
+const LINGER: Duration = Duration::from_secs(5);
+
 /// Seconds a refused caller is asked to wait (`Retry-After`).
 pub const RETRY_AFTER_SECS: u32 = 5;
 
@@ -93,6 +97,17 @@ pub enum SipCommand {
     Hangup(ontime_sip::CallHandle),
     /// Stop accepting; OPTIONS and INVITEs get 503 from now on.
     StopAccepting,
+    /// The ring time of a call is over: answer it.
+    Answer(ontime_sip::CallHandle),
+}
+
+/// A call admitted and ringing, answered after `answer_delay`.
+struct PendingCall {
+    answer: SessionDescription,
+    media: CallMedia,
+    local: LocalMedia,
+    span: tracing::Span,
+    start_unix_ms: u64,
 }
 
 struct CallEntry {
@@ -112,6 +127,7 @@ pub struct SipLoop {
     pub(crate) commands: mpsc::UnboundedReceiver<SipCommand>,
     pub(crate) command_tx: mpsc::UnboundedSender<SipCommand>,
     calls: HashMap<ontime_sip::CallHandle, CallEntry>,
+    pending: HashMap<ontime_sip::CallHandle, PendingCall>,
     tasks: tokio::task::JoinSet<()>,
 }
 
@@ -168,6 +184,7 @@ impl SipLoop {
             commands,
             command_tx,
             calls: HashMap::new(),
+            pending: HashMap::new(),
             tasks: tokio::task::JoinSet::new(),
         })
     }
@@ -181,6 +198,8 @@ impl SipLoop {
     pub async fn run(mut self, mut drain: tokio::sync::watch::Receiver<Option<Instant>>) {
         let mut buf = vec![0u8; 65_536];
         let mut drain_deadline: Option<Instant> = None;
+        let mut hung_up = false;
+        let mut idle_since: Option<Instant> = None;
         loop {
             let timeout = self.endpoint.poll_timeout();
             let sleep = async {
@@ -218,14 +237,23 @@ impl SipLoop {
             }
             self.flush().await;
             if let Some(deadline) = drain_deadline {
-                if Instant::now() >= deadline {
+                let now = Instant::now();
+                if now >= deadline && !hung_up {
                     // Grace period over: hang up whoever is left, once.
+                    hung_up = true;
                     for entry in self.calls.values() {
                         let _ = entry.control.send(CallControl::Hangup(EndCause::Drained));
                     }
                 }
-                if self.calls.is_empty() && self.endpoint.active_transactions() == 0 {
-                    break;
+                if self.calls.is_empty() && self.pending.is_empty() {
+                    // Linger up to T4 so retransmitted BYEs/ACKs are still answered, then go
+                    // (an INVITE server transaction may sit in RFC 6026's Accepted state longer).
+                    let since = *idle_since.get_or_insert(now);
+                    if self.endpoint.active_transactions() == 0
+                        || now.duration_since(since) >= LINGER
+                    {
+                        break;
+                    }
                 }
             }
         }
@@ -238,6 +266,11 @@ impl SipLoop {
             SipCommand::Hangup(call) => {
                 if let Err(e) = self.endpoint.hangup(call, Instant::now()) {
                     warn!(error = %e, "BYE could not be sent");
+                }
+            }
+            SipCommand::Answer(call) => {
+                if let Some(p) = self.pending.remove(&call) {
+                    self.answer(call, p);
                 }
             }
             SipCommand::StopAccepting => {
@@ -298,7 +331,9 @@ impl SipLoop {
                 }
             }
             Event::Ended { call, reason } => {
-                if let Some(e) = self.calls.remove(&call) {
+                if let Some(p) = self.pending.remove(&call) {
+                    self.end_unanswered(p, reason);
+                } else if let Some(e) = self.calls.remove(&call) {
                     let cause = match reason {
                         EndReason::RemoteHangup => EndCause::CallerBye,
                         EndReason::LocalHangup { .. } => EndCause::GatewayBye,
@@ -375,21 +410,13 @@ impl SipLoop {
                 return self.reject(call, RejectReason::NoCommonCodec);
             }
         };
-        if let Err(e) = self.endpoint.answer(call, &answer, Instant::now()) {
-            warn!(error = %e, "answer failed");
-            if let Ok(mut p) = self.shared.ports.lock() {
-                p.release(port);
-            }
-            return;
-        }
         self.shared.active_calls.fetch_add(1, Ordering::Relaxed);
-        let (control_tx, control_rx) = mpsc::unbounded_channel();
         let info = CallInfo {
             call_id: incoming.call_id.clone(),
             from: incoming.from.uri.clone(),
             to: incoming.to.uri.clone(),
         };
-        info!(from = %info.from, to = %info.to, source = %incoming.source, codec = ?negotiated.codec, rtp_port = port, "call answered");
+        info!(from = %info.from, to = %info.to, source = %incoming.source, codec = ?negotiated.codec, rtp_port = port, "call admitted");
         let media = CallMedia {
             call,
             info,
@@ -399,6 +426,40 @@ impl SipLoop {
             negotiated,
             sdp_remote_ip: negotiated.remote_rtp.map(|a| a.ip()),
         };
+        let pending = PendingCall {
+            answer,
+            media,
+            local,
+            span: span.clone(),
+            start_unix_ms: crate::cdr::unix_ms_now(),
+        };
+        let delay = self.config.answer_delay;
+        if delay.is_zero() {
+            self.answer(call, pending);
+        } else {
+            // Ring first (180), answer when the ring time is over; a CANCEL meanwhile gets 487.
+            if let Err(e) = self.endpoint.ring(call, Instant::now()) {
+                warn!(error = %e, "180 failed");
+            }
+            self.pending.insert(call, pending);
+            let tx = self.command_tx.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = tx.send(SipCommand::Answer(call));
+            });
+        }
+    }
+
+    fn answer(&mut self, call: ontime_sip::CallHandle, p: PendingCall) {
+        let span = p.span.clone();
+        let _enter = span.enter();
+        if let Err(e) = self.endpoint.answer(call, &p.answer, Instant::now()) {
+            warn!(error = %e, "answer failed");
+            self.end_unanswered(p, EndReason::Rejected { status: 500 });
+            return;
+        }
+        info!("call answered");
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
         let ctx = call::CallContext {
             config: self.config.clone(),
             shared: self.shared.clone(),
@@ -411,11 +472,29 @@ impl SipLoop {
             call,
             CallEntry {
                 control: control_tx,
-                local,
+                local: p.local,
             },
         );
-        self.tasks
-            .spawn(call::run(ctx, media, control_rx).instrument_span(span.clone()));
+        self.tasks.spawn(
+            call::run(ctx, p.media, p.start_unix_ms, control_rx).instrument_span(p.span.clone()),
+        );
+    }
+
+    /// A call that ended before it was answered (CANCEL while ringing): free it and record it.
+    fn end_unanswered(&mut self, p: PendingCall, reason: EndReason) {
+        let span = p.span.clone();
+        let _enter = span.enter();
+        let cause = if reason == EndReason::Cancelled {
+            EndCause::Cancelled
+        } else {
+            EndCause::SignallingFailure
+        };
+        if let Ok(mut ports) = self.shared.ports.lock() {
+            ports.release(p.media.port);
+        }
+        self.shared.active_calls.fetch_sub(1, Ordering::Relaxed);
+        counter!(m::CALLS_TOTAL, "result" => cause.result_label()).increment(1);
+        crate::cdr::CallDetailRecord::unanswered(&p.media.info, p.start_unix_ms, cause).log();
     }
 
     fn reoffer(&mut self, call: ontime_sip::CallHandle, method: Method, offer: SessionDescription) {

@@ -231,7 +231,7 @@ pub fn scenario(name: &str, replacements: &[(&str, &str)]) -> PathBuf {
 
 /// Run sipp with a scenario against the gateway: `calls` calls, bounded by `timeout`.
 pub fn sipp(
-    gw: &Gateway,
+    gw: &impl SipTarget,
     scenario: &Path,
     calls: u32,
     media_port: u16,
@@ -241,7 +241,7 @@ pub fn sipp(
     let out = Command::new("timeout")
         .arg(format!("{}", timeout.as_secs() + 5))
         .arg("sipp")
-        .arg(gw.sip.to_string())
+        .arg(gw.sip_addr().to_string())
         .args(["-sf", scenario.to_str().unwrap()])
         .args([
             "-m",
@@ -332,5 +332,33 @@ impl Capture {
         self.proc.signal("INT");
         let _ = self.proc.wait_timeout(Duration::from_secs(10));
         self.file.clone()
+    }
+}
+
+impl Gateway {
+    /// A view of a gateway owned elsewhere (for sipp runs from another thread): only the SIP
+    /// address is meaningful, and dropping it kills nothing.
+    pub fn borrowed(sip: SocketAddr) -> BorrowedGateway {
+        BorrowedGateway { sip }
+    }
+}
+
+/// See [`Gateway::borrowed`].
+pub struct BorrowedGateway {
+    pub sip: SocketAddr,
+}
+
+/// Something sipp can dial.
+pub trait SipTarget {
+    fn sip_addr(&self) -> SocketAddr;
+}
+impl SipTarget for Gateway {
+    fn sip_addr(&self) -> SocketAddr {
+        self.sip
+    }
+}
+impl SipTarget for BorrowedGateway {
+    fn sip_addr(&self) -> SocketAddr {
+        self.sip
     }
 }
