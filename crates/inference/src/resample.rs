@@ -1,10 +1,12 @@
 //! 8 kHz → 16 kHz for Smart Turn, in Rust.
 //!
 //! A 2× half-band interpolator: even output samples are the input samples unchanged; odd ones are
-//! the band-limited midpoints, `Σ x[k−j] · h(j + ½)` for j in −31..=32, with `h(t) = sinc(t) ·
-//! kaiser(β = 8)`. That is a symmetric 64-tap windowed-sinc per phase, linear-phase with no delay
-//! (the output lines up with the input), stop band from 4 kHz at about −80 dB. The edges read
-//! zeros beyond the input. Why by hand: the whole filter is these few lines, and it avoids a
+//! the band-limited midpoints `y[2k+1] = Σ_i h[i] · x[k + 32 − i]`, i = 0..64, with
+//! `h[i] = sinc(i − 31.5) · kaiser64,β=8[i]` normalised to unit DC gain (`kaiser` as numpy's
+//! `np.kaiser(64, 8)`). A symmetric 64-tap windowed sinc: linear phase with no delay (the output
+//! lines up with the input), −6 dB at 4 kHz, transition about 3.7–4.3 kHz, stop band about −80 dB.
+//! The edges read zeros beyond the input. `scripts/reference/smart_turn_ref.py --upsample-8k`
+//! implements the same filter in numpy. Why by hand: the whole filter is these few lines, and it avoids a
 //! resampling crate's buffering API for one fixed 2× ratio.
 
 use std::sync::OnceLock;
@@ -41,8 +43,8 @@ fn midpoint_taps() -> &'static [f32; 2 * HALF_TAPS] {
             // midpoint k + ½.
             let t = i as f64 - (HALF_TAPS as f64 - 0.5);
             let sinc = (std::f64::consts::PI * t).sin() / (std::f64::consts::PI * t);
-            // Kaiser window over the 2·HALF_TAPS taps, centred at the midpoint.
-            let pos = (i as f64 + 0.5) / n * 2.0 - 1.0;
+            // Kaiser window over the 2·HALF_TAPS taps (numpy's `np.kaiser(64, 8)`: endpoints at ±1).
+            let pos = 2.0 * i as f64 / (n - 1.0) - 1.0;
             let w =
                 bessel_i0(KAISER_BETA * (1.0 - pos * pos).max(0.0).sqrt()) / bessel_i0(KAISER_BETA);
             *r = sinc * w;

@@ -205,19 +205,69 @@ impl SileroVad {
 
     /// Runs one chunk of one stream (a batch of 1).
     pub fn run_one(&mut self, stream: &mut VadStream, chunk: &[f32]) -> Result<f32> {
-        let p = self.run_batch(&mut [stream], &[chunk])?;
-        Ok(p[0])
+        self.begin_batch(1);
+        self.set_row(0, stream, chunk)?;
+        self.run()?;
+        self.finish_row(0, stream)
     }
 
-    /// Probabilities of every whole 256-sample chunk of a recording (a trailing partial chunk is
-    /// dropped), from a fresh stream.
-    pub fn probabilities(&mut self, pcm: &[i16]) -> Result<Vec<f32>> {
-        let mut stream = VadStream::default();
-        let mut chunk = [0.0f32; VAD_CHUNK_SAMPLES];
-        let mut out = Vec::with_capacity(pcm.len() / VAD_CHUNK_SAMPLES);
-        for block in pcm.chunks_exact(VAD_CHUNK_SAMPLES) {
-            pcm_to_f32(block, &mut chunk);
-            out.push(self.run_one(&mut stream, &chunk)?);
+    /// Probabilities of every whole chunk of a mono recording at 8 kHz (256-sample chunks, the
+    /// pool's path) or 16 kHz (512-sample chunks with 64 samples of context, silero's 16 kHz
+    /// mode), from a fresh stream; a trailing partial chunk is left out.
+    pub fn probabilities(&mut self, pcm: &[i16], sample_rate_hz: u32) -> Result<Vec<f32>> {
+        if sample_rate_hz == ontime_rtp::SAMPLE_RATE_HZ {
+            let mut stream = VadStream::default();
+            let mut chunk = [0.0f32; VAD_CHUNK_SAMPLES];
+            let mut out = Vec::with_capacity(pcm.len() / VAD_CHUNK_SAMPLES);
+            for block in pcm.chunks_exact(VAD_CHUNK_SAMPLES) {
+                pcm_to_f32(block, &mut chunk);
+                out.push(self.run_one(&mut stream, &chunk)?);
+            }
+            return Ok(out);
+        }
+        if sample_rate_hz != 16_000 {
+            return Err(Error::UnsupportedAudio(format!(
+                "Silero VAD at {sample_rate_hz} Hz; 8000 or 16000 supported"
+            )));
+        }
+        const CHUNK: usize = 2 * VAD_CHUNK_SAMPLES;
+        const CONTEXT: usize = 2 * VAD_CONTEXT_SAMPLES;
+        let mut input = vec![0.0f32; CONTEXT + CHUNK];
+        let mut state = vec![0.0f32; VAD_STATE];
+        let sr = [16_000i64];
+        let mut out = Vec::with_capacity(pcm.len() / CHUNK);
+        for block in pcm.chunks_exact(CHUNK) {
+            input.copy_within(CHUNK.., 0);
+            pcm_to_f32(block, &mut input[CONTEXT..]);
+            let outputs = self
+                .session
+                .run(ort::inputs![
+                    TensorRef::from_array_view(([1, CONTEXT + CHUNK], &input[..]))
+                        .map_err(Error::ort("VAD input tensor"))?,
+                    TensorRef::from_array_view(([2, 1, HALF_STATE], &state[..]))
+                        .map_err(Error::ort("VAD state tensor"))?,
+                    TensorRef::from_array_view(((), &sr[..]))
+                        .map_err(Error::ort("VAD sr tensor"))?,
+                ])
+                .map_err(Error::ort("Silero VAD run"))?;
+            let (_, p) = outputs["output"]
+                .try_extract_tensor::<f32>()
+                .map_err(Error::ort("VAD output"))?;
+            let (_, s) = outputs["stateN"]
+                .try_extract_tensor::<f32>()
+                .map_err(Error::ort("VAD stateN"))?;
+            match (p, s.len()) {
+                ([p], VAD_STATE) => {
+                    out.push(*p);
+                    state.copy_from_slice(s);
+                }
+                _ => {
+                    return Err(Error::BadModelOutput {
+                        model: MODEL,
+                        what: format!("{} probabilities and {} state values", p.len(), s.len()),
+                    })
+                }
+            }
         }
         Ok(out)
     }
