@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::inbound::{InboundMedia, InboundOutcome};
 use crate::metrics as m;
 use crate::recording::CallRecording;
-use crate::rtcp::RtcpSession;
+use crate::rtcp::{OutgoingStream, RtcpSession};
 use crate::server::{may_send, Shared, SipCommand};
 
 /// Control messages from the SIP loop to a call.
@@ -146,7 +146,7 @@ fn start_stream(
     socket: &StdUdpSocket,
     remote: SocketAddr,
     payload_type: u8,
-) -> Option<StreamProducer> {
+) -> Option<(StreamProducer, OutgoingStream)> {
     let socket = match socket.try_clone() {
         Ok(s) => Arc::new(s),
         Err(e) => {
@@ -154,12 +154,16 @@ fn start_stream(
             return None;
         }
     };
-    let config = StreamConfig::new(
-        Packetizer::new(payload_type),
-        StreamOutput::Udp { socket, remote },
-    );
+    // Random SSRC, sequence and timestamp (RFC 3550 §5.1); RTCP needs the SSRC and first timestamp.
+    let packetizer = Packetizer::new(payload_type);
+    let outgoing = OutgoingStream {
+        ssrc: packetizer.ssrc(),
+        first_timestamp: packetizer.next_timestamp(),
+        started: Instant::now(),
+    };
+    let config = StreamConfig::new(packetizer, StreamOutput::Udp { socket, remote });
     match sender.add_stream(config) {
-        Ok(p) => Some(p),
+        Ok(p) => Some((p, outgoing)),
         Err(e) => {
             warn!(error = %e, "sender refused the stream");
             None
@@ -181,7 +185,7 @@ pub async fn run(
         rtp,
         rtcp,
         port,
-        negotiated,
+        mut negotiated,
         sdp_remote_ip,
     } = media;
 
@@ -220,7 +224,12 @@ pub async fn run(
     });
 
     let mut inbound = InboundMedia::new(negotiated, sdp_remote_ip);
-    let mut rtcp_session = RtcpSession::new(rtcp_address(negotiated.remote_rtp));
+    let mut rtcp_session = RtcpSession::new(
+        rtcp_address(negotiated.remote_rtp),
+        rand::random(),
+        format!("ontime@{}", ctx.config.public_ip),
+        Instant::now(),
+    );
     let mut out = Outbound {
         producer: None,
         queue: VecDeque::new(),
@@ -229,7 +238,10 @@ pub async fn run(
         next_mark: 1,
     };
     if let (Some(remote), true) = (negotiated.remote_rtp, may_send(negotiated.local_direction)) {
-        out.producer = start_stream(&ctx.sender, &rtp, remote, negotiated.payload_type);
+        if let Some((p, o)) = start_stream(&ctx.sender, &rtp, remote, negotiated.payload_type) {
+            out.producer = Some(p);
+            rtcp_session.set_outgoing(Some(o));
+        }
     }
 
     let mut rtp_buf = vec![0u8; 2048];
@@ -306,7 +318,7 @@ pub async fn run(
                         }
                     }
                 }
-                if let Some(pkt) = rtcp_session.poll_report(now, &inbound, out.producer.as_ref().map(|p| p.stats())) {
+                if let Some(pkt) = rtcp_session.poll_report(now, &mut inbound, out.producer.as_ref().map(|p| p.stats().packets_sent)) {
                     let _ = rtcp.send_to(&pkt.bytes, pkt.destination);
                 }
                 if now.duration_since(last_rtp) >= ctx.config.rtp_timeout {
@@ -376,20 +388,30 @@ pub async fn run(
             c = control.recv() => match c {
                 Some(CallControl::Established) => {}
                 Some(CallControl::Media(n)) => {
-
+                    let codec_changed = n.payload_type != negotiated.payload_type;
+                    negotiated = n;
                     inbound.update(n);
                     out.law = law_of(n.payload_type);
                     let send = n.remote_rtp.filter(|_| may_send(n.local_direction));
-                    match (send, out.producer.as_ref()) {
-                        (Some(remote), Some(p)) => { let _ = ctx.sender.set_remote(p.id(), remote); }
-                        (Some(remote), None) => {
-                            // Resume after hold: a new stream (new SSRC, RFC 3550 §8).
-                            out.producer = start_stream(&ctx.sender, &rtp, remote, n.payload_type);
-                        }
-                        (None, _) => {
-                            // Hold: we must not send (RFC 3264 §8.4); dropping the producer removes the stream.
-                            out.queue.clear();
-                            out.producer = None;
+                    if send.is_none() || codec_changed {
+                        // Hold (we must not send, RFC 3264 §8.4) or a new codec: dropping the
+                        // producer removes the stream at the next tick.
+                        out.queue.clear();
+                        out.producer = None;
+                        rtcp_session.set_outgoing(None);
+                    }
+                    if let Some(remote) = send {
+                        match out.producer.as_ref() {
+                            Some(p) => {
+                                let _ = ctx.sender.set_remote(p.id(), remote);
+                            }
+                            None => {
+                                // Resume or codec change: a new stream (new SSRC, RFC 3550 §8).
+                                if let Some((p, o)) = start_stream(&ctx.sender, &rtp, remote, n.payload_type) {
+                                    out.producer = Some(p);
+                                    rtcp_session.set_outgoing(Some(o));
+                                }
+                            }
                         }
                     }
                     info!(direction = ?n.local_direction, remote = ?n.remote_rtp, "media updated");
