@@ -219,45 +219,38 @@ pub fn replay_adaptive(
     loop {
         let deadline = jb.next_deadline();
         let arrival = order.get(next).map(|&k| arrivals[k]);
-        match (arrival, deadline) {
-            (Some((seq, at)), d) if d.is_none_or(|d| at <= d) => {
-                let pkt = RtpPacketInfo {
-                    sequence_number: seq as u16,
-                    timestamp: (seq as u32).wrapping_mul(TIMESTAMP_STEP),
-                    marker: next == 0,
-                    ssrc: 1,
-                    payload_type: PT_PCMU,
-                    payload: &payload,
-                };
-                if let PushOutcome::Buffered { index } = jb.push(&pkt, at)? {
-                    seq_of_index.insert(index, seq);
-                }
-                next += 1;
+        // An arrival at the very deadline is in time (the fixed model's rule), so it goes first.
+        if let Some((seq, at)) = arrival.filter(|&(_, at)| deadline.is_none_or(|d| at <= d)) {
+            let pkt = RtpPacketInfo {
+                sequence_number: seq as u16,
+                timestamp: (seq as u32).wrapping_mul(TIMESTAMP_STEP),
+                marker: next == 0,
+                ssrc: 1,
+                payload_type: PT_PCMU,
+                payload: &payload,
+            };
+            if let PushOutcome::Buffered { index } = jb.push(&pkt, at)? {
+                seq_of_index.insert(index, seq);
             }
-            (_, Some(d)) => {
-                if arrival.is_none() && jb.buffered() == 0 {
-                    break;
-                }
-                loop {
-                    match jb.pop(d) {
-                        Playout::Nothing => break,
-                        Playout::Frame(f) => {
-                            if let Some(&seq) = seq_of_index.get(&f.index) {
-                                played.insert(seq);
-                                let nominal =
-                                    a0_ns + FRAME.as_nanos() * u128::from(seq - first_seq);
-                                delays.push(duration_from_nanos(
-                                    d.as_nanos().saturating_sub(nominal),
-                                ));
-                            }
-                        }
-                        _ => {}
+            next += 1;
+            continue;
+        }
+        let Some(d) = deadline else { break };
+        if arrival.is_none() && jb.buffered() == 0 {
+            break;
+        }
+        loop {
+            match jb.pop(d) {
+                Playout::Nothing => break,
+                Playout::Frame(f) => {
+                    if let Some(&seq) = seq_of_index.get(&f.index) {
+                        played.insert(seq);
+                        let nominal = a0_ns + FRAME.as_nanos() * u128::from(seq - first_seq);
+                        delays.push(duration_from_nanos(d.as_nanos().saturating_sub(nominal)));
                     }
                 }
+                Playout::Conceal(_) | Playout::Silence => {}
             }
-            (None, None) => break,
-            // ok: the first guard accepts any arrival when there is no deadline.
-            (Some(_), None) => unreachable!("an arrival with no deadline is always pushed"),
         }
     }
     let outcomes = unique

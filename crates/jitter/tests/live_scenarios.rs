@@ -422,3 +422,72 @@ fn invalid_config_is_rejected() {
     };
     assert!(JitterBuffer::new(cfg).is_err());
 }
+
+#[test]
+fn sender_clock_jump_resyncs_the_delay_history() {
+    let cfg = JitterConfig::default();
+    let mut s = Sim::new(cfg);
+    for seq in 0..50u16 {
+        s.push(seq, u64::from(seq) * 20);
+    }
+    // The sender's timestamp clock jumps back by 100 s while arrivals continue every 20 ms.
+    let back = 100 * 8000u32;
+    for seq in 50..100u16 {
+        let ts = (u32::from(seq) * TIMESTAMP_STEP).wrapping_sub(back);
+        s.push_full(seq, ts, false, u64::from(seq) * 20);
+        assert!(s.jb.depth() <= cfg.max_depth, "depth {:?}", s.jb.depth());
+    }
+    s.run_until(2000);
+    assert_eq!(s.frames(), (0..100).collect::<Vec<_>>());
+    let c = s.jb.counters();
+    assert_eq!((c.late, c.lost), (0, 0), "{c:?}");
+    // After re-anchoring, the target reflects the steady stream again, not a 100 s "jitter".
+    assert_eq!(s.jb.target_depth(), cfg.min_depth.max(ms(20)));
+    s.assert_accounted();
+}
+
+#[test]
+fn consumer_popping_late_gets_late_packets_concealed_and_skips_backlog() {
+    let mut s = Sim::new(JitterConfig::default());
+    s.push(0, 0);
+    s.run_until(40);
+    // Packet 1 (due 60 ms) arrives at 70 ms, but the consumer only pops again at 100 ms:
+    // by then it is known to have missed its time.
+    let pkt = RtpPacketInfo {
+        sequence_number: 2,
+        timestamp: 2 * TIMESTAMP_STEP,
+        marker: false,
+        ssrc: s.ssrc,
+        payload_type: PT_PCMU,
+        payload: &PAYLOAD,
+    };
+    let one = RtpPacketInfo {
+        sequence_number: 1,
+        timestamp: TIMESTAMP_STEP,
+        ..pkt
+    };
+    s.jb.push(&one, ms(70)).unwrap();
+    s.jb.push(&pkt, ms(75)).unwrap();
+    assert_eq!(s.jb.pop(ms(100)), Playout::Conceal(ConcealReason::Late));
+    // Packet 1's 50 ms lateness raised the target (p97 + 20 ms = 70 ms): the buffer may insert
+    // a stretch frame before packet 2, which arrived in time and plays.
+    let mut rest = Vec::new();
+    loop {
+        match s.jb.pop(ms(100)) {
+            Playout::Nothing => break,
+            Playout::Frame(f) => rest.push(Out::F(f.sequence_number)),
+            Playout::Conceal(r) => rest.push(Out::C(r)),
+            Playout::Silence => rest.push(Out::S),
+        }
+    }
+    assert_eq!(rest, vec![Out::C(ConcealReason::Stretch), Out::F(2)]);
+    assert_eq!(s.jb.counters().late, 1);
+    // Nothing for 10 s: one pop does not return 500 frames of backlog.
+    let mut outputs = 0;
+    while s.jb.pop(ms(10_100)) != Playout::Nothing {
+        outputs += 1;
+        assert!(outputs < 100, "backlog was not skipped");
+    }
+    assert!(s.jb.counters().timeline_skips >= 1);
+    s.assert_accounted();
+}
