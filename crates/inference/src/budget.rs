@@ -13,7 +13,8 @@
 //! cost over two kernel periods). CPU spent past the allowance (a job costlier than estimated)
 //! is carried into the next window as debt, so the long-run rate stays within the allowance. A
 //! job larger than a whole window's allowance runs only at the start of a window with no debt
-//! (else it would never run), and its excess is carried as debt.
+//! (the first job of a window with no debt; else it would never run), and its excess is carried
+//! as debt.
 
 use std::time::Duration;
 
@@ -66,6 +67,7 @@ pub struct CpuBudget {
     debt: Duration,
     deferrals: u64,
     oversize_runs: u64,
+    started_in_window: u64,
 }
 
 impl CpuBudget {
@@ -91,6 +93,7 @@ impl CpuBudget {
             debt: Duration::ZERO,
             deferrals: 0,
             oversize_runs: 0,
+            started_in_window: 0,
         }
     }
 
@@ -137,6 +140,7 @@ impl CpuBudget {
         self.debt = used.saturating_sub(allowance.saturating_mul(elapsed_windows));
         self.window_start = Some(start + self.period * elapsed_windows);
         self.cpu_at_window_start = thread_cpu;
+        self.started_in_window = 0;
     }
 
     /// May a job costing about `estimated` start now? Counts a deferral when not.
@@ -152,10 +156,12 @@ impl CpuBudget {
         };
         let used = self.used(thread_cpu);
         if used + estimated <= allowance {
+            self.started_in_window += 1;
             return BudgetDecision::Run;
         }
-        if estimated > allowance && used.is_zero() {
+        if estimated > allowance && self.started_in_window == 0 && self.debt.is_zero() {
             self.oversize_runs += 1;
+            self.started_in_window += 1;
             return BudgetDecision::Run;
         }
         self.deferrals += 1;

@@ -1,0 +1,182 @@
+//! The pool end to end on the real models: events per call from pushed PCM, turn analysis on the
+//! buffered audio, queue-full rejection, the CPU budget's deferrals, unregistering.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use crossbeam_channel::Receiver;
+use ontime_inference::speech::{segments, VAD_CHUNK};
+use ontime_inference::{
+    runtime, CpuQuota, Error, InferenceEvent, InferencePool, PoolConfig, SileroVad, SmartTurn,
+    VadParams,
+};
+
+fn wait_for<F: Fn() -> bool>(what: &str, limit: Duration, done: F) {
+    let t = Instant::now();
+    while !done() {
+        assert!(t.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn collect_until_turn(rx: &Receiver<InferenceEvent>, limit: Duration) -> Vec<InferenceEvent> {
+    let t = Instant::now();
+    let mut out = Vec::new();
+    while t.elapsed() < limit {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(e) => {
+                let end = matches!(e, InferenceEvent::TurnEnded { .. });
+                out.push(e);
+                if end {
+                    return out;
+                }
+            }
+            Err(_) => continue,
+        }
+    }
+    panic!("no TurnEnded within {limit:?}; got {out:?}");
+}
+
+#[test]
+fn events_match_offline_analysis() {
+    let Some(paths) = model_paths() else { return };
+    let (_, pcm) = read_wav(&fixture("book_table_8k.wav"));
+
+    // Offline: the expected segment and the turn verdict on the audio the pool should buffer.
+    let env = runtime::load_runtime(&paths.ort_dylib).expect("runtime");
+    let mut vad = SileroVad::load(&env, &paths.silero_vad).expect("vad");
+    let probs = vad.probabilities(&pcm, 8000).expect("probabilities");
+    let segs = segments(&probs, &VadParams::default());
+    assert_eq!(segs.len(), 1, "fixture has one segment: {segs:?}");
+    let (start, end) = segs[0];
+    let stop_detected = end + VAD_CHUNK * 6;
+    let sample = |d: Duration| (d.as_micros() as u64 * 8 / 1000) as usize;
+    let turn_from = sample(start).saturating_sub(4000);
+    let turn_to = sample(stop_detected);
+    let mut turn = SmartTurn::load(&env, &paths.smart_turn).expect("turn");
+    let want_p = turn
+        .predict_pcm(&pcm[turn_from..turn_to], 8000)
+        .expect("predict");
+
+    let pool = InferencePool::start(PoolConfig::new(paths)).expect("pool");
+    // Three calls pushing the same audio in different frame sizes, interleaved.
+    let calls: Vec<_> = (0..3)
+        .map(|_| pool.register_call().expect("register"))
+        .collect();
+    let frame_sizes = [160usize, 333, 1000];
+    let mut pos = [0usize; 3];
+    while pos.iter().any(|&p| p < pcm.len()) {
+        for (i, (call, _)) in calls.iter().enumerate() {
+            let n = frame_sizes[i].min(pcm.len() - pos[i]);
+            if n > 0 {
+                call.push_pcm(&pcm[pos[i]..pos[i] + n]).expect("push");
+                pos[i] += n;
+            }
+        }
+    }
+    for (i, (_, rx)) in calls.iter().enumerate() {
+        let events = collect_until_turn(rx, Duration::from_secs(60));
+        let [InferenceEvent::SpeechStarted {
+            onset,
+            detected: d0,
+        }, InferenceEvent::SpeechStopped {
+            end: e,
+            detected: d1,
+        }, InferenceEvent::TurnEnded {
+            probability,
+            complete,
+            timed_out,
+            at,
+            audio,
+            ..
+        }] = events.as_slice()
+        else {
+            panic!("call {i}: unexpected events {events:?}");
+        };
+        assert_eq!(*onset, start, "call {i}");
+        assert_eq!(*d0, start + VAD_CHUNK * 6, "call {i}");
+        assert_eq!(*e, end, "call {i}");
+        assert_eq!(*d1, stop_detected, "call {i}");
+        assert_eq!(*at, stop_detected, "call {i}");
+        assert!(!timed_out);
+        let want_audio = Duration::from_micros((turn_to - turn_from) as u64 * 125);
+        assert_eq!(*audio, want_audio, "call {i}: turn audio length");
+        assert!(
+            (probability - want_p).abs() < 1e-5,
+            "call {i}: pool p {probability} vs offline {want_p}"
+        );
+        assert_eq!(*complete, want_p > 0.5);
+    }
+    let all_chunks = 3 * (pcm.len() / 256) as u64;
+    wait_for("the trailing chunks", Duration::from_secs(30), || {
+        pool.stats().vad_chunks == all_chunks
+    });
+    let stats = pool.stats();
+    assert_eq!(stats.turn_runs, 3);
+    assert!(
+        stats.vad_batches < stats.vad_chunks,
+        "calls were batched: {stats:?}"
+    );
+    assert_eq!(stats.calls, 3);
+    drop(calls);
+    wait_for("unregistering", Duration::from_secs(10), || {
+        pool.stats().calls == 0
+    });
+}
+
+#[test]
+fn full_queue_rejects_without_blocking() {
+    let Some(paths) = model_paths() else { return };
+    let mut config = PoolConfig::new(paths);
+    config.queue_capacity = 4;
+    let pool = InferencePool::start(config).expect("pool");
+    let (call, _rx) = pool.register_call().expect("register");
+    let frame = [100i16; 160];
+    let mut rejected = 0u64;
+    for _ in 0..2000 {
+        match call.push_pcm(&frame) {
+            Ok(()) => {}
+            Err(Error::QueueFull { capacity: 4 }) => rejected += 1,
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    assert!(
+        rejected > 0,
+        "2000 pushes into a 4-slot queue never filled it"
+    );
+    assert_eq!(pool.stats().queue_full, rejected);
+}
+
+#[test]
+fn budget_defers_work_under_a_tiny_quota() {
+    let Some(paths) = model_paths() else { return };
+    let (_, pcm) = read_wav(&fixture("book_table_trailing_8k.wav"));
+    let mut config = PoolConfig::new(paths);
+    // 4 ms of CPU per 100 ms, 2 ms reserved: 2 ms per window for inference.
+    config.quota = Some(CpuQuota {
+        quota: Duration::from_millis(4),
+        period: Duration::from_millis(100),
+    });
+    config.budget_reserve = Duration::from_millis(2);
+    let pool = InferencePool::start(config).expect("pool");
+    let calls: Vec<_> = (0..8)
+        .map(|_| pool.register_call().expect("register"))
+        .collect();
+    let seconds = 2;
+    for (call, _) in &calls {
+        call.push_pcm(&pcm[..8000 * seconds]).expect("push");
+    }
+    let chunks = 8 * (8000 * seconds / 256) as u64;
+    wait_for("all chunks", Duration::from_secs(120), || {
+        pool.stats().vad_chunks == chunks
+    });
+    let stats = pool.stats();
+    // 496 chunks at ≥ 0.05 ms each cannot fit in 2 ms windows without deferrals.
+    assert!(
+        stats.budget_deferrals > 0,
+        "no deferral with 2 ms per window: {stats:?}"
+    );
+    eprintln!("{stats:?}");
+}
