@@ -185,6 +185,9 @@ pub struct IncomingCall {
     pub source: SocketAddr,
     /// The SDP offer, if the INVITE had one.
     pub offer: Option<SessionDescription>,
+    /// Every header of the INVITE (canonical names, unfolded values), for what the application
+    /// reads itself (P-Asserted-Identity, X- headers, Authorization...).
+    pub headers: Vec<(String, String)>,
 }
 
 /// What the endpoint tells the application.
@@ -1114,6 +1117,7 @@ impl Endpoint {
             request_uri: msg.request_uri().unwrap_or_default().to_string(),
             source,
             offer,
+            headers: msg.headers.clone(),
         }));
     }
 

@@ -529,11 +529,24 @@ pub struct NegotiatedMedia {
     pub payload_type: u8,
     /// telephone-event payload type both sides use, if negotiated.
     pub telephone_event_pt: Option<u8>,
-    /// Packet time the peer asked to receive (`a=ptime`), if any; we send [`FRAME_MS`] unless the
-    /// peer's `a=maxptime` is below it.
+    /// Packet time the peer asked to receive (`a=ptime`), if any.
     pub remote_ptime_ms: Option<u32>,
+    /// The longest packet time the peer accepts (`a=maxptime`), if any.
+    pub remote_maxptime_ms: Option<u32>,
     /// Our direction after negotiation (sendonly/inactive when the peer holds us).
     pub local_direction: Direction,
+}
+
+impl NegotiatedMedia {
+    /// The packet time we send: [`FRAME_MS`] (20 ms) unless the peer's `a=maxptime` only allows
+    /// less (then that, in whole 10 ms G.711 steps, at least 10). A peer's `a=ptime` is a wish
+    /// for what it receives (RFC 4566 §6); we keep 20 ms, which every G.711 peer accepts.
+    pub fn send_ptime_ms(&self) -> u32 {
+        match self.remote_maxptime_ms {
+            Some(max) if max < FRAME_MS => (max / 10 * 10).max(10),
+            _ => FRAME_MS,
+        }
+    }
 }
 
 fn telephone_event_pt(m: &MediaDescription) -> Option<u8> {
@@ -688,6 +701,7 @@ pub fn answer_offer(
         payload_type,
         telephone_event_pt: te_pt,
         remote_ptime_ms: offered.ptime_ms,
+        remote_maxptime_ms: offered.maxptime_ms,
         local_direction,
     };
     Ok((session(local, media), negotiated))
@@ -722,6 +736,7 @@ pub fn read_answer(answer: &SessionDescription, local: &LocalMedia) -> Result<Ne
             None
         },
         remote_ptime_ms: m.ptime_ms,
+        remote_maxptime_ms: m.maxptime_ms,
         local_direction: Direction::from_flags(we_send && peer_recv, we_recv && peer_send),
     })
 }
@@ -745,6 +760,13 @@ m=audio 4000 RTP/AVP 8 0 96\r\na=rtpmap:96 telephone-event/8000\r\na=fmtp:96 0-1
         assert_eq!(n.telephone_event_pt, Some(96));
         assert_eq!(n.remote_rtp, Some("192.0.2.1:4000".parse().unwrap()));
         assert_eq!(n.remote_ptime_ms, Some(30));
+        assert_eq!(n.send_ptime_ms(), 20);
+        let short =
+            SessionDescription::parse(format!("{OFFER}a=maxptime:10\r\n").as_bytes()).unwrap();
+        assert_eq!(
+            answer_offer(&short, &local()).unwrap().1.send_ptime_ms(),
+            10
+        );
         let text = answer.to_sdp_string();
         assert!(text.contains("m=audio 20000 RTP/AVP 0 96\r\n"), "{text}");
         assert!(text.contains("a=ptime:20\r\n"));
