@@ -195,7 +195,7 @@ pub struct IncomingCall {
 #[non_exhaustive]
 pub enum Event {
     /// A new INVITE: answer with [`Endpoint::answer`], [`Endpoint::ring`], [`Endpoint::reject`].
-    IncomingCall(IncomingCall),
+    IncomingCall(Box<IncomingCall>),
     /// Our call got a provisional response (180, 183, ...).
     Progress {
         /// The call.
@@ -1109,16 +1109,17 @@ impl Endpoint {
             .insert((msg.call_id().to_string(), local_tag), call);
         // RFC 3261 §17.2.1: 100 Trying at once so the caller stops retransmitting.
         self.respond(&key, 100, &[], b"", now);
-        self.events.push_back(Event::IncomingCall(IncomingCall {
-            call,
-            call_id: msg.call_id().to_string(),
-            from,
-            to,
-            request_uri: msg.request_uri().unwrap_or_default().to_string(),
-            source,
-            offer,
-            headers: msg.headers.clone(),
-        }));
+        self.events
+            .push_back(Event::IncomingCall(Box::new(IncomingCall {
+                call,
+                call_id: msg.call_id().to_string(),
+                from,
+                to,
+                request_uri: msg.request_uri().unwrap_or_default().to_string(),
+                source,
+                offer,
+                headers: msg.headers.clone(),
+            })));
     }
 
     fn header_without_tag(&self, value: &str) -> String {

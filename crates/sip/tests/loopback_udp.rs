@@ -24,7 +24,7 @@ fn call_params(uas: &UdpPeer, offer_port: u16) -> CallParams {
 
 fn incoming(p: &UdpPeer) -> Option<ontime_sip::IncomingCall> {
     p.events.iter().find_map(|e| match e {
-        Event::IncomingCall(c) => Some(c.clone()),
+        Event::IncomingCall(c) => Some((**c).clone()),
         _ => None,
     })
 }

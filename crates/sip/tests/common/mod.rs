@@ -205,7 +205,7 @@ impl Net {
             .iter()
             .rev()
             .find_map(|e| match e {
-                Event::IncomingCall(c) => Some(c.clone()),
+                Event::IncomingCall(c) => Some((**c).clone()),
                 _ => None,
             })
             .expect("no IncomingCall")
