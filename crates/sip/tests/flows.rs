@@ -400,3 +400,86 @@ fn commands_check_state() {
     assert!(net.uas.reject(inc.call, 200, &[], net.now).is_err());
     assert!(net.uas.provisional(inc.call, 200, net.now).is_err());
 }
+
+#[test]
+fn answer_racing_a_cancel_is_acked_then_byed() {
+    let mut net = Net::new();
+    let uac = net.place_call();
+    let inc = net.incoming();
+    net.uas.ring(inc.call, net.now).unwrap();
+    net.pump();
+    // Both leave before either arrives.
+    net.uac.cancel(uac, net.now).unwrap();
+    let (answer, _) = sdp::answer_offer(
+        inc.offer.as_ref().unwrap(),
+        &LocalMedia::new(addr("10.0.0.2:50000"), 22),
+    )
+    .unwrap();
+    net.uas.answer(inc.call, &answer, net.now).unwrap();
+    net.pump();
+    let from_uac: Vec<String> = net
+        .wire
+        .iter()
+        .filter(|s| s.from_uac)
+        .map(|s| s.line.split(' ').next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        from_uac,
+        ["INVITE", "CANCEL", "ACK", "BYE"],
+        "{:#?}",
+        net.lines()
+    );
+    assert_eq!(ended(&net.uac_events, uac), Some(EndReason::Cancelled));
+    assert_eq!(
+        ended(&net.uas_events, inc.call),
+        Some(EndReason::RemoteHangup)
+    );
+    assert!(!net
+        .uac_events
+        .iter()
+        .any(|e| matches!(e, Event::Answered { .. })));
+}
+
+#[test]
+fn bye_before_the_answer_ends_the_invite_with_487() {
+    let mut net = Net::new();
+    net.place_call();
+    let inc = net.incoming();
+    net.uas.ring(inc.call, net.now).unwrap();
+    net.pump();
+    // The UAS's dialog tag, from its 180.
+    let ringing = net.wire.iter().find(|s| s.line.contains(" 180 ")).unwrap();
+    let text = String::from_utf8_lossy(&ringing.payload).into_owned();
+    let uas_tag = text
+        .split("To: <sip:bot@10.0.0.2:5060>;tag=")
+        .nth(1)
+        .unwrap()
+        .split("\r\n")
+        .next()
+        .unwrap()
+        .to_string();
+    // RFC 3261 §15.1.2 lets a caller BYE an early dialog: build one from the INVITE.
+    let invite = String::from_utf8_lossy(&net.wire[0].payload).into_owned();
+    let head = invite.split("Content-Type").next().unwrap();
+    let bye = head
+        .replacen("INVITE sip:", "BYE sip:", 1)
+        .replace("CSeq: 1 INVITE", "CSeq: 2 BYE")
+        .replace(
+            "To: <sip:bot@10.0.0.2:5060>",
+            &format!("To: <sip:bot@10.0.0.2:5060>;tag={uas_tag}"),
+        )
+        .replace("branch=z9hG4bK", "branch=z9hG4bKbye")
+        + "Content-Length: 0\r\n\r\n";
+    net.uas
+        .handle_datagram(bye.as_bytes(), addr(UAC_ADDR), net.now);
+    net.pump();
+    let lines = net.lines();
+    assert!(
+        lines.contains(&"< SIP/2.0 487 Request Terminated".to_string()),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        ended(&net.uas_events, inc.call),
+        Some(EndReason::RemoteHangup)
+    );
+}
