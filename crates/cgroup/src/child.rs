@@ -96,6 +96,22 @@ impl ChildCgroup {
         }
     }
 
+    /// Set the child's CPU weight against its siblings, on the v2 scale 1..=10000 (100 is the
+    /// default); on v1 it is converted to `cpu.shares` (1024 × weight / 100, within 2..=262144).
+    /// Under contention a group with the default weight gets no more CPU than one ordinary
+    /// thread, however many threads it runs: a high weight makes an experiment's group behave
+    /// like a container with CPUs of its own, so its quota, not the neighbours, limits it.
+    pub fn set_cpu_weight(&self, weight: u32) -> Result<()> {
+        let weight = weight.clamp(1, 10_000);
+        match self.cgroup.version() {
+            CgroupVersion::V2 => write(&self.cgroup.dir().join("cpu.weight"), &weight.to_string()),
+            CgroupVersion::V1 => {
+                let shares = (u64::from(weight) * 1024 / 100).clamp(2, 262_144);
+                write(&self.cgroup.dir().join("cpu.shares"), &shares.to_string())
+            }
+        }
+    }
+
     /// Give the child RT runtime per RT period (v1 with RT group scheduling), so SCHED_FIFO
     /// threads may run in it. Elsewhere RT tasks are not limited per group and this is a no-op.
     pub fn set_rt_runtime(&self, runtime: Duration) -> Result<()> {

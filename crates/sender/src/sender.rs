@@ -17,7 +17,9 @@ use crate::{os, Error, Result, StreamConfig, StreamId, StreamProducer};
 /// How to start the sender.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SenderConfig {
-    /// Core to pin the thread to; `None` = the last CPU of the process's affinity mask.
+    /// Pin the thread to one core (default true).
+    pub pin: bool,
+    /// Core to pin to; `None` = the last CPU of the process's affinity mask.
     pub core: Option<usize>,
     /// Try SCHED_FIFO (falls back to SCHED_OTHER with a warning when refused). Default true.
     pub realtime: bool,
@@ -31,6 +33,7 @@ pub struct SenderConfig {
 impl Default for SenderConfig {
     fn default() -> Self {
         Self {
+            pin: true,
             core: None,
             realtime: true,
             realtime_priority: 50,
@@ -77,7 +80,8 @@ impl Sender {
             }
             Some(core) => Some(core),
             None => allowed.last().copied(),
-        };
+        }
+        .filter(|_| config.pin);
         if config.engine.metrics {
             crate::describe_metrics();
         }
@@ -90,7 +94,7 @@ impl Sender {
             .spawn(move || {
                 let pinned = core
                     .is_some_and(|id| core_affinity::set_for_current(core_affinity::CoreId { id }));
-                if !pinned {
+                if config.pin && !pinned {
                     tracing::warn!(?core, "sender thread not pinned to a core");
                 }
                 let realtime = config.realtime && become_realtime(config.realtime_priority);
