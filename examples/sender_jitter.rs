@@ -137,6 +137,8 @@ struct CellReport {
     workers: usize,
     realtime: bool,
     avg_cpu: f64,
+    /// CPU of the sender thread alone (ontime and plain), fraction of a core.
+    sender_thread_cpu: Option<f64>,
     nr_periods: u64,
     nr_throttled: u64,
     throttle_ratio: Option<f64>,
@@ -194,6 +196,27 @@ fn process_cpu_time() -> Duration {
         .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
         .sum();
     Duration::from_secs_f64(ticks as f64 / os::clock_ticks_per_second() as f64)
+}
+
+/// User + system CPU time of this process's thread named `name`, if there is one.
+fn thread_cpu_time_by_name(name: &str) -> Option<Duration> {
+    for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = [11, 12]
+            .iter()
+            .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
+            .sum();
+        return Some(Duration::from_secs_f64(
+            ticks as f64 / os::clock_ticks_per_second() as f64,
+        ));
+    }
+    None
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -358,7 +381,7 @@ fn run_engine_sender(
     kind: SenderKind,
     sink: SocketAddr,
     duration: Duration,
-) -> anyhow::Result<(bool, Vec<TickRow>)> {
+) -> anyhow::Result<(bool, Vec<TickRow>, Option<f64>)> {
     let realtime = kind == SenderKind::Ontime;
     let sender = Sender::start(SenderConfig {
         realtime,
@@ -382,7 +405,9 @@ fn run_engine_sender(
         ))?);
     }
     let mut rows = Vec::new();
-    let end = Instant::now() + duration;
+    let started = Instant::now();
+    let cpu_before = thread_cpu_time_by_name("ontime-sender");
+    let end = started + duration;
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(250));
         sender.drain_ticks(|t| {
@@ -393,10 +418,17 @@ fn run_engine_sender(
             })
         });
     }
+    // The sender thread's own CPU, as a fraction of a core.
+    let sender_cpu = match (cpu_before, thread_cpu_time_by_name("ontime-sender")) {
+        (Some(before), Some(after)) => {
+            Some((after - before).as_secs_f64() / started.elapsed().as_secs_f64())
+        }
+        _ => None,
+    };
     drop(producers);
     let realtime = sender.is_realtime();
     sender.stop();
-    Ok((realtime, rows))
+    Ok((realtime, rows, sender_cpu))
 }
 
 /// A `tokio::time::interval` sender on a multi-thread runtime that also runs the bursts.
@@ -529,7 +561,7 @@ fn run_cell(
     let wall = Instant::now();
     let schedule = burst_schedule(&args, duration);
 
-    let (realtime, rows) = match kind {
+    let (realtime, rows, sender_thread_cpu) = match kind {
         SenderKind::Ontime | SenderKind::Plain => {
             let bursts = run_thread_bursts(&args, Instant::now(), schedule);
             let result = run_engine_sender(&args, kind, sink.addr, duration);
@@ -538,7 +570,11 @@ fn run_cell(
             }
             result?
         }
-        SenderKind::Tokio => (false, run_tokio(&args, sink.addr, duration, schedule)?),
+        SenderKind::Tokio => (
+            false,
+            run_tokio(&args, sink.addr, duration, schedule)?,
+            None,
+        ),
     };
 
     let elapsed = wall.elapsed();
@@ -567,6 +603,7 @@ fn run_cell(
         workers,
         realtime,
         avg_cpu,
+        sender_thread_cpu,
         nr_periods: delta.periods,
         nr_throttled: delta.throttled,
         throttle_ratio: delta.throttle_ratio(),

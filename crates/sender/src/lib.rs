@@ -89,3 +89,31 @@ pub const LATENESS_BUCKET_BOUNDS: [Duration; 11] = [
 pub const LATENESS_BUCKET_BOUNDS_SECONDS: [f64; 11] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+
+    #[test]
+    fn handles_cross_threads() {
+        // The gateway shares the controller across tasks and moves producers into them.
+        send_sync::<Sender>();
+        send_sync::<Controller>();
+        send::<StreamProducer>();
+        send::<TickEngine>();
+    }
+
+    #[test]
+    fn bucket_bounds_agree() {
+        for (d, s) in LATENESS_BUCKET_BOUNDS
+            .iter()
+            .zip(LATENESS_BUCKET_BOUNDS_SECONDS)
+        {
+            assert!((d.as_secs_f64() - s).abs() < 1e-12);
+        }
+        assert!(LATENESS_BUCKET_BOUNDS.windows(2).all(|w| w[0] < w[1]));
+    }
+}
