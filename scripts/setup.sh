@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the tests and the demo need, when missing: Debian packages (sipp, tshark, espeak-ng, sox,
-# baresip), the ONNX Runtime library and models (scripts/fetch-models.sh), Python onnxruntime + numpy for
+# baresip, kamailio), the ONNX Runtime library and models (scripts/fetch-models.sh), Python onnxruntime + numpy for
 # the independent reference checks, and cargo-deny. Safe to run again; it skips what is there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,6 +10,7 @@ command -v tshark >/dev/null || need_apt+=(tshark)
 command -v espeak-ng >/dev/null || need_apt+=(espeak-ng)
 command -v sox >/dev/null || need_apt+=(sox)
 command -v baresip >/dev/null || need_apt+=(baresip)
+command -v kamailio >/dev/null || need_apt+=(kamailio)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -10,5 +10,6 @@ export ONTIME_MODELS_DIR=${ONTIME_MODELS_DIR:-$root/.cache/models}
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo deny check licenses bans sources
+deploy/ci/check.sh
 cargo test --workspace --all-targets
 cargo test --workspace --doc
