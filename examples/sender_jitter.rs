@@ -137,6 +137,8 @@ struct CellReport {
     workers: usize,
     realtime: bool,
     avg_cpu: f64,
+    /// Hypervisor steal time during the cell, all CPUs summed (ms).
+    steal_ms: f64,
     /// CPU of the sender thread alone (ontime and plain), fraction of a core.
     sender_thread_cpu: Option<f64>,
     nr_periods: u64,
@@ -196,6 +198,19 @@ fn process_cpu_time() -> Duration {
         .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
         .sum();
     Duration::from_secs_f64(ticks as f64 / os::clock_ticks_per_second() as f64)
+}
+
+/// Time the hypervisor ran something else while this VM's CPUs wanted to run (`steal` in
+/// `/proc/stat`, all CPUs summed): stalls no scheduling policy inside the VM can prevent.
+fn machine_steal_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let steal_ticks = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .and_then(|l| l.split_whitespace().nth(8))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    Duration::from_secs_f64(steal_ticks as f64 / os::clock_ticks_per_second() as f64)
 }
 
 /// User + system CPU time of this process's thread named `name`, if there is one.
@@ -386,6 +401,7 @@ fn run_engine_sender(
     let sender = Sender::start(SenderConfig {
         realtime,
         pin: realtime,
+        lock_memory: realtime,
         engine: EngineConfig {
             metrics: false,
             ..EngineConfig::default()
@@ -558,6 +574,7 @@ fn run_cell(
     };
     let stat_before = cgroup.as_ref().and_then(|c| c.stat().ok());
     let cpu_before = process_cpu_time();
+    let steal_before = machine_steal_time();
     let wall = Instant::now();
     let schedule = burst_schedule(&args, duration);
 
@@ -579,6 +596,10 @@ fn run_cell(
 
     let elapsed = wall.elapsed();
     let avg_cpu = (process_cpu_time() - cpu_before).as_secs_f64() / elapsed.as_secs_f64();
+    let steal_ms = machine_steal_time()
+        .saturating_sub(steal_before)
+        .as_secs_f64()
+        * 1000.0;
     let delta = match (cgroup.as_ref().and_then(|c| c.stat().ok()), stat_before) {
         (Some(after), Some(before)) => after.since(&before),
         _ => CpuStat::default().since(&CpuStat::default()),
@@ -603,6 +624,7 @@ fn run_cell(
         workers,
         realtime,
         avg_cpu,
+        steal_ms,
         sender_thread_cpu,
         nr_periods: delta.periods,
         nr_throttled: delta.throttled,
@@ -628,7 +650,7 @@ fn quota_label(q: Option<f64>) -> String {
 
 fn print_table(cells: &[CellReport]) {
     println!(
-        "{:<7} {:>5} {:>3} {:>4} {:>7} {:>7} {:>9} {:>6} {:>6} {:>5} {:>9} {:>7} {:>9} {:>6} {:>7}",
+        "{:<7} {:>5} {:>3} {:>4} {:>7} {:>7} {:>9} {:>6} {:>6} {:>5} {:>9} {:>7} {:>9} {:>6} {:>7} {:>8}",
         "sender",
         "quota",
         "wrk",
@@ -643,11 +665,12 @@ fn print_table(cells: &[CellReport]) {
         "p99_ms",
         "discarded",
         "disc%",
-        "max_run"
+        "max_run",
+        "steal_ms"
     );
     for c in cells {
         println!(
-            "{:<7} {:>5} {:>3} {:>4} {:>7.3} {:>7} {:>9} {:>6} {:>6} {:>5} {:>9.1} {:>7.2} {:>9} {:>6.2} {:>7}",
+            "{:<7} {:>5} {:>3} {:>4} {:>7.3} {:>7} {:>9} {:>6} {:>6} {:>5} {:>9.1} {:>7.2} {:>9} {:>6.2} {:>7} {:>8.0}",
             format!("{:?}", c.sender).to_lowercase(),
             quota_label(c.quota_cores) + if c.quota_cores.is_some() && !c.in_child_cgroup { "!" } else { "" },
             c.workers,
@@ -663,6 +686,7 @@ fn print_table(cells: &[CellReport]) {
             c.replay.discarded,
             c.replay.discard_pct,
             c.replay.max_discard_run,
+            c.steal_ms,
         );
     }
 }

@@ -74,8 +74,17 @@ impl TickEngine {
         let control_capacity = config.control_capacity.max(1);
         let (control_tx, control_rx) = crossbeam_channel::bounded(control_capacity);
         let (grave_tx, grave_rx) = crossbeam_channel::bounded(max_streams);
-        let (trace_prod, trace_cons) =
+        let (mut trace_prod, mut trace_cons) =
             HeapRb::<TickSample>::new(config.tick_trace_capacity.max(1)).split();
+        // Touch every slot now so the tick never takes a first-touch page fault on the trace.
+        let blank = TickSample {
+            slot: 0,
+            scheduled: Duration::ZERO,
+            lateness: Duration::ZERO,
+            catch_up: false,
+        };
+        while trace_prod.try_push(blank).is_ok() {}
+        trace_cons.clear();
         let counters = Arc::new(SenderCounters::default());
         let reserved_streams = Arc::new(AtomicU64::new(0));
         let engine = TickEngine {

@@ -46,6 +46,25 @@ pub(crate) fn sleep_until_ns(deadline_ns: u64) {
     }
 }
 
+/// Lock the process's current and future pages in RAM (mlockall(2)), so the tick never waits
+/// for a page to come back from disk or be reclaimed. Needs CAP_IPC_LOCK or a large enough
+/// RLIMIT_MEMLOCK.
+pub(crate) fn lock_all_memory() -> io::Result<()> {
+    // SAFETY: mlockall takes flags only and touches no memory of ours.
+    let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Undo [`lock_all_memory`].
+pub(crate) fn unlock_all_memory() {
+    // SAFETY: munlockall takes no arguments and touches no memory of ours.
+    unsafe { libc::munlockall() };
+}
+
 /// A destination address in the kernel's form, built once per stream so sends do no conversion.
 #[derive(Clone, Copy)]
 pub(crate) struct RawSocketAddr {

@@ -26,6 +26,10 @@ pub struct SenderConfig {
     /// SCHED_FIFO priority, 1..=99 (default 50: above ordinary RT helpers, below kernel
     /// watchdogs at 99).
     pub realtime_priority: u8,
+    /// Lock the whole process's memory (`mlockall(MCL_CURRENT | MCL_FUTURE)`) while the sender
+    /// runs, so no page the tick touches (code included) can be reclaimed and faulted back in
+    /// under memory pressure. Process-wide, so off by default: a deployment decision.
+    pub lock_memory: bool,
     /// Stream, queue and trace sizes, and whether to feed the `metrics` facade.
     pub engine: EngineConfig,
 }
@@ -37,6 +41,7 @@ impl Default for SenderConfig {
             core: None,
             realtime: true,
             realtime_priority: 50,
+            lock_memory: false,
             engine: EngineConfig::default(),
         }
     }
@@ -49,6 +54,7 @@ pub struct Sender {
     thread: Option<JoinHandle<()>>,
     realtime: bool,
     core: Option<usize>,
+    memory_locked: bool,
 }
 
 impl std::fmt::Debug for Sender {
@@ -85,6 +91,14 @@ impl Sender {
         if config.engine.metrics {
             crate::describe_metrics();
         }
+        let memory_locked = config.lock_memory
+            && match os::lock_all_memory() {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not lock memory (mlockall)");
+                    false
+                }
+            };
         let (mut engine, controller) = TickEngine::new(config.engine);
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = crossbeam_channel::bounded::<bool>(1);
@@ -92,6 +106,7 @@ impl Sender {
         let thread = std::thread::Builder::new()
             .name("ontime-sender".into())
             .spawn(move || {
+                prefault_stack();
                 let pinned = core
                     .is_some_and(|id| core_affinity::set_for_current(core_affinity::CoreId { id }));
                 if config.pin && !pinned {
@@ -122,6 +137,7 @@ impl Sender {
             thread: Some(thread),
             realtime,
             core,
+            memory_locked,
         })
     }
 
@@ -180,6 +196,9 @@ impl Sender {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+        if std::mem::take(&mut self.memory_locked) {
+            os::unlock_all_memory();
+        }
     }
 }
 
@@ -187,6 +206,12 @@ impl Drop for Sender {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Touch the stack the tick will use, so its pages are mapped before the first deadline.
+fn prefault_stack() {
+    let stack = [0u8; 64 * 1024];
+    std::hint::black_box(&stack);
 }
 
 /// Ask for SCHED_FIFO; false (and a log line from the caller) when the OS refuses.

@@ -308,11 +308,28 @@ pub(crate) fn new_stream(
             bytes: config.ring_capacity_bytes,
         });
     }
-    let (audio_prod, audio_cons) = HeapRb::<u8>::new(config.ring_capacity_bytes).split();
+    let (mut audio_prod, mut audio_cons) = HeapRb::<u8>::new(config.ring_capacity_bytes).split();
     let mark_capacity = config.mark_capacity.max(1);
-    let (marks_prod, marks_cons) = HeapRb::<PendingMark>::new(mark_capacity).split();
-    let (events_prod, events_cons) =
+    let (mut marks_prod, mut marks_cons) = HeapRb::<PendingMark>::new(mark_capacity).split();
+    let (mut events_prod, mut events_cons) =
         HeapRb::<StreamEvent>::new(config.event_capacity.max(1)).split();
+    // Write every slot once here, off the tick, so the tick never takes the first-touch page
+    // fault of a fresh allocation (which under memory pressure can mean direct reclaim).
+    while audio_prod.push_slice(&[0u8; 4096]) > 0 {}
+    audio_cons.clear();
+    while marks_prod
+        .try_push(PendingMark { id: 0, position: 0 })
+        .is_ok()
+    {}
+    marks_cons.clear();
+    while events_prod
+        .try_push(StreamEvent::Mark {
+            id: 0,
+            cleared: false,
+        })
+        .is_ok()
+    {}
+    events_cons.clear();
     let shared = Arc::new(StreamShared::default());
     let output = match config.output {
         StreamOutput::Udp { socket, remote } => Output::Udp {
