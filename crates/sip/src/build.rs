@@ -38,24 +38,27 @@ pub(crate) fn rsip_method(method: &Method) -> Option<rsip::Method> {
     })
 }
 
-/// A request to `uri` (which `rsip` must be able to read: we only send to `sip:` URIs).
+/// A request to `uri`. The request line is written here with the URI verbatim: `rsip` 0.4
+/// cannot read bracketed IPv6 hosts and rewrites parameters (`transport=tcp` → `TCP`); the
+/// headers and body are serialised by `rsip`.
 pub(crate) fn request(
     method: &Method,
     uri: &str,
     headers: &[(String, String)],
     body: &[u8],
 ) -> Result<Vec<u8>> {
-    let uri_parsed = rsip::Uri::try_from(uri).map_err(|_| Error::InvalidUri(uri.to_string()))?;
+    if !crate::message::is_valid_sip_uri(uri) {
+        return Err(Error::InvalidUri(uri.to_string()));
+    }
     let method = rsip_method(method)
         .ok_or_else(|| Error::Message(format!("cannot send method {method}")))?;
-    let req = rsip::Request {
-        method,
-        uri: uri_parsed,
-        version: rsip::Version::V2,
-        headers: to_rsip_headers(headers, body.len()),
-        body: body.to_vec(),
-    };
-    Ok(bytes_of(req.to_string(), body))
+    let text = format!(
+        "{method} {uri} SIP/2.0\r\n{}\r\n",
+        to_rsip_headers(headers, body.len())
+    );
+    let mut out = text.into_bytes();
+    out.extend_from_slice(body);
+    Ok(out)
 }
 
 /// `rsip` prints the body lossily as text; put the exact bytes back.

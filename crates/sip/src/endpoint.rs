@@ -1976,12 +1976,29 @@ impl Endpoint {
     /// Ends a call: BYE when established, CANCEL for our unanswered call, 480 for an
     /// unanswered incoming one. [`Event::Ended`] follows.
     pub fn hangup(&mut self, call: CallHandle, now: Instant) -> Result<()> {
+        self.hangup_with_headers(call, &[], now)
+    }
+
+    /// [`Endpoint::hangup`] with extra headers on the BYE (or the 480 of an unanswered incoming
+    /// call), e.g. `("Reason", "Q.850;cause=41")` (RFC 3326). A CANCEL gets none: RFC 3261
+    /// §9.1 builds it from the INVITE.
+    pub fn hangup_with_headers(
+        &mut self,
+        call: CallHandle,
+        headers: &[(String, String)],
+        now: Instant,
+    ) -> Result<()> {
         let c = self.call_mut(call)?;
         match c.state {
-            CallState::Incoming => self.reject(call, 480, &[], now),
+            CallState::Incoming => self.reject(call, 480, headers, now),
             CallState::Outgoing => self.cancel(call, now),
             CallState::Established => {
-                self.hangup_inner(call, now, EndReason::LocalHangup { confirmed: false });
+                self.hangup_inner_with(
+                    call,
+                    now,
+                    EndReason::LocalHangup { confirmed: false },
+                    headers,
+                );
                 Ok(())
             }
             CallState::Terminating => Err(Error::InvalidState {
@@ -2062,6 +2079,16 @@ impl Endpoint {
     }
 
     fn hangup_inner(&mut self, call: CallHandle, now: Instant, reason: EndReason) {
+        self.hangup_inner_with(call, now, reason, &[]);
+    }
+
+    fn hangup_inner_with(
+        &mut self,
+        call: CallHandle,
+        now: Instant,
+        reason: EndReason,
+        extra: &[(String, String)],
+    ) {
         let Some(c) = self.calls.get_mut(&call) else {
             return;
         };
@@ -2071,7 +2098,7 @@ impl Endpoint {
         c.state = CallState::Terminating;
         c.session_timer = None;
         c.pending_2xx = None;
-        match self.in_dialog_request(call, Method::Bye, &[], b"") {
+        match self.in_dialog_request(call, Method::Bye, extra, b"") {
             Ok((branch, bytes, dest, transport)) => {
                 self.start_client_tx(
                     branch,
@@ -2199,7 +2226,7 @@ impl Endpoint {
     /// Places a call: sends an INVITE with the offer. Events follow: [`Event::Progress`],
     /// [`Event::Answered`] (the ACK is sent for you) or [`Event::Ended`].
     pub fn place_call(&mut self, params: CallParams, now: Instant) -> Result<CallHandle> {
-        if !is_sip_uri(&params.target) || crate::message::parse_sip_uri(&params.target).is_none() {
+        if !crate::message::is_valid_sip_uri(&params.target) {
             return Err(Error::InvalidUri(params.target));
         }
         let call = CallHandle(self.new_id());

@@ -2,13 +2,15 @@
 //! relies on.
 //!
 //! Why not hand the bytes straight to `rsip`: on the 49 RFC 4475 messages `rsip` 0.4.0 rejects
-//! valid ones (folded and unusual whitespace, extension methods, escaping, long requests, unknown
-//! URI schemes that must reach the application for a 416), has no extension-method variant and no
-//! size limits (design.md §10). So this module frames the message (Content-Length, limits),
-//! unfolds continuation lines and the LWS the RFC allows, expands compact header names, and checks
-//! the grammar of every header field the transaction and dialog layers read (RFC 3261 §25). URIs
-//! of the `sip`/`sips` schemes are then read with `rsip` (see [`parse_sip_uri`]), and outgoing
-//! messages are built as `rsip` requests and responses ([`crate::build`]).
+//! 15, valid ones among them (folded and unusual whitespace, extension methods, escaping, long
+//! requests, an unknown URI scheme that must reach the application for a 416), and accepts most
+//! of the invalid ones; it has no extension-method variant, no size limits and cannot read
+//! bracketed IPv6 hosts (design.md §10). So this module frames the message (Content-Length,
+//! limits), unfolds continuation lines and the LWS the RFC allows, expands compact header names,
+//! and checks the grammar of every header field the transaction and dialog layers read (RFC 3261
+//! §25). `rsip` serialises what we send ([`crate::build`]) and reads `sip:` URIs for applications
+//! that want its typed form ([`parse_sip_uri`]). The torture table in `tests/torture.rs` is the
+//! judge.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -583,20 +585,37 @@ pub fn parse_sip_uri(uri: &str) -> Option<rsip::Uri> {
     rsip::Uri::try_from(uri).ok()
 }
 
+/// Whether `uri` is a `sip:`/`sips:` URI with a readable host[:port] (IPv6 in brackets), no
+/// whitespace and no angle brackets: what we accept as a target to send to.
+pub fn is_valid_sip_uri(uri: &str) -> bool {
+    is_sip_uri(uri)
+        && !uri.contains([' ', '\t', '\r', '\n', '<', '>', '"'])
+        && parse_host_port(
+            sip_host_part(uri)
+                .split([';', '?'])
+                .next()
+                .unwrap_or_default(),
+        )
+        .is_some()
+}
+
 /// The IP address and port a `sip` URI names when its host is an IP literal (default port 5060).
+/// Read here rather than with `rsip`, which does not take bracketed IPv6 hosts (RFC 5118 §4.4).
 pub fn uri_socket_addr(uri: &str) -> Option<SocketAddr> {
-    let parsed = parse_sip_uri(uri)?;
-    let ip: IpAddr = match &parsed.host_with_port.host {
-        rsip::Host::IpAddr(ip) => *ip,
-        rsip::Host::Domain(d) => d.to_string().trim_matches(['[', ']']).parse().ok()?,
-    };
-    let port = parsed
-        .host_with_port
-        .port
-        .as_ref()
-        .map(|p| *p.value())
-        .unwrap_or(5060);
-    Some(SocketAddr::new(ip, port))
+    if !is_sip_uri(uri) {
+        return None;
+    }
+    let hostport = sip_host_part(uri)
+        .split([';', '?'])
+        .next()
+        .unwrap_or_default();
+    let (host, port) = parse_host_port(hostport)?;
+    let ip: IpAddr = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok()?;
+    Some(SocketAddr::new(ip, port.unwrap_or(5060)))
 }
 
 /// One `Via` value (RFC 3261 §20.42).

@@ -254,3 +254,34 @@ proptest! {
         prop_assert!(ep.poll_timeout().is_none());
     }
 }
+
+#[test]
+fn ipv6_dialog_reaches_the_bracketed_contact() {
+    let mut ep = Endpoint::new(Config::new(addr("[2001:db8::2]:5060")));
+    let body = "v=0\r\no=- 1 1 IN IP6 2001:db8::1\r\ns=-\r\nc=IN IP6 2001:db8::1\r\nt=0 0\r\nm=audio 4000 RTP/AVP 0\r\n";
+    let invite = format!(
+        "INVITE sip:bot@[2001:db8::2] SIP/2.0\r\nVia: SIP/2.0/UDP [2001:db8::1]:5060;branch=z9hG4bK6\r\nMax-Forwards: 70\r\n\
+From: <sip:a@[2001:db8::1]>;tag=f6\r\nTo: <sip:bot@[2001:db8::2]>\r\nCall-ID: v6\r\nCSeq: 1 INVITE\r\n\
+Contact: <sip:a@[2001:db8::1]:5062>\r\nContent-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let now = Instant::now();
+    ep.handle_datagram(invite.as_bytes(), addr("[2001:db8::1]:5060"), now);
+    let Some(Event::IncomingCall(c)) = ep.poll_event() else {
+        panic!("no call")
+    };
+    let local = ontime_sip::LocalMedia::new(addr("[2001:db8::2]:50000"), 1);
+    let (answer, media) = ontime_sip::sdp::answer_offer(c.offer.as_ref().unwrap(), &local).unwrap();
+    assert_eq!(media.remote_rtp, Some(addr("[2001:db8::1]:4000")));
+    ep.answer(c.call, &answer, now).unwrap();
+    while ep.poll_transmit().is_some() {}
+    ep.hangup(c.call, now).unwrap();
+    let bye = ep.poll_transmit().unwrap();
+    assert_eq!(bye.destination, addr("[2001:db8::1]:5062"));
+    assert_eq!(
+        first_line(&bye.payload),
+        "BYE sip:a@[2001:db8::1]:5062 SIP/2.0"
+    );
+    assert!(String::from_utf8_lossy(&bye.payload)
+        .contains("Via: SIP/2.0/UDP [2001:db8::2]:5060;branch=z9hG4bK"));
+}
