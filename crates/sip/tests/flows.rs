@@ -234,7 +234,7 @@ fn no_common_codec_is_answered_488() {
 }
 
 #[test]
-fn update_with_new_sdp_reaches_the_application() {
+fn reinvite_from_the_called_side_holds_the_caller() {
     let mut net = Net::new();
     let (_uac, uas) = net.connected_call();
     // The UAS (e.g. the gateway) puts the caller on hold with a re-INVITE: inactive.
@@ -482,4 +482,67 @@ fn bye_before_the_answer_ends_the_invite_with_487() {
         ended(&net.uas_events, inc.call),
         Some(EndReason::RemoteHangup)
     );
+}
+
+#[test]
+fn update_with_an_offer_reaches_the_application_and_gets_the_answer() {
+    let mut net = Net::new();
+    let (_uac, uas) = net.connected_call();
+    let invite = String::from_utf8_lossy(&net.wire[0].payload).into_owned();
+    let ok = net
+        .wire
+        .iter()
+        .find(|s| s.line == "SIP/2.0 200 OK")
+        .unwrap();
+    let ok = String::from_utf8_lossy(&ok.payload).into_owned();
+    let header = |text: &str, name: &str| {
+        text.split("\r\n")
+            .find(|l| l.starts_with(name))
+            .unwrap()
+            .to_string()
+    };
+    let mut hold = LocalMedia::new(addr("10.0.0.1:40000"), 11);
+    hold.direction = Direction::SendOnly;
+    hold.session_version = 3;
+    let body = sdp::build_offer(&hold).to_sdp_string();
+    let update = format!(
+        "UPDATE sip:ontime@10.0.0.2:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bKupd\r\n\
+Max-Forwards: 70\r\n{}\r\n{}\r\n{}\r\nCSeq: 5 UPDATE\r\nContact: <sip:ontime@10.0.0.1:5060>\r\n\
+Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{body}",
+        header(&invite, "From:"),
+        header(&ok, "To:"),
+        header(&invite, "Call-ID:"),
+        body.len()
+    );
+    net.uas
+        .handle_datagram(update.as_bytes(), addr(UAC_ADDR), net.now);
+    net.pump();
+    let offer = net
+        .uas_events
+        .iter()
+        .find_map(|e| match e {
+            Event::OfferReceived {
+                call,
+                method: Method::Update,
+                offer,
+            } if *call == uas => Some(offer.clone()),
+            _ => None,
+        })
+        .expect("UPDATE offer reached the application");
+    let (answer, media) =
+        sdp::answer_offer(&offer, &LocalMedia::new(addr("10.0.0.2:50000"), 22)).unwrap();
+    assert_eq!(media.local_direction, Direction::RecvOnly);
+    net.uas.answer_update(uas, &answer, net.now).unwrap();
+    net.pump();
+    let resp = net.wire.last().unwrap();
+    assert_eq!(resp.line, "SIP/2.0 200 OK");
+    let text = String::from_utf8_lossy(&resp.payload);
+    assert!(
+        text.contains("CSeq: 5 UPDATE") && text.contains("a=recvonly"),
+        "{text}"
+    );
+    // An UPDATE is not acknowledged: no 2xx retransmission follows.
+    let before = net.wire.len();
+    net.advance(ms(5_000));
+    assert_eq!(net.wire.len(), before, "{:#?}", net.lines());
 }
