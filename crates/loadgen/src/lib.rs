@@ -2,4 +2,48 @@
 //!
 //! Owns the capacity harness (`ontime-load`): N SIP callers that speak recorded speech in real
 //! time, listen to the agent through a 60 ms playout model, and report per step what callers heard
-//! (underruns, turn latency) next to the gateway's own counters.
+//! (underruns, turn latency) next to the gateway's own counters, with the definitions of
+//! design.md §6 (ok step, capacity).
+//!
+//! - [`audio`]: the callers' µ-law fixtures and the silence test for received frames;
+//! - [`listen`]: sans-IO, what one caller hears (agent utterances, underruns) — unit- and
+//!   property-tested on simulated time;
+//! - [`sip`], [`caller`]: the callers (one `ontime-sip` endpoint, RTP paced by `ontime-sender`);
+//! - [`run`], [`stats`]: steps, windows, figures and the ok rule;
+//! - [`gateway`], [`procstat`], [`prom`], [`http`]: placing and observing the gateway;
+//! - [`report`]: table, JSON and plot.
+//!
+//! ```
+//! use ontime_loadgen::listen::{AgentListener, Heard};
+//! use std::time::Duration;
+//!
+//! let mut ear = AgentListener::new();
+//! let at = |ms| Duration::from_millis(ms);
+//! assert_eq!(ear.on_packet(7, false, at(1000)), Some(Heard::AgentStarted { arrival: at(1000) }));
+//! // The next packet is 150 ms late: longer than the 60 ms playout buffer, one underrun.
+//! ear.on_packet(8, false, at(1170));
+//! let heard = ear.finish(at(2000)).unwrap();
+//! assert_eq!((heard.frames, heard.underruns), (2, 1));
+//! ```
+
+use std::time::Duration;
+
+pub mod audio;
+pub mod caller;
+mod error;
+pub mod gateway;
+pub mod http;
+pub mod listen;
+pub mod os;
+pub mod procstat;
+pub mod prom;
+pub mod report;
+pub mod run;
+pub mod sip;
+pub mod stats;
+
+pub use error::{Error, Result};
+
+/// The caller's playout buffer (design.md §2): a frame not there 60 ms after its schedule
+/// (anchored on the utterance's first packet) is a gap the caller hears.
+pub const CALLER_PLAYOUT_DEPTH: Duration = Duration::from_millis(60);

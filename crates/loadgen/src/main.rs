@@ -1,6 +1,282 @@
-//! `ontime-load`: the capacity harness (not yet implemented; see issue "ontime-load").
+//! `ontime-load`: the capacity harness. Places N concurrent SIP calls per step to a gateway
+//! (spawned and confined like a pod, or already running), measures what callers hear, prints a
+//! table and writes JSON and a plot. See docs/capacity.md.
 
-fn main() {
-    eprintln!("ontime-load: not implemented yet");
-    std::process::exit(2);
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use ontime_loadgen::caller::CallerSetup;
+use ontime_loadgen::gateway::{self, Placement, SpawnedGateway};
+use ontime_loadgen::http::MetricsUrl;
+use ontime_loadgen::report::{self, JsonReport, Machine};
+use ontime_loadgen::run::{self, GatewayView, RunPlan, Windows};
+use ontime_loadgen::sip::SipClient;
+use ontime_loadgen::{audio, os};
+use ontime_sender::{EngineConfig, Sender, SenderConfig};
+
+/// Capacity harness: how many concurrent calls a gateway carries, as callers hear them.
+#[derive(Debug, Parser)]
+#[command(name = "ontime-load", version)]
+struct Args {
+    /// Spawn this gateway binary on free loopback ports.
+    #[arg(long, conflicts_with = "target")]
+    gateway: Option<PathBuf>,
+    /// Call an already running gateway: sip:HOST:PORT (an IP literal).
+    #[arg(long, required_unless_present = "gateway")]
+    target: Option<String>,
+    /// Its metrics page (with --target): http://IP:PORT/metrics.
+    #[arg(long, requires = "target")]
+    metrics: Option<String>,
+    /// Its process id (with --target, same machine): enables the CPU and memory columns.
+    #[arg(long, requires = "target")]
+    gateway_pid: Option<u32>,
+    /// Confine the spawned gateway to a CFS quota of this many cores (a child cgroup).
+    #[arg(long, requires = "gateway", conflicts_with = "cpuset")]
+    cpu_quota: Option<f64>,
+    /// Confine the spawned gateway to this one core (no quota); the harness keeps off it.
+    #[arg(long, requires = "gateway")]
+    cpuset: Option<usize>,
+    /// Extra flag for the spawned gateway (repeatable), e.g. --gateway-arg=--turn-stop-timeout=2s.
+    #[arg(long, allow_hyphen_values = true)]
+    gateway_arg: Vec<String>,
+    /// Concurrent calls per step.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,48,64")]
+    steps: Vec<usize>,
+    /// Seconds over which a step's calls are started.
+    #[arg(long, default_value_t = 10.0)]
+    ramp: f64,
+    /// Seconds after the ramp before measuring.
+    #[arg(long, default_value_t = 8.0)]
+    warmup: f64,
+    /// Seconds measured per step.
+    #[arg(long, default_value_t = 120.0)]
+    measure: f64,
+    /// Stop after the first step that is not ok.
+    #[arg(long)]
+    stop_on_degrade: bool,
+    /// Folder of caller utterances (*.ulaw.wav, 8 kHz mono µ-law).
+    #[arg(long, default_value = "fixtures/callers")]
+    callers: PathBuf,
+    /// Seed of the callers' pauses and utterance choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Seconds without agent audio after the caller stops that make a turn unanswered.
+    #[arg(long, default_value_t = 10.0)]
+    answer_timeout: f64,
+    /// CPU for the harness's own media clock (default: the first CPU it may use).
+    #[arg(long)]
+    harness_core: Option<usize>,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Plot turn latency and CPU against N here (PNG).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+fn seconds(what: &str, v: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(v).map_err(|_| anyhow::anyhow!("--{what} {v}: not a number of seconds"))
+}
+
+/// The local IP that routes to `peer` (no packet is sent: connect on UDP only picks a route).
+fn local_ip_towards(peer: SocketAddr) -> anyhow::Result<IpAddr> {
+    let any: SocketAddr = if peer.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse()?;
+    let s = UdpSocket::bind(any)?;
+    s.connect(peer)?;
+    Ok(s.local_addr()?.ip())
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let started_utc = utc_now();
+    if args.steps.is_empty() || args.steps.contains(&0) {
+        bail!("--steps must list positive call counts, e.g. 1,4,8");
+    }
+    for (what, v) in [("ramp", args.ramp), ("warmup", args.warmup), ("measure", args.measure)] {
+        seconds(what, v)?;
+    }
+    if args.measure <= 0.0 {
+        bail!("--measure must be above 0 s");
+    }
+    let answer_timeout = seconds("answer-timeout", args.answer_timeout)?;
+    let utterances: Arc<[audio::Utterance]> = audio::load_callers_dir(&args.callers)
+        .with_context(|| "loading caller speech (run from the workspace root or pass --callers)")?
+        .into();
+    let max_calls = args.steps.iter().copied().max().unwrap_or(1);
+    let placement = match (args.cpu_quota, args.cpuset) {
+        (Some(q), _) => Placement::Quota(q),
+        (None, Some(c)) => Placement::Cpuset(c),
+        _ => Placement::Shared,
+    };
+
+    // Spawn before any harness thread exists, so a cpuset leaves the harness on the other cores.
+    let mut spawned: Option<SpawnedGateway> = match &args.gateway {
+        Some(path) => Some(gateway::start(path, placement, max_calls, &args.gateway_arg)?),
+        None => None,
+    };
+    let allowed = os::current_thread_affinity();
+    let harness_core = args.harness_core.or(allowed.first().copied());
+    let sender = Sender::start(SenderConfig {
+        core: harness_core,
+        engine: EngineConfig {
+            metrics: false,
+            ..EngineConfig::default()
+        },
+        ..SenderConfig::default()
+    })
+    .context("starting the harness's media clock")?;
+    if !sender.is_realtime() {
+        eprintln!("note: the harness's sender is not SCHED_FIFO (not root?): its own lateness is reported per step");
+    }
+
+    let controller = sender.controller();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("ontime-load")
+        .build()?;
+    runtime.block_on(async move {
+        let (destination, metrics, pid, placement_text) = match &mut spawned {
+            Some(gw) => {
+                gw.wait_ready().await?;
+                (gw.sip, Some(gw.metrics.clone()), Some(gw.pid()), placement.to_string())
+            }
+            None => {
+                let target = args.target.as_deref().unwrap_or_default();
+                let addr: SocketAddr = target
+                    .strip_prefix("sip:")
+                    .unwrap_or(target)
+                    .parse()
+                    .with_context(|| format!("--target {target}: expected sip:IP:PORT"))?;
+                let metrics = args.metrics.as_deref().map(MetricsUrl::parse).transpose()?;
+                (addr, metrics, args.gateway_pid, "external".to_owned())
+            }
+        };
+        let local_ip = local_ip_towards(destination)?;
+        let sip = SipClient::start(SocketAddr::new(local_ip, 0)).await?;
+        let setup = Arc::new(CallerSetup {
+            sip,
+            sender: controller,
+            utterances,
+            target_uri: format!("sip:bot@{destination}"),
+            destination,
+            local_ip,
+            origin: Instant::now(),
+            answer_timeout,
+        });
+        let plan = RunPlan {
+            steps: args.steps.clone(),
+            windows: Windows {
+                ramp_s: args.ramp,
+                warmup_s: args.warmup,
+                measure_s: args.measure,
+            },
+            stop_on_degrade: args.stop_on_degrade,
+            seed: args.seed,
+        };
+        let view = GatewayView {
+            metrics,
+            pid,
+            cgroup: spawned.as_ref().and_then(|g| g.cgroup.as_ref()),
+        };
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+        bar.enable_steady_tick(Duration::from_millis(200));
+        eprintln!(
+            "ontime-load: {} steps {:?}, gateway {destination} ({placement_text}), windows {}+{}+{} s",
+            plan.steps.len(),
+            plan.steps,
+            args.ramp,
+            args.warmup,
+            args.measure
+        );
+        let results = run::run(&plan, setup, &view, &bar, |s| {
+            bar.println(format!(
+                "N={:<3} {} turns {} p50 {} p95 {} undr/min {:.2} cpu {} fail {}{}",
+                s.calls,
+                if s.ok { "ok " } else { "NOT ok" },
+                s.turns,
+                s.lat_p50_ms.map_or("-".into(), |v| format!("{v:.0}")),
+                s.lat_p95_ms.map_or("-".into(), |v| format!("{v:.0}")),
+                s.underruns_per_min,
+                s.cpu_pct.map_or("-".into(), |v| format!("{v:.1}%")),
+                s.failed_calls,
+                if s.client_bound { " (client-bound)" } else { "" },
+            ));
+        })
+        .await;
+        bar.finish_and_clear();
+        print!("{}", report::table(&results.steps));
+        println!(
+            "capacity: {} calls (limited by {}); idle RSS {} MiB, {} MiB per call",
+            results.capacity,
+            results.limited_by,
+            results.idle_rss_mb.map_or("-".into(), |v| format!("{v:.1}")),
+            results.rss_per_call_mb.map_or("-".into(), |v| format!("{v:.2}")),
+        );
+        if let Some(gw) = &spawned {
+            println!("gateway logs: {}", gw.log_dir.display());
+        }
+        if let Some(path) = &args.json {
+            let doc = JsonReport {
+                steps: &results.steps,
+                capacity: results.capacity,
+                limited_by: &results.limited_by,
+                baseline_p50_ms: results.baseline_p50_ms,
+                idle_rss_mb: results.idle_rss_mb,
+                rss_per_call_mb: results.rss_per_call_mb,
+                placement: placement_text.clone(),
+                windows: plan.windows,
+                command: command.clone(),
+                started_utc: started_utc.clone(),
+                machine: Machine::detect(),
+                commit: report::git_commit(),
+            };
+            std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        if let Some(path) = &args.plot {
+            report::plot(path, &results, &format!("ontime-load: {placement_text}"))?;
+        }
+        drop(spawned);
+        anyhow::Ok(())
+    })?;
+    sender.stop();
+    Ok(())
+}
+
+/// Now as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, so no date crate is needed for one stamp).
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }

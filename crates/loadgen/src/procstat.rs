@@ -1,0 +1,151 @@
+//! CPU and memory of the gateway process from `/proc/<pid>` deltas (never lifetime averages).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+/// Thread names the gateway gives its threads (design.md §4), as in `/proc/<pid>/task/*/comm`.
+pub const SENDER_THREAD: &str = "ontime-sender";
+/// The inference thread's name.
+pub const INFERENCE_THREAD: &str = "ontime-inference";
+/// The gateway's tokio worker threads' name.
+pub const IO_THREAD: &str = "ontime-io";
+
+/// One reading of a process.
+#[derive(Debug, Clone)]
+pub struct ProcSample {
+    /// When it was read.
+    pub at: Instant,
+    /// utime + stime of the whole process, in clock ticks.
+    pub process_ticks: u64,
+    /// Per thread id: (name, utime + stime ticks).
+    pub threads: HashMap<u32, (String, u64)>,
+    /// Resident memory now, KiB.
+    pub rss_kib: u64,
+    /// Peak resident memory over the process's life, KiB.
+    pub hwm_kib: u64,
+}
+
+/// `(comm, utime + stime)` from a `/proc/.../stat` line. The name sits in parentheses and may
+/// itself hold spaces and parentheses, so the fields are counted from the last `)`.
+pub fn parse_stat(text: &str) -> Option<(String, u64)> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_owned();
+    let mut fields = text.get(close + 1..)?.split_whitespace();
+    // After the name: state(3) ... utime(14) stime(15), i.e. the 12th and 13th fields here.
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((comm, utime + stime))
+}
+
+/// A `Key:   123 kB` line of `/proc/<pid>/status`, in KiB.
+pub fn parse_status_kib(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Read process `pid`; `None` once it has gone.
+pub fn sample(pid: u32) -> Option<ProcSample> {
+    let dir = Path::new("/proc").join(pid.to_string());
+    let at = Instant::now();
+    let (_, process_ticks) = parse_stat(&std::fs::read_to_string(dir.join("stat")).ok()?)?;
+    let status = std::fs::read_to_string(dir.join("status")).ok()?;
+    let mut threads = HashMap::new();
+    if let Ok(tasks) = std::fs::read_dir(dir.join("task")) {
+        for task in tasks.flatten() {
+            let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+                continue;
+            };
+            if let Some(stat) = std::fs::read_to_string(task.path().join("stat"))
+                .ok()
+                .and_then(|t| parse_stat(&t))
+            {
+                threads.insert(tid, stat);
+            }
+        }
+    }
+    Some(ProcSample {
+        at,
+        process_ticks,
+        threads,
+        rss_kib: parse_status_kib(&status, "VmRSS").unwrap_or(0),
+        hwm_kib: parse_status_kib(&status, "VmHWM").unwrap_or(0),
+    })
+}
+
+/// CPU between two samples, in % of one core.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuUsage {
+    /// The whole process.
+    pub process_pct: f64,
+    /// Per thread name (threads sharing a name are summed; threads that exited in between are
+    /// not counted).
+    pub by_thread_name: HashMap<String, f64>,
+}
+
+impl CpuUsage {
+    /// CPU of threads named `name` (0 when there is none).
+    pub fn thread_pct(&self, name: &str) -> f64 {
+        self.by_thread_name.get(name).copied().unwrap_or(0.0)
+    }
+}
+
+/// CPU used between `before` and `after`, with `ticks_per_second` from
+/// [`crate::os::clock_ticks_per_second`].
+pub fn cpu_between(before: &ProcSample, after: &ProcSample, ticks_per_second: u64) -> CpuUsage {
+    let wall = after.at.saturating_duration_since(before.at).as_secs_f64();
+    if wall <= 0.0 {
+        return CpuUsage::default();
+    }
+    let pct = |ticks: u64| ticks as f64 / ticks_per_second.max(1) as f64 / wall * 100.0;
+    let mut by_thread_name: HashMap<String, f64> = HashMap::new();
+    for (tid, (name, ticks)) in &after.threads {
+        let earlier = before.threads.get(tid).map(|t| t.1).unwrap_or(0);
+        *by_thread_name.entry(name.clone()).or_default() += pct(ticks.saturating_sub(earlier));
+    }
+    CpuUsage {
+        process_pct: pct(after.process_ticks.saturating_sub(before.process_ticks)),
+        by_thread_name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_spaces_in_the_name() {
+        let line = "1234 (ontime (x) y) S 1 1234 1234 0 -1 4194560 500 0 0 0 250 50 0 0 20 0 9 0 100";
+        assert_eq!(parse_stat(line), Some(("ontime (x) y".to_owned(), 300)));
+        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat("1 (a) S 1 2"), None);
+    }
+
+    #[test]
+    fn status_fields() {
+        let s = "Name:\tx\nVmHWM:\t  51234 kB\nVmRSS:\t   40000 kB\n";
+        assert_eq!(parse_status_kib(s, "VmHWM"), Some(51234));
+        assert_eq!(parse_status_kib(s, "VmRSS"), Some(40000));
+        assert_eq!(parse_status_kib(s, "VmSwap"), None);
+    }
+
+    #[test]
+    fn reads_this_process() {
+        let me = sample(std::process::id()).expect("own /proc entry");
+        assert!(me.rss_kib > 0 && me.hwm_kib >= me.rss_kib);
+        assert!(!me.threads.is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn stat_parser_never_panics(text in "\\PC{0,200}") {
+            let _ = parse_stat(&text);
+            let _ = parse_status_kib(&text, "VmRSS");
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Per-step figures and the ok rule (design.md §6), as pure functions of what was recorded.
+
+use serde::Serialize;
+
+/// Underruns per minute of agent audio a step may have and stay ok.
+pub const MAX_UNDERRUNS_PER_MIN: f64 = 1.0;
+/// How far p95 turn latency may rise above the first step's median and stay ok.
+pub const LATENCY_MARGIN_MS: f64 = 300.0;
+/// Harness loop lag (p99) above which a step is the harness's limit, not the gateway's.
+pub const CLIENT_LAG_LIMIT_MS: f64 = 20.0;
+
+/// Nearest-rank percentile (`q` in 0..=1) of unsorted values; `None` when empty.
+pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = (q.clamp(0.0, 1.0) * v.len() as f64).ceil() as usize;
+    Some(v[rank.clamp(1, v.len()) - 1])
+}
+
+/// One step's results: the seed's columns and ontime's.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct StepReport {
+    /// Concurrent calls placed.
+    pub calls: usize,
+    /// The step passed the ok rule.
+    pub ok: bool,
+    /// Why it did not (empty when ok).
+    pub reasons: Vec<String>,
+    /// The harness itself fell behind: the step measures the harness, not the gateway.
+    pub client_bound: bool,
+    /// Calls answered.
+    pub answered_calls: usize,
+    /// Calls that failed to set up or were dropped by the gateway.
+    pub failed_calls: usize,
+    /// Turns answered in the window.
+    pub turns: usize,
+    /// Turns with no agent audio within the answer timeout.
+    pub unanswered_turns: usize,
+    /// Agent audio that began before the caller had finished (no latency sample).
+    pub early_replies: usize,
+    /// Turn latency median, ms.
+    pub lat_p50_ms: Option<f64>,
+    /// Turn latency p95, ms.
+    pub lat_p95_ms: Option<f64>,
+    /// Worst turn latency, ms.
+    pub lat_max_ms: Option<f64>,
+    /// Playout-buffer underruns callers heard in the window.
+    pub underruns: u64,
+    /// Agent audio callers heard, minutes.
+    pub agent_audio_min: f64,
+    /// Underruns per minute of agent audio.
+    pub underruns_per_min: f64,
+    /// Gateway sender ticks later than 20 ms.
+    pub late_ticks: Option<u64>,
+    /// Upper bound of the gateway's worst tick lateness bucket, ms.
+    pub worst_tick_ms: Option<f64>,
+    /// Gateway sender underruns (its rings ran dry mid-utterance).
+    pub gateway_underruns: Option<u64>,
+    /// p99 (bucket upper bound) of the wait for the inference thread, ms.
+    pub inference_wait_p99_ms: Option<f64>,
+    /// Gateway process CPU, % of one core.
+    pub cpu_pct: Option<f64>,
+    /// The sender thread's CPU, % of one core.
+    pub sender_cpu_pct: Option<f64>,
+    /// The inference thread's CPU, % of one core.
+    pub inference_cpu_pct: Option<f64>,
+    /// The tokio workers' CPU, % of one core.
+    pub io_cpu_pct: Option<f64>,
+    /// Share of CFS periods throttled.
+    pub throttle_ratio: Option<f64>,
+    /// Peak resident memory in the window, MB (MiB).
+    pub rss_mb: Option<f64>,
+    /// Harness sender ticks later than 20 ms.
+    pub harness_late_ticks: u64,
+    /// Upper bound of the harness's worst tick lateness bucket, ms.
+    pub harness_worst_tick_ms: Option<f64>,
+    /// The harness's receive-loop lag p99, ms.
+    pub harness_lag_p99_ms: Option<f64>,
+    /// The harness's receive-loop lag max, ms.
+    pub harness_lag_max_ms: Option<f64>,
+    /// Length of the measuring window, s.
+    pub measure_s: f64,
+}
+
+impl StepReport {
+    /// Apply the ok rule with `baseline_p50_ms` (the first step's median turn latency) and set
+    /// `ok`, `reasons` and `client_bound`.
+    pub fn judge(&mut self, baseline_p50_ms: Option<f64>) {
+        let mut reasons = Vec::new();
+        if self.failed_calls > 0 || self.answered_calls < self.calls {
+            reasons.push(format!(
+                "{} of {} calls answered, {} failed",
+                self.answered_calls, self.calls, self.failed_calls
+            ));
+        }
+        if self.unanswered_turns > 0 {
+            reasons.push(format!("{} unanswered turns", self.unanswered_turns));
+        }
+        if self.turns == 0 {
+            reasons.push("no answered turn in the window".into());
+        }
+        if self.underruns_per_min > MAX_UNDERRUNS_PER_MIN {
+            reasons.push(format!(
+                "{:.2} underruns per minute of agent audio (> {MAX_UNDERRUNS_PER_MIN})",
+                self.underruns_per_min
+            ));
+        }
+        if let (Some(p95), Some(base)) = (self.lat_p95_ms, baseline_p50_ms) {
+            if p95 > base + LATENCY_MARGIN_MS {
+                reasons.push(format!(
+                    "p95 turn latency {p95:.0} ms > first step's median {base:.0} + {LATENCY_MARGIN_MS:.0} ms"
+                ));
+            }
+        }
+        if let Some(late) = self.late_ticks.filter(|&l| l > 0) {
+            reasons.push(format!("{late} gateway sender ticks late by more than 20 ms"));
+        }
+        self.client_bound = self.harness_late_ticks > 0
+            || self
+                .harness_lag_p99_ms
+                .is_some_and(|l| l > CLIENT_LAG_LIMIT_MS);
+        self.ok = reasons.is_empty();
+        self.reasons = reasons;
+    }
+}
+
+/// The largest N with every step up to it ok (steps in the order run), and, when a step failed,
+/// whether that step was client-bound (then the harness, not the gateway, is the limit).
+pub fn capacity(steps: &[StepReport]) -> (usize, Option<&StepReport>) {
+    let mut cap = 0;
+    for s in steps {
+        if !s.ok {
+            return (cap, Some(s));
+        }
+        cap = cap.max(s.calls);
+    }
+    (cap, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good(calls: usize) -> StepReport {
+        StepReport {
+            calls,
+            answered_calls: calls,
+            turns: 10,
+            lat_p50_ms: Some(400.0),
+            lat_p95_ms: Some(500.0),
+            late_ticks: Some(0),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn percentiles() {
+        assert_eq!(percentile(&[], 0.5), None);
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), Some(50.0));
+        assert_eq!(percentile(&v, 0.95), Some(95.0));
+        assert_eq!(percentile(&v, 1.0), Some(100.0));
+        assert_eq!(percentile(&[3.0], 0.0), Some(3.0));
+    }
+
+    #[test]
+    fn ok_rule() {
+        let mut s = good(4);
+        s.judge(Some(400.0));
+        assert!(s.ok, "{:?}", s.reasons);
+        let mut slow = good(8);
+        slow.lat_p95_ms = Some(701.0);
+        slow.judge(Some(400.0));
+        assert!(!slow.ok);
+        let mut gappy = good(8);
+        gappy.underruns_per_min = 1.5;
+        gappy.judge(Some(400.0));
+        assert!(!gappy.ok && gappy.reasons[0].contains("underruns"));
+        let mut failed = good(8);
+        failed.answered_calls = 7;
+        failed.judge(Some(400.0));
+        assert!(!failed.ok);
+        let mut late = good(8);
+        late.late_ticks = Some(2);
+        late.harness_lag_p99_ms = Some(25.0);
+        late.judge(Some(400.0));
+        assert!(!late.ok && late.client_bound);
+        assert_eq!(capacity(&[s.clone(), slow.clone()]).0, 4);
+        assert_eq!(capacity(&[slow, s]).0, 0);
+    }
+}
