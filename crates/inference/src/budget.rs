@@ -35,6 +35,22 @@ impl CpuQuota {
         self.quota.as_secs_f64() / self.period.as_secs_f64()
     }
 
+    /// Converts `ontime-cgroup`'s reading; `None` when the cgroup is unlimited.
+    pub fn from_cgroup(q: &ontime_cgroup::CpuQuota) -> Option<CpuQuota> {
+        Some(CpuQuota {
+            quota: q.quota?,
+            period: q.period,
+        })
+        .filter(|q| !q.quota.is_zero() && !q.period.is_zero())
+    }
+
+    /// The quota of this process's CPU cgroup (v1 or v2) via `ontime-cgroup`; `Ok(None)` when
+    /// unlimited.
+    pub fn of_current_process() -> Result<Option<CpuQuota>> {
+        let cgroup = ontime_cgroup::CpuCgroup::current()?;
+        Ok(Self::from_cgroup(&cgroup.quota()?))
+    }
+
     /// Rejects a zero quota or period.
     pub fn validate(&self) -> Result<()> {
         if self.quota.is_zero() || self.period.is_zero() {
@@ -212,6 +228,23 @@ mod tests {
             }
         }
         per_window
+    }
+
+    #[test]
+    fn converts_cgroup_quota() {
+        let half = ontime_cgroup::CpuQuota::from_cores(0.5, 100 * MS).expect("quota");
+        assert_eq!(CpuQuota::from_cgroup(&half), quota(50));
+        let unlimited = ontime_cgroup::CpuQuota::unlimited(100 * MS);
+        assert_eq!(CpuQuota::from_cgroup(&unlimited), None);
+    }
+
+    #[test]
+    fn reads_this_process_quota() {
+        // Whatever the machine's limit, reading it must not fail where cgroups are mounted.
+        match CpuQuota::of_current_process() {
+            Ok(q) => eprintln!("this process's quota: {q:?}"),
+            Err(e) => eprintln!("SKIPPED: no readable CPU cgroup here: {e}"),
+        }
     }
 
     #[test]

@@ -139,6 +139,12 @@ impl PoolConfig {
         }
     }
 
+    /// Sets `quota` from this process's CPU cgroup (`None` when unlimited).
+    pub fn with_cgroup_quota(mut self) -> Result<Self> {
+        self.quota = CpuQuota::of_current_process()?;
+        Ok(self)
+    }
+
     /// Rejects values the pool cannot run with.
     pub fn validate(&self) -> Result<()> {
         if self.queue_capacity == 0 {

@@ -57,6 +57,9 @@ pub enum Error {
     /// Audio input of an unsupported format.
     #[error("unsupported audio: {0}")]
     UnsupportedAudio(String),
+    /// Reading the CPU quota from the cgroup failed.
+    #[error("reading the CPU quota: {0}")]
+    Cgroup(#[from] ontime_cgroup::Error),
     /// Spawning the inference thread failed.
     #[error("spawning the inference thread: {0}")]
     Spawn(#[source] std::io::Error),

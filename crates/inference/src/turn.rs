@@ -125,7 +125,7 @@ impl TurnAudioBuffer {
         let pre = samples_in(pre_speech);
         let max_samples = samples_in(max_audio) as usize;
         Self {
-            samples: VecDeque::with_capacity(max_samples),
+            samples: VecDeque::new(),
             first_sample: 0,
             in_turn: false,
             pre_speech_samples: pre,
