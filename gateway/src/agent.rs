@@ -58,7 +58,23 @@ pub enum AgentAction {
     Clear,
     /// Hang up.
     Hangup,
+    /// Hang up with this RFC 3326 `Reason` header value on the BYE (e.g.
+    /// `Q.850;cause=41;text="agent disconnected"`).
+    HangupWithReason(String),
 }
+
+/// An agent's verdict on a call before it is answered (see [`Agent::prepare_call`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Answer the call; [`Agent::start_call`] follows.
+    Answer,
+    /// Refuse it with 503 (the agent cannot serve it, e.g. a remote bot is unreachable).
+    Reject,
+}
+
+/// What [`Agent::prepare_call`] returns: resolves once the agent is ready (or not).
+pub type AdmissionFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Admission> + Send + 'static>>;
 
 /// Where an agent sends its actions for one call.
 #[derive(Debug, Clone)]
@@ -75,6 +91,17 @@ impl AgentOutput {
 pub trait Agent: Send + Sync + 'static {
     /// Start serving a call.
     fn start_call(&self, info: &CallInfo, output: AgentOutput) -> Box<dyn AgentCall>;
+
+    /// Get ready for a call before it is answered (e.g. connect to a remote bot). The SIP loop
+    /// rings (180) while the future runs, then answers or rejects as it says; it runs on tokio
+    /// and must be bounded in time. `None` (the default): nothing to prepare, answer at once.
+    fn prepare_call(&self, _info: &CallInfo) -> Option<AdmissionFuture> {
+        None
+    }
+
+    /// A call [`Agent::prepare_call`] was run for will not start (the caller cancelled while
+    /// it ran): release what was prepared.
+    fn abandon_call(&self, _info: &CallInfo) {}
 }
 
 /// One call's conversation with an agent.

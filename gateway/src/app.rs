@@ -63,6 +63,14 @@ fn install_recorder() -> anyhow::Result<PrometheusHandle> {
             Matcher::Prefix("ontime_inference_".into()),
             &inference_buckets,
         )?
+        .set_buckets_for_metric(
+            Matcher::Full(m::AGENT_BUFFERED_AUDIO_SECONDS.into()),
+            m::AGENT_BUFFERED_AUDIO_BUCKETS_SECONDS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(crate::ws_agent::WS_CONNECT_SECONDS.into()),
+            crate::ws_agent::CONNECT_BUCKETS_SECONDS,
+        )?
         .build_recorder();
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).context("a metrics recorder was already installed")?;

@@ -25,7 +25,7 @@ use tracing::{info, warn};
 
 use crate::agent::{Agent, AgentAction, AgentEvent, AgentOutput, CallInfo};
 use crate::cdr::{unix_ms_now, CallDetailRecord, EndCause};
-use crate::config::Config;
+use crate::config::{BargeIn, Config};
 use crate::inbound::{InboundMedia, InboundOutcome};
 use crate::metrics as m;
 use crate::recording::CallRecording;
@@ -102,7 +102,14 @@ struct Outbound {
     law: Law,
     mark_names: Vec<(u64, String)>,
     next_mark: u64,
+    /// `max_buffered_seconds` in G.711 bytes: more queued agent audio than this drops the oldest.
+    max_buffered_bytes: usize,
 }
+
+/// How far ahead agent audio is handed to the sender's ring. The rest waits in the call's
+/// queue, where the oldest can still be dropped when a bot sends more than
+/// `max_buffered_seconds`; two seconds absorb any tokio delay in refilling (every 20 ms).
+const RING_HORIZON_BYTES: usize = 100 * ontime_rtp::FRAME_BYTES;
 
 impl Outbound {
     fn queued(&self) -> bool {
@@ -117,7 +124,10 @@ impl Outbound {
         while let Some(front) = self.queue.front_mut() {
             match front {
                 Queued::Audio(bytes, offset) => {
-                    *offset += p.push(&bytes[*offset..]);
+                    let horizon = RING_HORIZON_BYTES.min(self.max_buffered_bytes);
+                    let room = horizon.saturating_sub(p.queued_bytes());
+                    let end = bytes.len().min(*offset + room);
+                    *offset += p.push(&bytes[*offset..end]);
                     if *offset < bytes.len() {
                         return;
                     }
@@ -131,6 +141,39 @@ impl Outbound {
             }
             self.queue.pop_front();
         }
+    }
+
+    /// Agent audio queued here and in the sender's ring, in G.711 bytes (= samples).
+    fn queued_bytes(&self) -> usize {
+        let ring = self.producer.as_ref().map_or(0, |p| p.queued_bytes());
+        let here: usize = self
+            .queue
+            .iter()
+            .map(|q| match q {
+                Queued::Audio(bytes, offset) => bytes.len() - *offset,
+                _ => 0,
+            })
+            .sum();
+        ring + here
+    }
+
+    /// Drop the oldest queued audio (not yet in the ring) beyond `max_buffered_bytes`; returns
+    /// the bytes dropped. Marks and utterance ends stay in order.
+    fn drop_oldest_beyond_max(&mut self) -> usize {
+        let mut excess = self.queued_bytes().saturating_sub(self.max_buffered_bytes);
+        let mut dropped = 0;
+        for item in self.queue.iter_mut() {
+            if excess == 0 {
+                break;
+            }
+            if let Queued::Audio(bytes, offset) = item {
+                let n = (bytes.len() - *offset).min(excess);
+                *offset += n;
+                excess -= n;
+                dropped += n;
+            }
+        }
+        dropped
     }
 
     fn clear(&mut self) {
@@ -236,6 +279,8 @@ pub async fn run(
         law: law_of(negotiated.payload_type),
         mark_names: Vec::new(),
         next_mark: 1,
+        max_buffered_bytes: (ctx.config.max_buffered.as_secs_f64()
+            * f64::from(ontime_rtp::SAMPLE_RATE_HZ)) as usize,
     };
     if let (Some(remote), true) = (negotiated.remote_rtp, may_send(negotiated.local_direction)) {
         if let Some((p, o)) = start_stream(&ctx.sender, &rtp, remote, negotiated.payload_type) {
@@ -307,6 +352,7 @@ pub async fn run(
                     agent.on_event(AgentEvent::CallerAudio(frame));
                 });
                 out.feed();
+                inbound.publish_metrics();
                 if let Some(p) = out.producer.as_mut() {
                     while let Some(ev) = p.try_event() {
                         let StreamEvent::Mark { id, cleared } = ev else { continue };
@@ -336,7 +382,7 @@ pub async fn run(
             Some(ev) = inference_rx.recv() => match ev {
                 InferenceEvent::SpeechStarted { .. } => {
                     speaking = true;
-                    if out.queued() {
+                    if ctx.config.barge_in == BargeIn::Local && out.queued() {
                         // Barge-in: the caller talks over the reply; drop it at once.
                         out.clear();
                         barge_ins += 1;
@@ -366,7 +412,15 @@ pub async fn run(
                     let mut bytes = vec![0u8; samples.len()];
                     out.law.encode_slice(&samples, &mut bytes);
                     out.queue.push_back(Queued::Audio(bytes, 0));
+                    let dropped = out.drop_oldest_beyond_max();
+                    if dropped > 0 {
+                        counter!(m::AGENT_AUDIO_DROPPED_FRAMES_TOTAL)
+                            .increment(dropped.div_ceil(ontime_rtp::FRAME_BYTES) as u64);
+                    }
                     out.feed();
+                    metrics::histogram!(m::AGENT_BUFFERED_AUDIO_SECONDS).record(
+                        out.queued_bytes() as f64 / f64::from(ontime_rtp::SAMPLE_RATE_HZ),
+                    );
                 }
                 AgentAction::EndOfUtterance => {
                     out.queue.push_back(Queued::EndOfUtterance);
@@ -382,6 +436,10 @@ pub async fn run(
                 AgentAction::Clear => out.clear(),
                 AgentAction::Hangup => {
                     let _ = ctx.sip.send(SipCommand::Hangup(call));
+                    break wait_for_end(&mut control, EndCause::GatewayBye).await;
+                }
+                AgentAction::HangupWithReason(reason) => {
+                    let _ = ctx.sip.send(SipCommand::HangupWithReason(call, reason));
                     break wait_for_end(&mut control, EndCause::GatewayBye).await;
                 }
             },

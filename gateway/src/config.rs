@@ -105,6 +105,27 @@ impl FromStr for AgentKind {
     }
 }
 
+/// Who stops the agent's audio when the caller talks over it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BargeIn {
+    /// The gateway clears queued agent audio the moment local VAD hears the caller, and tells
+    /// the agent.
+    Local,
+    /// The gateway leaves it to the agent (a bot's `clear`).
+    Bot,
+}
+
+/// What a call gets when its agent's bot cannot be reached at call start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentUnreachable {
+    /// 503 (with Retry-After) before answering, so the trunk can route elsewhere.
+    Reject,
+    /// Answer, play the fallback message, hang up.
+    Fallback,
+}
+
 /// Command-line flags; each has an environment twin. Unset flags fall back to the file, then defaults.
 #[derive(Debug, Default, Parser)]
 #[command(
@@ -170,6 +191,36 @@ pub struct Args {
     /// WAV (8 kHz mono 16-bit) the stub agent replies with (default: the built-in reply).
     #[arg(long, env = "ONTIME_STUB_REPLY")]
     pub stub_reply: Option<PathBuf>,
+    /// Barge-in: `local` clears queued agent audio when the caller speaks; `bot` leaves it to
+    /// the bot's `clear`.
+    #[arg(long, env = "ONTIME_BARGE_IN", value_enum)]
+    pub barge_in: Option<BargeIn>,
+    /// Most agent audio queued per call, in seconds; beyond it the oldest is dropped.
+    #[arg(long, env = "ONTIME_MAX_BUFFERED_SECONDS")]
+    pub max_buffered_seconds: Option<f64>,
+    /// Bot unreachable at call start: `reject` (503 before answering) or `fallback` (answer,
+    /// play the fallback message, hang up).
+    #[arg(long, env = "ONTIME_AGENT_UNREACHABLE", value_enum)]
+    pub agent_unreachable: Option<AgentUnreachable>,
+    /// Longest wait for a bot's WebSocket to open (e.g. `2s`).
+    #[arg(long, env = "ONTIME_WS_CONNECT_TIMEOUT")]
+    pub ws_connect_timeout: Option<String>,
+    /// Bot messages longer than this many bytes are dropped and counted.
+    #[arg(long, env = "ONTIME_WS_MAX_MESSAGE_BYTES")]
+    pub ws_max_message_bytes: Option<usize>,
+    /// Caller frames (20 ms each) queued for a slow bot before new ones are dropped.
+    #[arg(long, env = "ONTIME_WS_SEND_QUEUE_FRAMES")]
+    pub ws_send_queue_frames: Option<usize>,
+    /// Send ontime's own events (speech started/stopped, turn ended, barge-in) to the bot.
+    #[arg(long, env = "ONTIME_WS_ONTIME_EVENTS")]
+    pub ws_ontime_events: Option<bool>,
+    /// Extra `customParameters` in the bot's `start` message, KEY=VALUE (repeatable).
+    #[arg(
+        long = "ws-custom-parameter",
+        env = "ONTIME_WS_CUSTOM_PARAMETER",
+        value_delimiter = ','
+    )]
+    pub ws_custom_parameter: Vec<String>,
 }
 
 /// The TOML file: the same names as the flags, with underscores.
@@ -194,6 +245,14 @@ struct FileConfig {
     ort_dylib_path: Option<PathBuf>,
     models_dir: Option<PathBuf>,
     stub_reply: Option<PathBuf>,
+    barge_in: Option<BargeIn>,
+    max_buffered_seconds: Option<f64>,
+    agent_unreachable: Option<AgentUnreachable>,
+    ws_connect_timeout: Option<String>,
+    ws_max_message_bytes: Option<usize>,
+    ws_send_queue_frames: Option<usize>,
+    ws_ontime_events: Option<bool>,
+    ws_custom_parameter: Option<Vec<String>>,
 }
 
 /// The resolved configuration the gateway runs with.
@@ -235,6 +294,22 @@ pub struct Config {
     pub models_dir: Option<PathBuf>,
     /// Stub reply WAV (None: built in).
     pub stub_reply: Option<PathBuf>,
+    /// Who clears agent audio when the caller talks over it.
+    pub barge_in: BargeIn,
+    /// Most agent audio queued per call; beyond it the oldest is dropped.
+    pub max_buffered: Duration,
+    /// What a call gets when its bot is unreachable.
+    pub agent_unreachable: AgentUnreachable,
+    /// WebSocket connect timeout.
+    pub ws_connect_timeout: Duration,
+    /// Largest bot message accepted, in bytes.
+    pub ws_max_message_bytes: usize,
+    /// Per-call queue of caller frames to the bot.
+    pub ws_send_queue_frames: usize,
+    /// Send ontime's own events to the bot.
+    pub ws_ontime_events: bool,
+    /// Extra `customParameters` for the bot.
+    pub ws_custom_parameters: Vec<(String, String)>,
 }
 
 impl Default for Config {
@@ -264,6 +339,14 @@ impl Default for Config {
             ort_dylib_path: None,
             models_dir: None,
             stub_reply: None,
+            barge_in: BargeIn::Local,
+            max_buffered: Duration::from_secs(60),
+            agent_unreachable: AgentUnreachable::Reject,
+            ws_connect_timeout: Duration::from_secs(2),
+            ws_max_message_bytes: 1 << 20,
+            ws_send_queue_frames: 250,
+            ws_ontime_events: false,
+            ws_custom_parameters: Vec::new(),
         }
     }
 }
@@ -385,6 +468,71 @@ impl Config {
         c.ort_dylib_path = pick!(ort_dylib_path);
         c.models_dir = pick!(models_dir);
         c.stub_reply = pick!(stub_reply);
+        if let Some(v) = args.barge_in.or(file.barge_in) {
+            c.barge_in = v;
+        }
+        if let Some(v) = pick!(max_buffered_seconds) {
+            // At least one frame; at most a day (Duration::from_secs_f64 panics on overflow).
+            if !(0.02..=86_400.0).contains(&v) {
+                return Err(ConfigError::Invalid {
+                    field: "max_buffered_seconds",
+                    reason: format!("{v} is outside 0.02..=86400 seconds"),
+                });
+            }
+            c.max_buffered = Duration::from_secs_f64(v);
+        }
+        if let Some(v) = args.agent_unreachable.or(file.agent_unreachable) {
+            c.agent_unreachable = v;
+        }
+        if let Some(v) = pick!(ws_connect_timeout) {
+            c.ws_connect_timeout = parse_duration("ws_connect_timeout", &v)?;
+            if c.ws_connect_timeout.is_zero() {
+                return Err(ConfigError::Invalid {
+                    field: "ws_connect_timeout",
+                    reason: "must be more than 0".into(),
+                });
+            }
+        }
+        if let Some(v) = pick!(ws_max_message_bytes) {
+            if v < 1024 {
+                return Err(ConfigError::Invalid {
+                    field: "ws_max_message_bytes",
+                    reason: format!("{v} is below 1024 (a single media frame needs ~300)"),
+                });
+            }
+            c.ws_max_message_bytes = v;
+        }
+        if let Some(v) = pick!(ws_send_queue_frames) {
+            if v == 0 {
+                return Err(ConfigError::Invalid {
+                    field: "ws_send_queue_frames",
+                    reason: "must be at least 1".into(),
+                });
+            }
+            c.ws_send_queue_frames = v;
+        }
+        if let Some(v) = pick!(ws_ontime_events) {
+            c.ws_ontime_events = v;
+        }
+        let custom = if args.ws_custom_parameter.is_empty() {
+            file.ws_custom_parameter.clone()
+        } else {
+            Some(args.ws_custom_parameter.clone())
+        };
+        if let Some(list) = custom {
+            c.ws_custom_parameters = list
+                .iter()
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, v)) if !k.trim().is_empty() => {
+                        Ok((k.trim().to_string(), v.to_string()))
+                    }
+                    _ => Err(ConfigError::Invalid {
+                        field: "ws_custom_parameter",
+                        reason: format!("`{kv}` is not KEY=VALUE"),
+                    }),
+                })
+                .collect::<Result<_, _>>()?;
+        }
         Ok(c)
     }
 
@@ -421,6 +569,54 @@ mod tests {
         assert!(e.to_string().contains("`trunk_cidr`"), "{e}");
         let e = Config::resolve(args(&["--drain-timeout", "soon"])).unwrap_err();
         assert!(e.to_string().contains("`drain_timeout`"), "{e}");
+    }
+
+    #[test]
+    fn websocket_agent_fields_resolve_and_bad_ones_are_named() {
+        let c = Config::resolve(args(&[
+            "--agent",
+            "ws://127.0.0.1:8765/media",
+            "--barge-in",
+            "bot",
+            "--max-buffered-seconds",
+            "2.5",
+            "--agent-unreachable",
+            "fallback",
+            "--ws-connect-timeout",
+            "500ms",
+            "--ws-ontime-events",
+            "true",
+            "--ws-custom-parameter",
+            "tenant=acme,lang=en",
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.agent,
+            AgentKind::WebSocket("ws://127.0.0.1:8765/media".into())
+        );
+        assert_eq!(c.barge_in, BargeIn::Bot);
+        assert_eq!(c.max_buffered, Duration::from_millis(2500));
+        assert_eq!(c.agent_unreachable, AgentUnreachable::Fallback);
+        assert_eq!(c.ws_connect_timeout, Duration::from_millis(500));
+        assert!(c.ws_ontime_events);
+        assert_eq!(
+            c.ws_custom_parameters,
+            vec![
+                ("tenant".into(), "acme".into()),
+                ("lang".into(), "en".into())
+            ]
+        );
+        for (flag, value, field) in [
+            ("--max-buffered-seconds", "0", "max_buffered_seconds"),
+            ("--max-buffered-seconds", "NaN", "max_buffered_seconds"),
+            ("--ws-connect-timeout", "0", "ws_connect_timeout"),
+            ("--ws-max-message-bytes", "10", "ws_max_message_bytes"),
+            ("--ws-send-queue-frames", "0", "ws_send_queue_frames"),
+            ("--ws-custom-parameter", "novalue", "ws_custom_parameter"),
+        ] {
+            let e = Config::resolve(args(&[flag, value])).unwrap_err();
+            assert!(e.to_string().contains(&format!("`{field}`")), "{e}");
+        }
     }
 
     #[test]

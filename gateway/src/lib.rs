@@ -17,3 +17,4 @@ pub mod ports;
 pub mod recording;
 pub mod rtcp;
 pub mod server;
+pub mod ws_agent;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use clap::Parser;
 use ontime_gateway::agent::{Agent, StubAgent};
 use ontime_gateway::config::{AgentKind, Args, Config, LogFormat};
+use ontime_gateway::ws_agent::{WsAgent, WsAgentConfig};
 
 fn main() -> ExitCode {
     // design.md §4: before any library starts a thread, math libraries get one thread each.
@@ -41,10 +42,13 @@ fn main() -> ExitCode {
                 }
             }
         }
-        AgentKind::WebSocket(url) => {
-            eprintln!("ontime-gateway: config field `agent`: the WebSocket agent ({url}) is not built yet; use `stub`");
-            return ExitCode::from(2);
-        }
+        AgentKind::WebSocket(url) => match WsAgent::new(WsAgentConfig::from_config(url, &config)) {
+            Ok(a) => Arc::new(a),
+            Err(e) => {
+                eprintln!("ontime-gateway: config field `agent`: {e}");
+                return ExitCode::from(2);
+            }
+        },
     };
     // Two workers: SIP, RTP receive, RTCP and HTTP are light; the clock and the models have their
     // own threads. A fixed count keeps the thread total independent of the number of calls.

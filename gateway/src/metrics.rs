@@ -2,7 +2,7 @@
 //! registered at zero at start-up so dashboards see 0, not an absent series. The sender's and the
 //! inference pool's names live in their crates.
 
-use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
 
 /// Calls in progress.
 pub const CALLS_ACTIVE: &str = "ontime_calls_active";
@@ -47,6 +47,14 @@ pub const DTMF_DIGITS_TOTAL: &str = "ontime_dtmf_digits_total";
 /// Calls ended because no RTP arrived for the timeout.
 pub const RTP_TIMEOUTS_TOTAL: &str = "ontime_rtp_timeouts_total";
 
+/// Agent audio frames dropped (oldest first) because more than `max_buffered_seconds` was queued.
+pub const AGENT_AUDIO_DROPPED_FRAMES_TOTAL: &str = "ontime_agent_audio_dropped_frames_total";
+/// Agent audio queued for a call (call queue plus the sender's ring) after each chunk arrives.
+pub const AGENT_BUFFERED_AUDIO_SECONDS: &str = "ontime_agent_buffered_audio_seconds";
+/// Bucket bounds of [`AGENT_BUFFERED_AUDIO_SECONDS`].
+pub const AGENT_BUFFERED_AUDIO_BUCKETS_SECONDS: &[f64] =
+    &[0.02, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0];
+
 /// Reasons an INVITE is refused (label values of [`CALLS_REJECTED_TOTAL`]).
 pub const REJECT_REASONS: &[&str] = &[
     "not_trunk",
@@ -54,6 +62,7 @@ pub const REJECT_REASONS: &[&str] = &[
     "no_rtp_port",
     "draining",
     "no_common_codec",
+    "agent_unavailable",
 ];
 /// Results of ended calls (label values of [`CALLS_TOTAL`]).
 pub const CALL_RESULTS: &[&str] = &["completed", "cancelled", "failed"];
@@ -190,4 +199,17 @@ pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
         "Calls ended for want of RTP."
     );
     counter!(RTP_TIMEOUTS_TOTAL).absolute(0);
+    describe_counter!(
+        AGENT_AUDIO_DROPPED_FRAMES_TOTAL,
+        Unit::Count,
+        "Agent audio frames dropped, oldest first, beyond max_buffered_seconds."
+    );
+    counter!(AGENT_AUDIO_DROPPED_FRAMES_TOTAL).absolute(0);
+    describe_histogram!(
+        AGENT_BUFFERED_AUDIO_SECONDS,
+        Unit::Seconds,
+        "Agent audio queued for a call after each chunk arrives."
+    );
+    let _ = metrics::histogram!(AGENT_BUFFERED_AUDIO_SECONDS);
+    crate::ws_agent::describe_metrics();
 }

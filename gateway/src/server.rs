@@ -19,7 +19,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::agent::{Agent, CallInfo};
+use crate::agent::{Admission, Agent, CallInfo};
 use crate::call::{self, CallControl, CallMedia};
 use crate::cdr::EndCause;
 use crate::config::Config;
@@ -46,6 +46,9 @@ pub enum RejectReason {
     Draining,
     /// No codec in common (or no offer): 488.
     NoCommonCodec,
+    /// The agent could not serve the call (e.g. its bot is unreachable): 503 with Retry-After,
+    /// sent after ringing.
+    AgentUnavailable,
 }
 
 impl RejectReason {
@@ -57,6 +60,7 @@ impl RejectReason {
             RejectReason::NoRtpPort => "no_rtp_port",
             RejectReason::Draining => "draining",
             RejectReason::NoCommonCodec => "no_common_codec",
+            RejectReason::AgentUnavailable => "agent_unavailable",
         }
     }
     /// The SIP status sent.
@@ -99,6 +103,17 @@ pub enum SipCommand {
     StopAccepting,
     /// The ring time of a call is over: answer it.
     Answer(ontime_sip::CallHandle),
+    /// Hang up this call with a BYE carrying this RFC 3326 `Reason` header value.
+    HangupWithReason(ontime_sip::CallHandle, String),
+    /// The agent prepared a ringing call ([`Agent::prepare_call`]): answer or refuse it.
+    AgentReady {
+        /// The call.
+        call: ontime_sip::CallHandle,
+        /// Its facts (to release the agent's preparation if the call is gone).
+        info: CallInfo,
+        /// The agent's verdict.
+        admission: Admission,
+    },
 }
 
 /// A call admitted and ringing, answered after `answer_delay`.
@@ -273,6 +288,34 @@ impl SipLoop {
                     self.answer(call, p);
                 }
             }
+            SipCommand::HangupWithReason(call, reason) => {
+                let headers = [("Reason".to_string(), reason)];
+                if let Err(e) = self
+                    .endpoint
+                    .hangup_with_headers(call, &headers, Instant::now())
+                {
+                    warn!(error = %e, "BYE could not be sent");
+                }
+            }
+            SipCommand::AgentReady {
+                call,
+                info,
+                admission,
+            } => match (self.pending.remove(&call), admission) {
+                (Some(p), Admission::Answer) => self.answer(call, p),
+                (Some(p), Admission::Reject) => {
+                    let span = p.span.clone();
+                    let _enter = span.enter();
+                    info!("agent unavailable: 503");
+                    self.reject(call, RejectReason::AgentUnavailable);
+                    if let Ok(mut ports) = self.shared.ports.lock() {
+                        ports.release(p.media.port);
+                    }
+                    self.shared.active_calls.fetch_sub(1, Ordering::Relaxed);
+                }
+                // The caller cancelled while the agent prepared: let it release what it holds.
+                (None, _) => self.agent.abandon_call(&info),
+            },
             SipCommand::StopAccepting => {
                 self.shared.accepting.store(false, Ordering::Relaxed);
                 self.endpoint.set_accepting(false);
@@ -314,7 +357,7 @@ impl SipLoop {
 
     fn event(&mut self, event: Event) {
         match event {
-            Event::IncomingCall(incoming) => self.incoming(incoming),
+            Event::IncomingCall(incoming) => self.incoming(*incoming),
             Event::Established { call } => {
                 if let Some(e) = self.calls.get(&call) {
                     let _ = e.control.send(CallControl::Established);
@@ -434,7 +477,24 @@ impl SipLoop {
             start_unix_ms: crate::cdr::unix_ms_now(),
         };
         let delay = self.config.answer_delay;
-        if delay.is_zero() {
+        if let Some(prepared) = self.agent.prepare_call(&pending.media.info) {
+            // Ring while the agent gets ready (e.g. connects to its bot) and the ring time
+            // passes, then answer or refuse: the SIP loop never waits for it.
+            if let Err(e) = self.endpoint.ring(call, Instant::now()) {
+                warn!(error = %e, "180 failed");
+            }
+            let info = pending.media.info.clone();
+            self.pending.insert(call, pending);
+            let tx = self.command_tx.clone();
+            tokio::spawn(async move {
+                let (admission, ()) = tokio::join!(prepared, tokio::time::sleep(delay));
+                let _ = tx.send(SipCommand::AgentReady {
+                    call,
+                    info,
+                    admission,
+                });
+            });
+        } else if delay.is_zero() {
             self.answer(call, pending);
         } else {
             // Ring first (180), answer when the ring time is over; a CANCEL meanwhile gets 487.

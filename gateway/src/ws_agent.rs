@@ -1,0 +1,1028 @@
+//! The WebSocket agent: any bot that speaks the Twilio Media Streams protocol, one WebSocket
+//! connection per call (`--agent ws://HOST:PORT/PATH` or `wss://`).
+//!
+//! To the bot, exactly as Twilio sends them: `connected`, `start` (with the media format and
+//! `customParameters`), `media` every 20 ms (base64 of 160 µ-law bytes), `dtmf`, `mark` when a
+//! mark the bot queued has been played, `stop`. From the bot: `media` (base64 µ-law of any
+//! length), `mark`, `clear`. With `ws_ontime_events` on, ontime's own turn-taking events go too,
+//! as extra `event` names (`ontime.speech_started`, ...) a bot may ignore.
+//!
+//! The bot may send a whole reply at once: the call task queues it and the real-time sender paces
+//! it at 20 ms, and a mark comes back when the last frame before it has been *sent*, not when it
+//! arrived. The connection is made before the call is answered ([`Agent::prepare_call`]), so an
+//! unreachable bot can be answered with 503 (or a fallback message, by configuration).
+//!
+//! Layout: [`protocol`] is sans-IO (JSON in and out, sequence numbers, mark bookkeeping) and
+//! carries the unit and property tests; [`WsAgent`] and the per-call connection task are the thin
+//! tokio layer. The call task never waits on the bot: caller audio goes through a bounded queue
+//! (full: the frame is dropped and counted), and a bot that stops reading only stalls its own
+//! connection task.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
+use ontime_rtp::g711::Law;
+use ontime_rtp::FRAME_BYTES;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tracing::{info, warn};
+
+use crate::agent::{
+    Admission, AdmissionFuture, Agent, AgentAction, AgentCall, AgentEvent, AgentOutput, CallInfo,
+};
+use crate::config::{AgentUnreachable, Config};
+
+pub use protocol::{BotMessage, BotMessageError, PendingMarks, TwilioEncoder};
+
+/// Messages sent to bots, by `event` (`ontime_ws_messages_sent_total{event}`).
+pub const WS_MESSAGES_SENT_TOTAL: &str = "ontime_ws_messages_sent_total";
+/// Messages received from bots, by `event` (`ontime_ws_messages_received_total{event}`).
+pub const WS_MESSAGES_RECEIVED_TOTAL: &str = "ontime_ws_messages_received_total";
+/// Bot messages ignored, by reason (`malformed`, `unknown_event`, `oversize`, `binary`).
+pub const WS_MESSAGES_INVALID_TOTAL: &str = "ontime_ws_messages_invalid_total";
+/// Caller frames not sent to a bot because its per-call send queue was full.
+pub const WS_SEND_QUEUE_DROPPED_TOTAL: &str = "ontime_ws_send_queue_dropped_total";
+/// Time to open a bot's WebSocket (TCP, TLS, HTTP upgrade).
+pub const WS_CONNECT_SECONDS: &str = "ontime_ws_connect_seconds";
+/// Failed connection attempts, by reason (`timeout`, `error`).
+pub const WS_CONNECT_FAILURES_TOTAL: &str = "ontime_ws_connect_failures_total";
+/// Bots that closed or lost their connection while the call was up.
+pub const WS_DISCONNECTS_TOTAL: &str = "ontime_ws_disconnects_total";
+/// Calls answered with the fallback message because the bot was unreachable.
+pub const WS_FALLBACK_CALLS_TOTAL: &str = "ontime_ws_fallback_calls_total";
+
+/// Event names to the bot (label values of [`WS_MESSAGES_SENT_TOTAL`]).
+pub const SENT_EVENTS: &[&str] = &[
+    "connected",
+    "start",
+    "media",
+    "dtmf",
+    "mark",
+    "stop",
+    protocol::EVENT_SPEECH_STARTED,
+    protocol::EVENT_SPEECH_STOPPED,
+    protocol::EVENT_TURN_ENDED,
+    protocol::EVENT_BARGE_IN,
+];
+/// Event names from the bot (label values of [`WS_MESSAGES_RECEIVED_TOTAL`]).
+pub const RECEIVED_EVENTS: &[&str] = &["media", "mark", "clear"];
+/// Reasons a bot message is ignored (label values of [`WS_MESSAGES_INVALID_TOTAL`]).
+pub const INVALID_REASONS: &[&str] = &["malformed", "unknown_event", "oversize", "binary"];
+/// Bucket bounds of [`WS_CONNECT_SECONDS`].
+pub const CONNECT_BUCKETS_SECONDS: &[f64] = &[
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
+];
+
+/// The Reason header (RFC 3326) of the BYE sent when the bot goes away mid-call: Q.850 cause 41,
+/// "temporary failure".
+pub const REASON_BOT_DISCONNECTED: &str = "Q.850;cause=41;text=\"agent disconnected\"";
+/// The Reason header of the BYE after the fallback message (the bot was unreachable).
+pub const REASON_BOT_UNREACHABLE: &str = "Q.850;cause=41;text=\"agent unreachable\"";
+/// The mark name the fallback message is queued with (the call hangs up when it is played).
+const FALLBACK_MARK: &str = "ontime-fallback";
+
+/// The built-in fallback message (espeak-ng, 8 kHz; see `fixtures/README.md`).
+const FALLBACK_WAV: &[u8] = include_bytes!("../../fixtures/agent/ws_fallback.wav");
+
+/// Describe every WebSocket-agent metric and register it at zero.
+pub fn describe_metrics() {
+    describe_counter!(
+        WS_MESSAGES_SENT_TOTAL,
+        Unit::Count,
+        "Messages sent to WebSocket bots, by event."
+    );
+    for e in SENT_EVENTS {
+        counter!(WS_MESSAGES_SENT_TOTAL, "event" => *e).absolute(0);
+    }
+    describe_counter!(
+        WS_MESSAGES_RECEIVED_TOTAL,
+        Unit::Count,
+        "Messages received from WebSocket bots, by event."
+    );
+    for e in RECEIVED_EVENTS {
+        counter!(WS_MESSAGES_RECEIVED_TOTAL, "event" => *e).absolute(0);
+    }
+    describe_counter!(
+        WS_MESSAGES_INVALID_TOTAL,
+        Unit::Count,
+        "Bot messages ignored, by reason."
+    );
+    for r in INVALID_REASONS {
+        counter!(WS_MESSAGES_INVALID_TOTAL, "reason" => *r).absolute(0);
+    }
+    describe_counter!(
+        WS_SEND_QUEUE_DROPPED_TOTAL,
+        Unit::Count,
+        "Caller frames dropped because a bot's send queue was full."
+    );
+    counter!(WS_SEND_QUEUE_DROPPED_TOTAL).absolute(0);
+    describe_histogram!(
+        WS_CONNECT_SECONDS,
+        Unit::Seconds,
+        "Time to open a bot's WebSocket."
+    );
+    let _ = histogram!(WS_CONNECT_SECONDS);
+    describe_counter!(
+        WS_CONNECT_FAILURES_TOTAL,
+        Unit::Count,
+        "Failed bot connection attempts, by reason."
+    );
+    for r in ["timeout", "error"] {
+        counter!(WS_CONNECT_FAILURES_TOTAL, "reason" => r).absolute(0);
+    }
+    describe_counter!(
+        WS_DISCONNECTS_TOTAL,
+        Unit::Count,
+        "Bots that went away mid-call (the call got a BYE with a Reason header)."
+    );
+    counter!(WS_DISCONNECTS_TOTAL).absolute(0);
+    describe_counter!(
+        WS_FALLBACK_CALLS_TOTAL,
+        Unit::Count,
+        "Calls answered with the fallback message (bot unreachable)."
+    );
+    counter!(WS_FALLBACK_CALLS_TOTAL).absolute(0);
+}
+
+/// Errors building the WebSocket agent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WsAgentError {
+    /// The built-in fallback WAV is not 8 kHz mono 16-bit (a build-time fixture fault).
+    #[error("fallback WAV: {0}")]
+    Fallback(#[from] hound::Error),
+    /// The fallback WAV has the wrong format.
+    #[error("fallback WAV must be 8000 Hz mono 16-bit PCM, got {rate} Hz, {channels} channel(s)")]
+    FallbackFormat {
+        /// Sample rate found.
+        rate: u32,
+        /// Channels found.
+        channels: u16,
+    },
+}
+
+/// The WebSocket agent's settings (from [`Config`]).
+#[derive(Debug, Clone)]
+pub struct WsAgentConfig {
+    /// `ws://` or `wss://` URL of the bot.
+    pub url: String,
+    /// Longest wait for the connection (TCP, TLS and the HTTP upgrade together).
+    pub connect_timeout: Duration,
+    /// Bot messages longer than this (bytes of JSON text) are dropped and counted.
+    pub max_message_bytes: usize,
+    /// Caller frames queued for a slow bot before new ones are dropped.
+    pub send_queue_frames: usize,
+    /// Send ontime's own events (speech started/stopped, turn ended, barge-in).
+    pub ontime_events: bool,
+    /// What to do when the bot is unreachable at call start.
+    pub unreachable: AgentUnreachable,
+    /// Extra `customParameters` for every call (besides From, To, CallId).
+    pub custom_parameters: Vec<(String, String)>,
+}
+
+impl WsAgentConfig {
+    /// The settings for `url` from the resolved configuration.
+    pub fn from_config(url: &str, c: &Config) -> WsAgentConfig {
+        WsAgentConfig {
+            url: url.to_string(),
+            connect_timeout: c.ws_connect_timeout,
+            max_message_bytes: c.ws_max_message_bytes,
+            send_queue_frames: c.ws_send_queue_frames,
+            ontime_events: c.ws_ontime_events,
+            unreachable: c.agent_unreachable,
+            custom_parameters: c.ws_custom_parameters.clone(),
+        }
+    }
+}
+
+type WsStream = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// The WebSocket agent: one connection per call, opened before the call is answered.
+pub struct WsAgent {
+    config: Arc<WsAgentConfig>,
+    fallback: Arc<[i16]>,
+    /// Connections opened by [`Agent::prepare_call`], waiting for [`Agent::start_call`], by
+    /// Call-ID. Locked at call set-up only.
+    ready: Arc<Mutex<HashMap<String, WsStream>>>,
+}
+
+impl std::fmt::Debug for WsAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WsAgent")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WsAgent {
+    /// The agent for these settings, with the built-in fallback message.
+    pub fn new(config: WsAgentConfig) -> Result<WsAgent, WsAgentError> {
+        let r = hound::WavReader::new(std::io::Cursor::new(FALLBACK_WAV))?;
+        let s = r.spec();
+        if s.sample_rate != ontime_rtp::SAMPLE_RATE_HZ
+            || s.channels != 1
+            || s.bits_per_sample != 16
+            || s.sample_format != hound::SampleFormat::Int
+        {
+            return Err(WsAgentError::FallbackFormat {
+                rate: s.sample_rate,
+                channels: s.channels,
+            });
+        }
+        let pcm = r.into_samples::<i16>().collect::<Result<Vec<_>, _>>()?;
+        Ok(WsAgent {
+            config: Arc::new(config),
+            fallback: pcm.into(),
+            ready: Arc::new(Mutex::new(HashMap::new())),
+        })
+    }
+
+    /// Length of the fallback message in samples.
+    pub fn fallback_samples(&self) -> usize {
+        self.fallback.len()
+    }
+}
+
+async fn connect(config: &WsAgentConfig) -> Result<WsStream, &'static str> {
+    let mut ws_config = WebSocketConfig::default();
+    // tungstenite fails the whole connection on a message over its limit; ontime wants an
+    // oversized message dropped and counted with the call going on, so tungstenite gets room
+    // above ontime's own limit (which is checked per message) and only a grossly oversized
+    // message ends the connection.
+    let hard_limit = config.max_message_bytes.saturating_mul(4).max(1 << 16);
+    ws_config.max_message_size = Some(hard_limit);
+    ws_config.max_frame_size = Some(hard_limit);
+    let attempt = tokio_tungstenite::connect_async_with_config(
+        config.url.as_str(),
+        Some(ws_config),
+        true, // TCP_NODELAY: a mark or a media frame should not wait for Nagle.
+    );
+    match tokio::time::timeout(config.connect_timeout, attempt).await {
+        Ok(Ok((ws, _response))) => Ok(ws),
+        Ok(Err(e)) => {
+            warn!(url = %config.url, error = %e, "bot unreachable");
+            Err("error")
+        }
+        Err(_) => {
+            warn!(url = %config.url, timeout_ms = config.connect_timeout.as_millis() as u64, "bot connection timed out");
+            Err("timeout")
+        }
+    }
+}
+
+impl Agent for WsAgent {
+    fn prepare_call(&self, info: &CallInfo) -> Option<AdmissionFuture> {
+        let config = self.config.clone();
+        let ready = self.ready.clone();
+        let call_id = info.call_id.clone();
+        Some(Box::pin(async move {
+            let started = Instant::now();
+            match connect(&config).await {
+                Ok(ws) => {
+                    histogram!(WS_CONNECT_SECONDS).record(started.elapsed().as_secs_f64());
+                    if let Ok(mut map) = ready.lock() {
+                        map.insert(call_id, ws);
+                    }
+                    Admission::Answer
+                }
+                Err(reason) => {
+                    counter!(WS_CONNECT_FAILURES_TOTAL, "reason" => reason).increment(1);
+                    match config.unreachable {
+                        AgentUnreachable::Reject => Admission::Reject,
+                        // No connection stored: start_call plays the fallback and hangs up.
+                        AgentUnreachable::Fallback => Admission::Answer,
+                    }
+                }
+            }
+        }))
+    }
+
+    fn abandon_call(&self, info: &CallInfo) {
+        // Dropping the stream closes the TCP connection; the bot sees it end before `start`.
+        if let Ok(mut map) = self.ready.lock() {
+            map.remove(&info.call_id);
+        }
+    }
+
+    fn start_call(&self, info: &CallInfo, output: AgentOutput) -> Box<dyn AgentCall> {
+        let ws = self
+            .ready
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(&info.call_id));
+        let Some(ws) = ws else {
+            counter!(WS_FALLBACK_CALLS_TOTAL).increment(1);
+            info!("bot unreachable: playing the fallback message, then hanging up");
+            output.send(AgentAction::Play(self.fallback.clone()));
+            output.send(AgentAction::EndOfUtterance);
+            output.send(AgentAction::Mark(FALLBACK_MARK.into()));
+            return Box::new(FallbackCall { output });
+        };
+        let (media_tx, media_rx) = mpsc::channel(self.config.send_queue_frames.max(1));
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let mut custom = vec![
+            ("From".to_string(), info.from.clone()),
+            ("To".to_string(), info.to.clone()),
+            ("CallId".to_string(), info.call_id.clone()),
+        ];
+        custom.extend(self.config.custom_parameters.iter().cloned());
+        let encoder = TwilioEncoder::new(protocol::StreamIds::random(), custom);
+        let task = ConnectionTask {
+            ws,
+            encoder,
+            config: self.config.clone(),
+            output,
+            pending: PendingMarks::default(),
+        };
+        tokio::spawn(tracing::Instrument::instrument(
+            task.run(media_rx, control_rx),
+            tracing::Span::current(),
+        ));
+        Box::new(WsCall {
+            media: Some(media_tx),
+            control: Some(control_tx),
+            ontime_events: self.config.ontime_events,
+        })
+    }
+}
+
+/// A call whose bot was unreachable: the fallback message plays, then the call hangs up.
+struct FallbackCall {
+    output: AgentOutput,
+}
+
+impl AgentCall for FallbackCall {
+    fn on_event(&mut self, event: AgentEvent<'_>) {
+        match event {
+            AgentEvent::MarkPlayed(name) if name == FALLBACK_MARK => self
+                .output
+                .send(AgentAction::HangupWithReason(REASON_BOT_UNREACHABLE.into())),
+            // The caller talked over the message: hang up now rather than leave them in silence.
+            AgentEvent::BargeIn => self
+                .output
+                .send(AgentAction::HangupWithReason(REASON_BOT_UNREACHABLE.into())),
+            _ => {}
+        }
+    }
+}
+
+/// What the call task hands the connection task besides caller audio.
+#[derive(Debug)]
+enum ToBot {
+    Dtmf(char),
+    MarkPlayed(String),
+    BargeIn,
+    SpeechStarted,
+    SpeechStopped,
+    TurnEnded(Option<f32>),
+}
+
+/// The call task's side: turns events into messages for the connection task, never waiting.
+struct WsCall {
+    media: Option<mpsc::Sender<[u8; FRAME_BYTES]>>,
+    control: Option<mpsc::UnboundedSender<ToBot>>,
+    ontime_events: bool,
+}
+
+impl WsCall {
+    fn control(&self, m: ToBot) {
+        if let Some(c) = &self.control {
+            let _ = c.send(m);
+        }
+    }
+}
+
+impl AgentCall for WsCall {
+    fn on_event(&mut self, event: AgentEvent<'_>) {
+        match event {
+            AgentEvent::CallerAudio(pcm) => {
+                let Some(tx) = &self.media else { return };
+                let mut frame = [0u8; FRAME_BYTES];
+                Law::Ulaw.encode_slice(pcm, &mut frame);
+                if tx.try_send(frame).is_err() {
+                    // A slow (or gone) bot: drop this frame rather than wait.
+                    counter!(WS_SEND_QUEUE_DROPPED_TOTAL).increment(1);
+                }
+            }
+            AgentEvent::Dtmf(d) => self.control(ToBot::Dtmf(d)),
+            AgentEvent::MarkPlayed(name) => self.control(ToBot::MarkPlayed(name.to_string())),
+            // The connection task always learns of a barge-in (it returns the bot's cleared
+            // marks); it forwards the ontime events only when enabled.
+            AgentEvent::BargeIn => self.control(ToBot::BargeIn),
+            AgentEvent::SpeechStarted if self.ontime_events => self.control(ToBot::SpeechStarted),
+            AgentEvent::SpeechStopped if self.ontime_events => self.control(ToBot::SpeechStopped),
+            AgentEvent::TurnEnded { probability } if self.ontime_events => {
+                self.control(ToBot::TurnEnded(probability))
+            }
+            AgentEvent::Ended => {
+                // Closing both queues tells the connection task to send `stop` and close.
+                self.media = None;
+                self.control = None;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The tokio task owning one call's WebSocket.
+struct ConnectionTask {
+    ws: WsStream,
+    encoder: TwilioEncoder,
+    config: Arc<WsAgentConfig>,
+    output: AgentOutput,
+    pending: PendingMarks,
+}
+
+/// Longest wait for the bot to take `stop` and the close handshake at the end of a call.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl ConnectionTask {
+    async fn send(&mut self, event: &'static str, text: String) -> bool {
+        counter!(WS_MESSAGES_SENT_TOTAL, "event" => event).increment(1);
+        self.ws.send(Message::Text(text.into())).await.is_ok()
+    }
+
+    async fn run(
+        mut self,
+        mut media: mpsc::Receiver<[u8; FRAME_BYTES]>,
+        mut control: mpsc::UnboundedReceiver<ToBot>,
+    ) {
+        let connected = self.encoder.connected();
+        let start = self.encoder.start();
+        let mut up = self.send("connected", connected).await && self.send("start", start).await;
+        if up {
+            info!(stream_sid = %self.encoder.ids().stream_sid, "bot stream started");
+        }
+        while up {
+            tokio::select! {
+                frame = media.recv() => match frame {
+                    Some(f) => {
+                        let text = self.encoder.media(&f);
+                        up = self.send("media", text).await;
+                    }
+                    None => break,
+                },
+                msg = control.recv() => match msg {
+                    Some(m) => up = self.handle_call_event(m).await,
+                    None => break,
+                },
+                incoming = self.ws.next() => match incoming {
+                    Some(Ok(Message::Text(text))) => up = self.handle_bot_text(text.as_str()).await,
+                    Some(Ok(Message::Binary(_))) => {
+                        counter!(WS_MESSAGES_INVALID_TOTAL, "reason" => "binary").increment(1);
+                    }
+                    Some(Ok(Message::Close(_))) | None => up = false,
+                    // Ping/pong are answered by tungstenite itself.
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        warn!(error = %e, "bot connection failed");
+                        up = false;
+                    }
+                },
+            }
+        }
+        if up {
+            // The call ended first: `stop`, then close (bounded, a stuck bot cannot hold us).
+            let stop = self.encoder.stop();
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+                let _ = self.send("stop", stop).await;
+                let _ = self.ws.close(None).await;
+            })
+            .await;
+            return;
+        }
+        // The bot went away mid-call: hang up with a Reason header (RFC 3326).
+        counter!(WS_DISCONNECTS_TOTAL).increment(1);
+        warn!("bot disconnected mid-call: hanging up");
+        self.output.send(AgentAction::HangupWithReason(
+            REASON_BOT_DISCONNECTED.into(),
+        ));
+        // Keep draining until the call task lets go, so it never sees a closed queue early.
+        drop(media);
+        while control.recv().await.is_some() {}
+    }
+
+    async fn handle_call_event(&mut self, m: ToBot) -> bool {
+        match m {
+            ToBot::Dtmf(d) => {
+                let t = self.encoder.dtmf(d);
+                self.send("dtmf", t).await
+            }
+            ToBot::MarkPlayed(name) => {
+                if !self.pending.played(&name) {
+                    return true; // already returned by a clear or a barge-in
+                }
+                let t = self.encoder.mark(&name);
+                self.send("mark", t).await
+            }
+            ToBot::BargeIn => {
+                // The queue was cleared locally: return the bot's pending marks at once, as
+                // Twilio does after a `clear`, so a bot tracking playback by marks knows.
+                let mut ok = self.return_pending_marks().await;
+                if self.config.ontime_events {
+                    let t = self.encoder.ontime(protocol::EVENT_BARGE_IN, None);
+                    ok = ok && self.send(protocol::EVENT_BARGE_IN, t).await;
+                }
+                ok
+            }
+            ToBot::SpeechStarted => {
+                let t = self.encoder.ontime(protocol::EVENT_SPEECH_STARTED, None);
+                self.send(protocol::EVENT_SPEECH_STARTED, t).await
+            }
+            ToBot::SpeechStopped => {
+                let t = self.encoder.ontime(protocol::EVENT_SPEECH_STOPPED, None);
+                self.send(protocol::EVENT_SPEECH_STOPPED, t).await
+            }
+            ToBot::TurnEnded(p) => {
+                let t = self.encoder.ontime(protocol::EVENT_TURN_ENDED, Some(p));
+                self.send(protocol::EVENT_TURN_ENDED, t).await
+            }
+        }
+    }
+
+    async fn return_pending_marks(&mut self) -> bool {
+        for name in self.pending.take_all() {
+            let t = self.encoder.mark(&name);
+            if !self.send("mark", t).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    async fn handle_bot_text(&mut self, text: &str) -> bool {
+        if text.len() > self.config.max_message_bytes {
+            counter!(WS_MESSAGES_INVALID_TOTAL, "reason" => "oversize").increment(1);
+            return true;
+        }
+        match protocol::parse_bot_message(text) {
+            Ok(BotMessage::Media(ulaw)) => {
+                counter!(WS_MESSAGES_RECEIVED_TOTAL, "event" => "media").increment(1);
+                if !ulaw.is_empty() {
+                    let mut pcm = vec![0i16; ulaw.len()];
+                    Law::Ulaw.decode_slice(&ulaw, &mut pcm);
+                    self.output.send(AgentAction::Play(pcm.into()));
+                }
+                true
+            }
+            Ok(BotMessage::Mark(name)) => {
+                counter!(WS_MESSAGES_RECEIVED_TOTAL, "event" => "mark").increment(1);
+                self.pending.queued(name.clone());
+                self.output.send(AgentAction::Mark(name));
+                true
+            }
+            Ok(BotMessage::Clear) => {
+                counter!(WS_MESSAGES_RECEIVED_TOTAL, "event" => "clear").increment(1);
+                self.output.send(AgentAction::Clear);
+                self.return_pending_marks().await
+            }
+            Err(e) => {
+                counter!(WS_MESSAGES_INVALID_TOTAL, "reason" => e.label()).increment(1);
+                tracing::debug!(error = %e, "bot message ignored");
+                true
+            }
+        }
+    }
+}
+
+/// The Twilio Media Streams protocol as ontime speaks it, without I/O.
+pub mod protocol {
+    use std::collections::VecDeque;
+
+    use base64::Engine as _;
+    use serde::Deserialize;
+    use serde_json::{json, Value};
+
+    use ontime_rtp::{FRAME_BYTES, FRAME_MS};
+
+    /// ontime event: local VAD heard the caller start speaking.
+    pub const EVENT_SPEECH_STARTED: &str = "ontime.speech_started";
+    /// ontime event: local VAD heard the caller stop.
+    pub const EVENT_SPEECH_STOPPED: &str = "ontime.speech_stopped";
+    /// ontime event: the caller's turn ended (`turn.probability`, null when the timeout decided).
+    pub const EVENT_TURN_ENDED: &str = "ontime.turn_ended";
+    /// ontime event: the caller's speech cleared the bot's queued audio.
+    pub const EVENT_BARGE_IN: &str = "ontime.barge_in";
+
+    /// The identifiers of one stream, in Twilio's shapes (`MZ…`, `CA…`, `AC…` + 32 hex digits).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct StreamIds {
+        /// `streamSid`.
+        pub stream_sid: String,
+        /// `callSid`.
+        pub call_sid: String,
+        /// `accountSid`.
+        pub account_sid: String,
+    }
+
+    impl StreamIds {
+        /// Fresh random identifiers (the account is all zeros: there is no Twilio account).
+        pub fn random() -> StreamIds {
+            let hex = |prefix: &str| format!("{prefix}{:032x}", rand::random::<u128>());
+            StreamIds {
+                stream_sid: hex("MZ"),
+                call_sid: hex("CA"),
+                account_sid: format!("AC{:032x}", 0u128),
+            }
+        }
+    }
+
+    /// Builds the messages to the bot, numbering them as Twilio does (`sequenceNumber` from 1
+    /// on every message after `connected`; `chunk` from 1 and `timestamp` in ms on media).
+    #[derive(Debug, Clone)]
+    pub struct TwilioEncoder {
+        ids: StreamIds,
+        custom: Vec<(String, String)>,
+        sequence: u64,
+        chunk: u64,
+    }
+
+    impl TwilioEncoder {
+        /// An encoder for one stream.
+        pub fn new(ids: StreamIds, custom_parameters: Vec<(String, String)>) -> TwilioEncoder {
+            TwilioEncoder {
+                ids,
+                custom: custom_parameters,
+                sequence: 0,
+                chunk: 0,
+            }
+        }
+
+        /// The stream's identifiers.
+        pub fn ids(&self) -> &StreamIds {
+            &self.ids
+        }
+
+        fn next_sequence(&mut self) -> String {
+            self.sequence += 1;
+            self.sequence.to_string()
+        }
+
+        /// `connected`.
+        pub fn connected(&self) -> String {
+            json!({"event": "connected", "protocol": "Call", "version": "1.0.0"}).to_string()
+        }
+
+        /// `start`, with the media format and `customParameters`.
+        pub fn start(&mut self) -> String {
+            let custom: serde_json::Map<String, Value> = self
+                .custom
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect();
+            json!({
+                "event": "start",
+                "sequenceNumber": self.next_sequence(),
+                "streamSid": self.ids.stream_sid,
+                "start": {
+                    "streamSid": self.ids.stream_sid,
+                    "accountSid": self.ids.account_sid,
+                    "callSid": self.ids.call_sid,
+                    "tracks": ["inbound"],
+                    "customParameters": custom,
+                    "mediaFormat": {
+                        "encoding": "audio/x-mulaw",
+                        "sampleRate": ontime_rtp::SAMPLE_RATE_HZ,
+                        "channels": 1
+                    }
+                }
+            })
+            .to_string()
+        }
+
+        /// `media`: one 20 ms frame of µ-law, `timestamp` in ms of media time since the start.
+        pub fn media(&mut self, ulaw: &[u8; FRAME_BYTES]) -> String {
+            let timestamp = self.chunk * u64::from(FRAME_MS);
+            self.chunk += 1;
+            json!({
+                "event": "media",
+                "sequenceNumber": self.next_sequence(),
+                "streamSid": self.ids.stream_sid,
+                "media": {
+                    "track": "inbound",
+                    "chunk": self.chunk.to_string(),
+                    "timestamp": timestamp.to_string(),
+                    "payload": base64::engine::general_purpose::STANDARD.encode(ulaw)
+                }
+            })
+            .to_string()
+        }
+
+        /// `dtmf`.
+        pub fn dtmf(&mut self, digit: char) -> String {
+            json!({
+                "event": "dtmf",
+                "streamSid": self.ids.stream_sid,
+                "sequenceNumber": self.next_sequence(),
+                "dtmf": {"track": "inbound_track", "digit": digit.to_string()}
+            })
+            .to_string()
+        }
+
+        /// `mark`: the bot's mark has been played (or cleared).
+        pub fn mark(&mut self, name: &str) -> String {
+            json!({
+                "event": "mark",
+                "sequenceNumber": self.next_sequence(),
+                "streamSid": self.ids.stream_sid,
+                "mark": {"name": name}
+            })
+            .to_string()
+        }
+
+        /// `stop`.
+        pub fn stop(&mut self) -> String {
+            json!({
+                "event": "stop",
+                "sequenceNumber": self.next_sequence(),
+                "streamSid": self.ids.stream_sid,
+                "stop": {"accountSid": self.ids.account_sid, "callSid": self.ids.call_sid}
+            })
+            .to_string()
+        }
+
+        /// One of ontime's own events; `turn_probability` is `Some` for `ontime.turn_ended`.
+        pub fn ontime(&mut self, event: &str, turn_probability: Option<Option<f32>>) -> String {
+            let mut v = json!({
+                "event": event,
+                "sequenceNumber": self.next_sequence(),
+                "streamSid": self.ids.stream_sid,
+            });
+            if let Some(p) = turn_probability {
+                v["turn"] = json!({"probability": p});
+            }
+            v.to_string()
+        }
+    }
+
+    /// A message from the bot.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum BotMessage {
+        /// Audio to play: µ-law bytes, any length.
+        Media(Vec<u8>),
+        /// Report back when everything sent before it has been played.
+        Mark(String),
+        /// Drop everything queued.
+        Clear,
+    }
+
+    /// Why a bot message was ignored.
+    #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+    #[non_exhaustive]
+    pub enum BotMessageError {
+        /// Not a JSON object with a string `event`.
+        #[error("not a JSON object with a string `event`: {0}")]
+        NotJson(String),
+        /// A known event without the field it needs.
+        #[error("`{event}` message without a string `{field}`")]
+        MissingField {
+            /// The event.
+            event: &'static str,
+            /// The field, as a JSON path.
+            field: &'static str,
+        },
+        /// The media payload is not base64.
+        #[error("`media.payload` is not base64: {0}")]
+        BadBase64(String),
+        /// An event ontime does not know.
+        #[error("unknown event `{0}`")]
+        UnknownEvent(String),
+    }
+
+    impl BotMessageError {
+        /// The label of `ontime_ws_messages_invalid_total`.
+        pub fn label(&self) -> &'static str {
+            match self {
+                BotMessageError::UnknownEvent(_) => "unknown_event",
+                _ => "malformed",
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    struct Envelope {
+        event: String,
+        #[serde(default)]
+        media: Option<Value>,
+        #[serde(default)]
+        mark: Option<Value>,
+    }
+
+    /// Parse one text message from the bot. `streamSid` is not checked: there is one stream per
+    /// connection.
+    pub fn parse_bot_message(text: &str) -> Result<BotMessage, BotMessageError> {
+        let env: Envelope =
+            serde_json::from_str(text).map_err(|e| BotMessageError::NotJson(e.to_string()))?;
+        match env.event.as_str() {
+            "media" => {
+                let payload = env
+                    .media
+                    .as_ref()
+                    .and_then(|m| m.get("payload"))
+                    .and_then(Value::as_str)
+                    .ok_or(BotMessageError::MissingField {
+                        event: "media",
+                        field: "media.payload",
+                    })?;
+                base64::engine::general_purpose::STANDARD
+                    .decode(payload)
+                    .map(BotMessage::Media)
+                    .map_err(|e| BotMessageError::BadBase64(e.to_string()))
+            }
+            "mark" => env
+                .mark
+                .as_ref()
+                .and_then(|m| m.get("name"))
+                .and_then(Value::as_str)
+                .map(|n| BotMessage::Mark(n.to_string()))
+                .ok_or(BotMessageError::MissingField {
+                    event: "mark",
+                    field: "mark.name",
+                }),
+            "clear" => Ok(BotMessage::Clear),
+            other => Err(BotMessageError::UnknownEvent(
+                other.chars().take(64).collect(),
+            )),
+        }
+    }
+
+    /// The bot's marks handed to the call but not yet reported back, in order.
+    #[derive(Debug, Default, Clone)]
+    pub struct PendingMarks {
+        names: VecDeque<String>,
+    }
+
+    impl PendingMarks {
+        /// The bot sent a mark (queued behind its audio).
+        pub fn queued(&mut self, name: String) {
+            self.names.push_back(name);
+        }
+
+        /// The call played a mark: true when it was pending (report it), false when a clear or
+        /// barge-in already returned it.
+        pub fn played(&mut self, name: &str) -> bool {
+            match self.names.iter().position(|n| n == name) {
+                Some(i) => {
+                    self.names.remove(i);
+                    true
+                }
+                None => false,
+            }
+        }
+
+        /// Everything pending, oldest first (after a clear or barge-in), leaving none.
+        pub fn take_all(&mut self) -> Vec<String> {
+            self.names.drain(..).collect()
+        }
+
+        /// Marks pending.
+        pub fn len(&self) -> usize {
+            self.names.len()
+        }
+
+        /// No mark pending.
+        pub fn is_empty(&self) -> bool {
+            self.names.is_empty()
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn ids() -> StreamIds {
+            StreamIds {
+                stream_sid: "MZ1".into(),
+                call_sid: "CA1".into(),
+                account_sid: "AC1".into(),
+            }
+        }
+
+        #[test]
+        fn messages_have_twilio_shapes() {
+            let mut e = TwilioEncoder::new(ids(), vec![("From".into(), "sip:a@b".into())]);
+            let c: Value = serde_json::from_str(&e.connected()).unwrap();
+            assert_eq!(
+                c,
+                json!({"event":"connected","protocol":"Call","version":"1.0.0"})
+            );
+            let s: Value = serde_json::from_str(&e.start()).unwrap();
+            assert_eq!(s["sequenceNumber"], "1");
+            assert_eq!(s["streamSid"], "MZ1");
+            assert_eq!(s["start"]["callSid"], "CA1");
+            assert_eq!(s["start"]["tracks"], json!(["inbound"]));
+            assert_eq!(s["start"]["customParameters"]["From"], "sip:a@b");
+            assert_eq!(
+                s["start"]["mediaFormat"],
+                json!({"encoding":"audio/x-mulaw","sampleRate":8000,"channels":1})
+            );
+            let m: Value = serde_json::from_str(&e.media(&[0xFF; FRAME_BYTES])).unwrap();
+            assert_eq!(m["sequenceNumber"], "2");
+            assert_eq!(m["media"]["chunk"], "1");
+            assert_eq!(m["media"]["timestamp"], "0");
+            assert_eq!(m["media"]["track"], "inbound");
+            let payload = base64::engine::general_purpose::STANDARD
+                .decode(m["media"]["payload"].as_str().unwrap())
+                .unwrap();
+            assert_eq!(payload, vec![0xFF; FRAME_BYTES]);
+            let m2: Value = serde_json::from_str(&e.media(&[0; FRAME_BYTES])).unwrap();
+            assert_eq!(m2["media"]["chunk"], "2");
+            assert_eq!(m2["media"]["timestamp"], "20");
+            let d: Value = serde_json::from_str(&e.dtmf('5')).unwrap();
+            assert_eq!(d["dtmf"], json!({"track":"inbound_track","digit":"5"}));
+            let k: Value = serde_json::from_str(&e.mark("end")).unwrap();
+            assert_eq!(k["mark"]["name"], "end");
+            let t: Value =
+                serde_json::from_str(&e.ontime(EVENT_TURN_ENDED, Some(Some(0.5)))).unwrap();
+            assert_eq!(t["turn"]["probability"], 0.5);
+            let t: Value = serde_json::from_str(&e.ontime(EVENT_TURN_ENDED, Some(None))).unwrap();
+            assert_eq!(t["turn"]["probability"], Value::Null);
+            let st: Value = serde_json::from_str(&e.stop()).unwrap();
+            assert_eq!(st["stop"], json!({"accountSid":"AC1","callSid":"CA1"}));
+            assert_eq!(st["sequenceNumber"], "8");
+        }
+
+        #[test]
+        fn bot_messages_parse_and_bad_ones_say_why() {
+            assert_eq!(
+                parse_bot_message(
+                    r#"{"event":"media","streamSid":"MZ1","media":{"payload":"/38="}}"#
+                ),
+                Ok(BotMessage::Media(vec![0xFF, 0x7F]))
+            );
+            assert_eq!(
+                parse_bot_message(r#"{"event":"mark","streamSid":"x","mark":{"name":"m1"}}"#),
+                Ok(BotMessage::Mark("m1".into()))
+            );
+            assert_eq!(
+                parse_bot_message(r#"{"event":"clear","streamSid":"x"}"#),
+                Ok(BotMessage::Clear)
+            );
+            let e = parse_bot_message(r#"{"event":"hello"}"#).unwrap_err();
+            assert_eq!(e.label(), "unknown_event");
+            for bad in [
+                "not json",
+                "[]",
+                r#"{"event":5}"#,
+                r#"{"event":"media"}"#,
+                r#"{"event":"media","media":{"payload":"***"}}"#,
+                r#"{"event":"mark","mark":{}}"#,
+            ] {
+                let e = parse_bot_message(bad).unwrap_err();
+                assert_eq!(e.label(), "malformed", "{bad}: {e}");
+            }
+        }
+
+        #[test]
+        fn marks_return_once_whether_played_or_cleared() {
+            let mut p = PendingMarks::default();
+            p.queued("a".into());
+            p.queued("b".into());
+            assert!(p.played("a"));
+            assert!(!p.played("a"));
+            p.queued("c".into());
+            assert_eq!(p.take_all(), vec!["b".to_string(), "c".to_string()]);
+            assert!(!p.played("b"), "a cleared mark is not reported twice");
+            assert!(p.is_empty());
+        }
+
+        proptest! {
+            #[test]
+            fn parser_never_panics(s in ".{0,400}") {
+                let _ = parse_bot_message(&s);
+            }
+
+            #[test]
+            fn media_of_any_length_round_trips(bytes in proptest::collection::vec(any::<u8>(), 0..4000)) {
+                let text = json!({"event":"media","streamSid":"MZ1","media":{"payload":
+                    base64::engine::general_purpose::STANDARD.encode(&bytes)}}).to_string();
+                prop_assert_eq!(parse_bot_message(&text), Ok(BotMessage::Media(bytes)));
+            }
+
+            #[test]
+            fn every_mark_is_reported_exactly_once(
+                ops in proptest::collection::vec((0u8..3, 0u8..6), 0..60)
+            ) {
+                // 0: bot queues mark n; 1: call plays mark n; 2: clear.
+                let mut p = PendingMarks::default();
+                let mut queued = 0usize;
+                let mut reported = 0usize;
+                for (op, n) in ops {
+                    match op {
+                        0 => { p.queued(n.to_string()); queued += 1; }
+                        1 => if p.played(&n.to_string()) { reported += 1 },
+                        _ => reported += p.take_all().len(),
+                    }
+                    prop_assert_eq!(queued, reported + p.len());
+                }
+            }
+        }
+    }
+}
