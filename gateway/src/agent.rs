@@ -19,6 +19,9 @@ pub struct CallInfo {
     pub from: String,
     /// To URI.
     pub to: String,
+    /// Every header of the INVITE (name, value), for agents that forward some (the WebSocket
+    /// agent's `ws_forward_headers`).
+    pub sip_headers: Vec<(String, String)>,
 }
 
 /// What happens on a call, as the agent sees it.
@@ -217,6 +220,7 @@ mod tests {
             call_id: "c".into(),
             from: "a".into(),
             to: "b".into(),
+            sip_headers: Vec::new(),
         };
         let mut call = stub.start_call(&info, AgentOutput(tx));
         call.on_event(AgentEvent::SpeechStarted);

@@ -221,6 +221,14 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub ws_custom_parameter: Vec<String>,
+    /// INVITE headers copied into the bot's `customParameters` (repeatable), e.g.
+    /// `P-Asserted-Identity`; the key is the name as written here.
+    #[arg(
+        long = "ws-forward-header",
+        env = "ONTIME_WS_FORWARD_HEADER",
+        value_delimiter = ','
+    )]
+    pub ws_forward_header: Vec<String>,
 }
 
 /// The TOML file: the same names as the flags, with underscores.
@@ -253,6 +261,7 @@ struct FileConfig {
     ws_send_queue_frames: Option<usize>,
     ws_ontime_events: Option<bool>,
     ws_custom_parameter: Option<Vec<String>>,
+    ws_forward_header: Option<Vec<String>>,
 }
 
 /// The resolved configuration the gateway runs with.
@@ -310,6 +319,8 @@ pub struct Config {
     pub ws_ontime_events: bool,
     /// Extra `customParameters` for the bot.
     pub ws_custom_parameters: Vec<(String, String)>,
+    /// INVITE headers copied into the bot's `customParameters`.
+    pub ws_forward_headers: Vec<String>,
 }
 
 impl Default for Config {
@@ -347,6 +358,7 @@ impl Default for Config {
             ws_send_queue_frames: 250,
             ws_ontime_events: false,
             ws_custom_parameters: Vec::new(),
+            ws_forward_headers: Vec::new(),
         }
     }
 }
@@ -533,6 +545,24 @@ impl Config {
                 })
                 .collect::<Result<_, _>>()?;
         }
+        let forward = if args.ws_forward_header.is_empty() {
+            file.ws_forward_header.clone()
+        } else {
+            Some(args.ws_forward_header.clone())
+        };
+        if let Some(list) = forward {
+            for name in &list {
+                // RFC 3261 §25.1: a header name is a token.
+                let token = |ch: char| ch.is_ascii_alphanumeric() || "-.!%*_+`'~".contains(ch);
+                if name.is_empty() || !name.chars().all(token) {
+                    return Err(ConfigError::Invalid {
+                        field: "ws_forward_header",
+                        reason: format!("`{name}` is not a SIP header name"),
+                    });
+                }
+            }
+            c.ws_forward_headers = list;
+        }
         Ok(c)
     }
 
@@ -613,6 +643,7 @@ mod tests {
             ("--ws-max-message-bytes", "10", "ws_max_message_bytes"),
             ("--ws-send-queue-frames", "0", "ws_send_queue_frames"),
             ("--ws-custom-parameter", "novalue", "ws_custom_parameter"),
+            ("--ws-forward-header", "Bad Header", "ws_forward_header"),
         ] {
             let e = Config::resolve(args(&[flag, value])).unwrap_err();
             assert!(e.to_string().contains(&format!("`{field}`")), "{e}");

@@ -319,6 +319,7 @@ mod tests {
             payload_type: PT_PCMU,
             telephone_event_pt: Some(101),
             remote_ptime_ms: Some(20),
+            remote_maxptime_ms: None,
             local_direction: Direction::SendRecv,
         }
     }

@@ -278,6 +278,7 @@ mod tests {
             payload_type: PT_PCMU,
             telephone_event_pt: None,
             remote_ptime_ms: None,
+            remote_maxptime_ms: None,
             local_direction: Direction::SendRecv,
         };
         let mut inbound = InboundMedia::new(media, Some(caller.ip()));

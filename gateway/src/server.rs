@@ -458,6 +458,7 @@ impl SipLoop {
             call_id: incoming.call_id.clone(),
             from: incoming.from.uri.clone(),
             to: incoming.to.uri.clone(),
+            sip_headers: incoming.headers.clone(),
         };
         info!(from = %info.from, to = %info.to, source = %incoming.source, codec = ?negotiated.codec, rtp_port = port, "call admitted");
         let media = CallMedia {

@@ -184,6 +184,9 @@ pub struct WsAgentConfig {
     pub unreachable: AgentUnreachable,
     /// Extra `customParameters` for every call (besides From, To, CallId).
     pub custom_parameters: Vec<(String, String)>,
+    /// INVITE headers copied into `customParameters` (matched case-insensitively; the key is
+    /// the name as configured; absent headers are left out).
+    pub forward_headers: Vec<String>,
 }
 
 impl WsAgentConfig {
@@ -197,6 +200,7 @@ impl WsAgentConfig {
             ontime_events: c.ws_ontime_events,
             unreachable: c.agent_unreachable,
             custom_parameters: c.ws_custom_parameters.clone(),
+            forward_headers: c.ws_forward_headers.clone(),
         }
     }
 }
@@ -332,6 +336,15 @@ impl Agent for WsAgent {
             ("CallId".to_string(), info.call_id.clone()),
         ];
         custom.extend(self.config.custom_parameters.iter().cloned());
+        for name in &self.config.forward_headers {
+            if let Some((_, v)) = info
+                .sip_headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            {
+                custom.push((name.clone(), v.clone()));
+            }
+        }
         let encoder = TwilioEncoder::new(protocol::StreamIds::random(), custom);
         let task = ConnectionTask {
             ws,

@@ -99,7 +99,14 @@ fn burst_reply_is_paced_and_its_mark_returns_after_it_played() {
         },
         Step::Mark("reply-1".into()),
     ]);
-    let gw = start_gateway(&["--agent", &bot.url()]);
+    let gw = start_gateway(&[
+        "--agent",
+        &bot.url(),
+        "--ws-forward-header",
+        "X-Customer-Id",
+        "--ws-custom-parameter",
+        "tenant=acme",
+    ]);
     let speech = fresh_speech(
         &dir_of(&gw),
         "Hello, I would like to know when my parcel will arrive, please.",
@@ -151,6 +158,8 @@ fn burst_reply_is_paced_and_its_mark_returns_after_it_played() {
     assert!(custom["From"].as_str().unwrap().contains("caller@"));
     assert!(custom["To"].as_str().unwrap().contains("bot@"));
     assert!(!custom["CallId"].as_str().unwrap().is_empty());
+    assert_eq!(custom["X-Customer-Id"], "4711", "{custom}");
+    assert_eq!(custom["tenant"], "acme", "{custom}");
 
     // Every later message carries the stream and the next sequence number.
     for (i, m) in msgs.iter().enumerate().skip(1) {
