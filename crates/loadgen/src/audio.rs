@@ -185,7 +185,10 @@ mod tests {
     #[test]
     fn parses_ulaw_and_rejects_others() {
         let p = Path::new("x.wav");
-        assert_eq!(parse_ulaw_wav(&wav(7, 8000, &[1, 2, 3]), p).unwrap(), [1, 2, 3]);
+        assert_eq!(
+            parse_ulaw_wav(&wav(7, 8000, &[1, 2, 3]), p).unwrap(),
+            [1, 2, 3]
+        );
         let e = parse_ulaw_wav(&wav(1, 8000, &[1]), p).unwrap_err();
         assert!(e.to_string().contains("format tag 1"), "{e}");
         let e = parse_ulaw_wav(&wav(7, 16000, &[1]), p).unwrap_err();

@@ -5,6 +5,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +20,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::audio::{is_silent_payload, Utterance};
 use crate::listen::{AgentListener, AgentUtterance, Heard};
+use crate::os;
 use crate::sip::{CallEvent, SipClient};
 
 /// Shortest pause between the agent's answer and the caller's next utterance.
@@ -87,8 +89,8 @@ pub enum RecordKind {
     Agent(AgentUtterance),
 }
 
-/// Sends the caller's packets and notes when the last packet carrying speech left: the turn's
-/// start. Runs on the sender's tick, so only a non-blocking `sendto` and an atomic store.
+/// Sends the caller's packets and notes when the last packet carrying speech (a non-silent
+/// payload) left: the turn's start. Runs on the sender's tick, so only a non-blocking `sendto` and an atomic store.
 struct SpeechSink {
     socket: Arc<std::net::UdpSocket>,
     remote: SocketAddr,
@@ -99,12 +101,28 @@ struct SpeechSink {
 impl PacketSink for SpeechSink {
     fn send_packet(&mut self, packet: &[u8], info: PacketInfo) -> io::Result<()> {
         let sent = self.socket.send_to(packet, self.remote).map(|_| ());
-        if !info.silence {
+        // Speech, not just an utterance's frame: a file's leading and trailing quiet frames do
+        // not end the caller's speech (a 160-byte table decode, no allocation).
+        let voiced = !info.silence
+            && ontime_rtp::parse_rtp(packet)
+                .is_ok_and(|p| !is_silent_payload(p.payload, p.payload_type));
+        if voiced {
             let ns = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
             self.last_speech_ns.store(ns, Relaxed);
         }
         sent
     }
+}
+
+/// A kernel arrival stamp (wall clock) as an `Instant`: now minus how long ago it was. Without a
+/// stamp, now.
+fn kernel_arrival(stamp: Option<Duration>) -> Instant {
+    let now = Instant::now();
+    let Some(stamp) = stamp else { return now };
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    now.checked_sub(wall.saturating_sub(stamp)).unwrap_or(now)
 }
 
 enum Phase {
@@ -155,6 +173,9 @@ pub async fn run_caller(
         Ok(v) => v,
         Err(e) => return fail(format!("RTP socket: {e}")),
     };
+    if let Err(e) = os::enable_receive_timestamps(socket.as_raw_fd()) {
+        tracing::warn!(error = %e, "no kernel receive timestamps: arrival times carry the harness's lag");
+    }
     let mut local = LocalMedia::new(local_rtp, id as u64 + 1);
     local.codecs = vec![Codec::Pcmu];
     local.telephone_event = false;
@@ -237,9 +258,14 @@ pub async fn run_caller(
     let dropped = loop {
         let mut heard = None;
         tokio::select! {
-            received = socket.recv_from(&mut buf) => {
-                let arrival = since_origin(Instant::now());
-                if let Ok((n, from)) = received {
+            ready = socket.readable() => {
+                let received = ready.and_then(|()| {
+                    socket.try_io(tokio::io::Interest::READABLE, || {
+                        os::recv_with_timestamp(socket.as_raw_fd(), &mut buf)
+                    })
+                });
+                if let Ok((n, Some(from), stamp)) = received {
+                    let arrival = since_origin(kernel_arrival(stamp));
                     if from == remote {
                         if let Ok(p) = ontime_rtp::parse_rtp(&buf[..n]) {
                             let silent = is_silent_payload(p.payload, p.payload_type);

@@ -105,7 +105,9 @@ fn free_port_range(n: u16) -> Result<(u16, u16)> {
             return Ok((base, end - 1));
         }
     }
-    Err(Error::Gateway(format!("no {n} free consecutive UDP ports on loopback")))
+    Err(Error::Gateway(format!(
+        "no {n} free consecutive UDP ports on loopback"
+    )))
 }
 
 /// The ONNX Runtime library and models as `scripts/fetch-models.sh` leaves them, for when
@@ -152,7 +154,8 @@ pub fn start(
             reason: format!("{max_calls} calls need more RTP ports than UDP has"),
         })?;
     let (first, last) = free_port_range(ports)?;
-    let log_dir = std::env::temp_dir().join(format!("ontime-load-{}-{}", std::process::id(), sip.port()));
+    let log_dir =
+        std::env::temp_dir().join(format!("ontime-load-{}-{}", std::process::id(), sip.port()));
     std::fs::create_dir_all(&log_dir).map_err(|source| Error::Io {
         action: "create log directory",
         path: log_dir.clone(),
@@ -220,30 +223,31 @@ pub fn start(
 impl SpawnedGateway {
     /// Wait (up to 60 s: models load at start-up) until `/readyz` answers 200.
     pub async fn wait_ready(&mut self) -> Result<()> {
-    let gw = self;
-    let ready = MetricsUrl {
-        addr: gw.metrics.addr,
-        path: "/readyz".into(),
-    };
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        if ready.get(Duration::from_secs(2)).await.is_ok() {
-            return Ok(());
+        let gw = self;
+        let ready = MetricsUrl {
+            addr: gw.metrics.addr,
+            path: "/readyz".into(),
+        };
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            if ready.get(Duration::from_secs(2)).await.is_ok() {
+                return Ok(());
+            }
+            if gw.exited() {
+                let err =
+                    std::fs::read_to_string(gw.log_dir.join("gateway.err")).unwrap_or_default();
+                return Err(Error::Gateway(format!(
+                    "exited before ready; stderr: {}",
+                    err.trim()
+                )));
+            }
+            if Instant::now() > until {
+                return Err(Error::Gateway(format!(
+                    "not ready within 60 s (logs in {})",
+                    gw.log_dir.display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        if gw.exited() {
-            let err = std::fs::read_to_string(gw.log_dir.join("gateway.err")).unwrap_or_default();
-            return Err(Error::Gateway(format!(
-                "exited before ready; stderr: {}",
-                err.trim()
-            )));
-        }
-        if Instant::now() > until {
-            return Err(Error::Gateway(format!(
-                "not ready within 60 s (logs in {})",
-                gw.log_dir.display()
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
 }

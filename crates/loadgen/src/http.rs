@@ -28,7 +28,9 @@ impl MetricsUrl {
             reason: format!("`{url}`: {reason}"),
         };
         if url.starts_with("https://") {
-            return Err(invalid("https is not supported; use the plain-HTTP metrics port"));
+            return Err(invalid(
+                "https is not supported; use the plain-HTTP metrics port",
+            ));
         }
         let rest = url.strip_prefix("http://").unwrap_or(url);
         let (host, path) = match rest.find('/') {
@@ -73,10 +75,10 @@ impl MetricsUrl {
         if status != "200" {
             return Err(fail(format!("status {status}")));
         }
-        if head
-            .lines()
-            .any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding: chunked"))
-        {
+        if head.lines().any(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("transfer-encoding: chunked")
+        }) {
             return Err(fail("chunked responses are not supported".into()));
         }
         Ok(body.to_owned())

@@ -222,7 +222,11 @@ mod tests {
         // covers 3 frames, so a run of frames misses its time once.
         let ev = hear(100, |i| {
             let t = 1000 + 20 * u64::from(i);
-            MS(if (50..57).contains(&i) { 1000 + 20 * 57 } else { t })
+            MS(if (50..57).contains(&i) {
+                1000 + 20 * 57
+            } else {
+                t
+            })
         });
         let u = ended(&ev);
         assert_eq!(u.underruns, 1);
@@ -231,7 +235,9 @@ mod tests {
 
     #[test]
     fn jitter_within_the_buffer_is_heard_cleanly() {
-        let ev = hear(100, |i| MS(1000 + 20 * u64::from(i) + u64::from(i % 3) * 19));
+        let ev = hear(100, |i| {
+            MS(1000 + 20 * u64::from(i) + u64::from(i % 3) * 19)
+        });
         assert_eq!(ended(&ev).underruns, 0);
     }
 

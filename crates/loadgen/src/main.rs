@@ -80,12 +80,18 @@ struct Args {
 }
 
 fn seconds(what: &str, v: f64) -> anyhow::Result<Duration> {
-    Duration::try_from_secs_f64(v).map_err(|_| anyhow::anyhow!("--{what} {v}: not a number of seconds"))
+    Duration::try_from_secs_f64(v)
+        .map_err(|_| anyhow::anyhow!("--{what} {v}: not a number of seconds"))
 }
 
 /// The local IP that routes to `peer` (no packet is sent: connect on UDP only picks a route).
 fn local_ip_towards(peer: SocketAddr) -> anyhow::Result<IpAddr> {
-    let any: SocketAddr = if peer.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse()?;
+    let any: SocketAddr = if peer.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    }
+    .parse()?;
     let s = UdpSocket::bind(any)?;
     s.connect(peer)?;
     Ok(s.local_addr()?.ip())
@@ -94,8 +100,7 @@ fn local_ip_towards(peer: SocketAddr) -> anyhow::Result<IpAddr> {
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -105,7 +110,11 @@ fn main() -> anyhow::Result<()> {
     if args.steps.is_empty() || args.steps.contains(&0) {
         bail!("--steps must list positive call counts, e.g. 1,4,8");
     }
-    for (what, v) in [("ramp", args.ramp), ("warmup", args.warmup), ("measure", args.measure)] {
+    for (what, v) in [
+        ("ramp", args.ramp),
+        ("warmup", args.warmup),
+        ("measure", args.measure),
+    ] {
         seconds(what, v)?;
     }
     if args.measure <= 0.0 {
@@ -124,9 +133,18 @@ fn main() -> anyhow::Result<()> {
 
     // Spawn before any harness thread exists, so a cpuset leaves the harness on the other cores.
     let mut spawned: Option<SpawnedGateway> = match &args.gateway {
-        Some(path) => Some(gateway::start(path, placement, max_calls, &args.gateway_arg)?),
+        Some(path) => Some(gateway::start(
+            path,
+            placement,
+            max_calls,
+            &args.gateway_arg,
+        )?),
         None => None,
     };
+    // Kernel receive timestamps switch on asynchronously: flip them on now, before any call, and
+    // keep this socket open so they stay on.
+    let stamp_keeper = UdpSocket::bind("127.0.0.1:0")?;
+    os::enable_receive_timestamps(std::os::fd::AsRawFd::as_raw_fd(&stamp_keeper))?;
     let allowed = os::current_thread_affinity();
     let harness_core = args.harness_core.or(allowed.first().copied());
     let sender = Sender::start(SenderConfig {
@@ -254,6 +272,7 @@ fn main() -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
     sender.stop();
+    drop(stamp_keeper);
     Ok(())
 }
 

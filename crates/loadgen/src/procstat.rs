@@ -90,7 +90,9 @@ pub struct CpuUsage {
 
 impl CpuUsage {
     /// CPU of threads named `name` (0 when there is none).
+    /// Names are compared as the kernel keeps them: cut to 15 bytes (`TASK_COMM_LEN` − 1).
     pub fn thread_pct(&self, name: &str) -> f64 {
+        let name = name.get(..name.len().min(15)).unwrap_or(name);
         self.by_thread_name.get(name).copied().unwrap_or(0.0)
     }
 }
@@ -120,7 +122,8 @@ mod tests {
 
     #[test]
     fn stat_with_spaces_in_the_name() {
-        let line = "1234 (ontime (x) y) S 1 1234 1234 0 -1 4194560 500 0 0 0 250 50 0 0 20 0 9 0 100";
+        let line =
+            "1234 (ontime (x) y) S 1 1234 1234 0 -1 4194560 500 0 0 0 250 50 0 0 20 0 9 0 100";
         assert_eq!(parse_stat(line), Some(("ontime (x) y".to_owned(), 300)));
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_stat("1 (a) S 1 2"), None);

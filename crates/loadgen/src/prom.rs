@@ -218,7 +218,11 @@ odd{a="x\"y",b="2"} 7 1700000000
         assert_eq!(d.quantile_upper_bound(0.5), Some(0.001));
         assert_eq!(d.quantile_upper_bound(0.9), Some(0.01));
         assert_eq!(d.max_upper_bound(), Some(0.01));
-        assert_eq!(HistogramDelta::between(&s, &s, "ontime_inference_queue_wait_seconds").quantile_upper_bound(0.99), None);
+        assert_eq!(
+            HistogramDelta::between(&s, &s, "ontime_inference_queue_wait_seconds")
+                .quantile_upper_bound(0.99),
+            None
+        );
     }
 
     proptest::proptest! {

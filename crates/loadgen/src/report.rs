@@ -35,11 +35,18 @@ impl Machine {
         let cpuinfo = read("/proc/cpuinfo");
         let cpu_model = cpuinfo
             .lines()
-            .find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|x| x.1.trim().to_owned()))
+            .find_map(|l| {
+                l.strip_prefix("model name")?
+                    .split_once(':')
+                    .map(|x| x.1.trim().to_owned())
+            })
             .unwrap_or_else(|| "unknown".into());
         let os = read("/etc/os-release")
             .lines()
-            .find_map(|l| l.strip_prefix("PRETTY_NAME=").map(|v| v.trim_matches('"').to_owned()))
+            .find_map(|l| {
+                l.strip_prefix("PRETTY_NAME=")
+                    .map(|v| v.trim_matches('"').to_owned())
+            })
             .unwrap_or_else(|| "unknown".into());
         Machine {
             cpu_model,
@@ -170,11 +177,7 @@ pub fn plot(path: &Path, results: &RunResults, title: &str) -> Result<()> {
         .filter_map(|s| s.lat_p95_ms)
         .fold(100.0, f64::max)
         * 1.1;
-    let max_cpu = steps
-        .iter()
-        .filter_map(|s| s.cpu_pct)
-        .fold(10.0, f64::max)
-        * 1.1;
+    let max_cpu = steps.iter().filter_map(|s| s.cpu_pct).fold(10.0, f64::max) * 1.1;
     let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let root = root
@@ -193,7 +196,11 @@ pub fn plot(path: &Path, results: &RunResults, title: &str) -> Result<()> {
         .draw()
         .map_err(|e| err(e.to_string()))?;
     for (label, color, pick) in [
-        ("p50", BLUE, (|s: &StepReport| s.lat_p50_ms) as fn(&StepReport) -> Option<f64>),
+        (
+            "p50",
+            BLUE,
+            (|s: &StepReport| s.lat_p50_ms) as fn(&StepReport) -> Option<f64>,
+        ),
         ("p95", RED, |s: &StepReport| s.lat_p95_ms),
     ] {
         let points: Vec<(f64, f64)> = steps
@@ -204,8 +211,12 @@ pub fn plot(path: &Path, results: &RunResults, title: &str) -> Result<()> {
             .map_err(|e| err(e.to_string()))?
             .label(label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        lat.draw_series(points.into_iter().map(|p| Circle::new(p, 3, color.filled())))
-            .map_err(|e| err(e.to_string()))?;
+        lat.draw_series(
+            points
+                .into_iter()
+                .map(|p| Circle::new(p, 3, color.filled())),
+        )
+        .map_err(|e| err(e.to_string()))?;
     }
     lat.configure_series_labels()
         .border_style(BLACK)
@@ -228,8 +239,12 @@ pub fn plot(path: &Path, results: &RunResults, title: &str) -> Result<()> {
         .collect();
     cpu.draw_series(LineSeries::new(points.clone(), GREEN.stroke_width(2)))
         .map_err(|e| err(e.to_string()))?;
-    cpu.draw_series(points.into_iter().map(|p| Circle::new(p, 3, GREEN.filled())))
-        .map_err(|e| err(e.to_string()))?;
+    cpu.draw_series(
+        points
+            .into_iter()
+            .map(|p| Circle::new(p, 3, GREEN.filled())),
+    )
+    .map_err(|e| err(e.to_string()))?;
     root.present().map_err(|e| err(e.to_string()))?;
     Ok(())
 }

@@ -145,7 +145,11 @@ fn harness_worst_tick_ms(a: &SenderStats, b: &SenderStats) -> Option<f64> {
         .iter()
         .zip(a.histogram.counts.iter())
         .map(|(after, before)| after.saturating_sub(*before));
-    let worst = counts.enumerate().filter(|(_, c)| *c > 0).map(|(i, _)| i).last()?;
+    let worst = counts
+        .enumerate()
+        .filter(|(_, c)| *c > 0)
+        .map(|(i, _)| i)
+        .next_back()?;
     let bound = LATENESS_BUCKET_BOUNDS
         .get(worst)
         .or(LATENESS_BUCKET_BOUNDS.last())?;
@@ -256,13 +260,22 @@ pub async fn run_step(
     while let Some(r) = records_rx.recv().await {
         records.push(r);
     }
-    let before = before.unwrap_or_else(|| Snapshot {
+    let before = before.unwrap_or(Snapshot {
         scrape: None,
         proc: None,
         cgroup: None,
-        harness: after.harness.clone(),
+        harness: after.harness,
     });
-    summarize(calls, &records, measure_start, measure_end, &before, &after, &lags, rss_peak_kib)
+    summarize(
+        calls,
+        &records,
+        measure_start,
+        measure_end,
+        &before,
+        &after,
+        &lags,
+        rss_peak_kib,
+    )
 }
 
 #[allow(clippy::too_many_arguments)] // one step's inputs; grouping them would only rename them

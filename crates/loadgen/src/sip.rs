@@ -25,7 +25,7 @@ pub enum CallEvent {
 
 enum Command {
     Place {
-        params: CallParams,
+        params: Box<CallParams>,
         events: mpsc::UnboundedSender<CallEvent>,
         reply: oneshot::Sender<Result<CallHandle>>,
     },
@@ -84,7 +84,7 @@ impl SipClient {
         let (reply, answer) = oneshot::channel();
         self.commands
             .send(Command::Place {
-                params,
+                params: Box::new(params),
                 events,
                 reply,
             })
@@ -152,7 +152,7 @@ async fn drive(
             },
             command = commands.recv(), if open => match command {
                 Some(Command::Place { params, events, reply }) => {
-                    let placed = ep.place_call(params, Instant::now()).map_err(Error::from);
+                    let placed = ep.place_call(*params, Instant::now()).map_err(Error::from);
                     if let Ok(call) = &placed {
                         routes.insert(*call, events);
                     }

@@ -1,0 +1,300 @@
+//! Harness correctness: `ontime-load`'s runner against a small in-test gateway (a UAS built from
+//! `ontime-sip` that answers calls and replies to each caller turn over real loopback UDP) that
+//! is well-behaved, gets slower with more calls, or sends its reply with stalls like a late
+//! sender. The harness must call the first ok and the others degraded, for the right reason —
+//! a harness that can only say "ok" is worthless.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use ontime_loadgen::audio::{self, is_silent_payload};
+use ontime_loadgen::caller::CallerSetup;
+use ontime_loadgen::run::{self, GatewayView, RunPlan, RunResults, Windows};
+use ontime_loadgen::sip::SipClient;
+use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, PT_PCMU};
+use ontime_sender::{EngineConfig, Sender, SenderConfig};
+use ontime_sip::sdp::{self, LocalMedia};
+use ontime_sip::{Config, Endpoint, Event};
+
+fn fixture(name: &str) -> Arc<[u8]> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/callers");
+    audio::load_ulaw_wav(&dir.join(name)).unwrap().ulaw
+}
+
+/// How the fake gateway misbehaves.
+#[derive(Clone)]
+struct Behaviour {
+    reply: Arc<[u8]>,
+    /// Delay from the caller's end of speech (after 300 ms of silence) to the reply, per call
+    /// active beyond the first: `base + per_extra_call × (active − 1)`.
+    base_delay: Duration,
+    per_extra_call: Duration,
+    /// Every this many reply frames, stop sending for `stall`, then send what is due at once.
+    stall_every: Option<(u32, Duration)>,
+}
+
+struct FakeGateway {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for FakeGateway {
+    fn drop(&mut self) {
+        self.stop.store(true, Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One call's media: continuous 20 ms packets (silence or the reply), paced on absolute
+/// deadlines, listening to the caller for the end of each turn.
+fn media(
+    socket: UdpSocket,
+    remote: SocketAddr,
+    b: Behaviour,
+    active: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+) {
+    socket.set_nonblocking(true).unwrap();
+    let mut packetizer = Packetizer::new(PT_PCMU);
+    let start = Instant::now();
+    let mut slot = 0u32;
+    let mut heard_speech = false;
+    let mut last_voice = Instant::now();
+    let mut reply_at: Option<Instant> = None;
+    let mut playing: Option<usize> = None;
+    let mut played_frames = 0u32;
+    let mut stalled_until: Option<Instant> = None;
+    let mut buf = [0u8; 2048];
+    let mut packet = [0u8; 512];
+    while !stop.load(Acquire) {
+        let now = Instant::now();
+        while let Ok((n, _)) = socket.recv_from(&mut buf) {
+            if let Ok(p) = ontime_rtp::parse_rtp(&buf[..n]) {
+                if !is_silent_payload(p.payload, p.payload_type) {
+                    heard_speech = true;
+                    last_voice = now;
+                }
+            }
+        }
+        if heard_speech
+            && playing.is_none()
+            && reply_at.is_none()
+            && now - last_voice > Duration::from_millis(300)
+        {
+            let extra = active.load(Acquire).saturating_sub(1) as u32;
+            reply_at = Some(now + b.base_delay + b.per_extra_call * extra);
+            heard_speech = false;
+        }
+        if reply_at.is_some_and(|t| now >= t) {
+            reply_at = None;
+            playing = Some(0);
+            played_frames = 0;
+        }
+        // Send every slot that is due (after a stall: all of them at once, like a catch-up).
+        if stalled_until.is_some_and(|t| now < t) {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        }
+        stalled_until = None;
+        while start + FRAME * (slot + 1) <= Instant::now() {
+            let mut payload = [0xFFu8; FRAME_BYTES];
+            if let Some(at) = playing {
+                let end = (at + FRAME_BYTES).min(b.reply.len());
+                payload[..end - at].copy_from_slice(&b.reply[at..end]);
+                playing = (end < b.reply.len()).then_some(end);
+                played_frames += 1;
+            }
+            let len = packetizer.write_frame(&payload, &mut packet).unwrap();
+            let _ = socket.send_to(&packet[..len], remote);
+            slot += 1;
+            if let (Some((every, stall)), Some(_)) = (b.stall_every, playing) {
+                if played_frames.is_multiple_of(every) {
+                    stalled_until = Some(Instant::now() + stall);
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn start_fake(b: Behaviour) -> FakeGateway {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(5)))
+        .unwrap();
+    let addr = socket.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = Arc::clone(&stop);
+    let thread = std::thread::spawn(move || {
+        let mut ep = Endpoint::new(Config::new(addr));
+        let active = Arc::new(AtomicUsize::new(0));
+        let mut calls: Vec<(ontime_sip::CallHandle, Arc<AtomicBool>, JoinHandle<()>)> = Vec::new();
+        let mut buf = vec![0u8; 65_536];
+        while !stop2.load(Acquire) {
+            if let Ok((n, from)) = socket.recv_from(&mut buf) {
+                ep.handle_datagram(&buf[..n], from, Instant::now());
+            }
+            ep.handle_timeout(Instant::now());
+            while let Some(ev) = ep.poll_event() {
+                match ev {
+                    Event::IncomingCall(c) => {
+                        let rtp = UdpSocket::bind("127.0.0.1:0").unwrap();
+                        let local = LocalMedia::new(rtp.local_addr().unwrap(), 9);
+                        let (answer, media_info) =
+                            sdp::answer_offer(c.offer.as_ref().unwrap(), &local).unwrap();
+                        ep.answer(c.call, &answer, Instant::now()).unwrap();
+                        active.fetch_add(1, AcqRel);
+                        let call_stop = Arc::new(AtomicBool::new(false));
+                        let (b, a, s) = (b.clone(), Arc::clone(&active), Arc::clone(&call_stop));
+                        let remote = media_info.remote_rtp.unwrap();
+                        calls.push((
+                            c.call,
+                            call_stop,
+                            std::thread::spawn(move || media(rtp, remote, b, a, s)),
+                        ));
+                    }
+                    Event::Ended { call, .. } => {
+                        if let Some(i) = calls.iter().position(|c| c.0 == call) {
+                            let (_, s, t) = calls.remove(i);
+                            s.store(true, Release);
+                            let _ = t.join();
+                            active.fetch_sub(1, AcqRel);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            while let Some(t) = ep.poll_transmit() {
+                let _ = socket.send_to(&t.payload, t.destination);
+            }
+        }
+        for (_, s, t) in calls {
+            s.store(true, Release);
+            let _ = t.join();
+        }
+    });
+    FakeGateway {
+        addr,
+        stop,
+        thread: Some(thread),
+    }
+}
+
+fn run_against(fake: &FakeGateway, steps: &[usize], measure_s: f64) -> RunResults {
+    let sender = Sender::start(SenderConfig {
+        engine: EngineConfig {
+            metrics: false,
+            ..EngineConfig::default()
+        },
+        ..SenderConfig::default()
+    })
+    .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let controller = sender.controller();
+    let destination = fake.addr;
+    let results = rt.block_on(async move {
+        let sip = SipClient::start("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let setup = Arc::new(CallerSetup {
+            sip,
+            sender: controller,
+            // "Yes." (0.7 s): many turns in a short window.
+            utterances: vec![audio::Utterance {
+                name: "utterance_3".into(),
+                ulaw: fixture("utterance_3.ulaw.wav"),
+            }]
+            .into(),
+            target_uri: format!("sip:bot@{destination}"),
+            destination,
+            local_ip: "127.0.0.1".parse().unwrap(),
+            origin: Instant::now(),
+            answer_timeout: Duration::from_secs(4),
+        });
+        let plan = RunPlan {
+            steps: steps.to_vec(),
+            windows: Windows {
+                ramp_s: 0.5,
+                warmup_s: 1.5,
+                measure_s,
+            },
+            stop_on_degrade: false,
+            seed: 7,
+        };
+        run::run(
+            &plan,
+            setup,
+            &GatewayView::default(),
+            &ProgressBar::hidden(),
+            |s| {
+                eprintln!("{}", ontime_loadgen::report::table(std::slice::from_ref(s)));
+            },
+        )
+        .await
+    });
+    sender.stop();
+    results
+}
+
+#[test]
+fn a_prompt_gateway_is_ok_and_one_that_slows_with_load_is_not() {
+    let fake = start_fake(Behaviour {
+        reply: fixture("utterance_3.ulaw.wav"),
+        base_delay: Duration::from_millis(100),
+        per_extra_call: Duration::from_millis(600),
+        stall_every: None,
+    });
+    let r = run_against(&fake, &[1, 3], 12.0);
+    let (one, three) = (&r.steps[0], &r.steps[1]);
+    assert!(one.ok, "1 call against a prompt gateway: {:?}", one.reasons);
+    assert_eq!(one.underruns, 0);
+    assert!(one.turns >= 2, "{one:?}");
+    // Caller stops → 300 ms silence detection → 100 ms delay → first frame.
+    let p50 = one.lat_p50_ms.unwrap();
+    assert!((350.0..800.0).contains(&p50), "p50 {p50}");
+    // 3 calls: +1.2 s per turn, beyond the 300 ms margin.
+    assert!(!three.ok);
+    assert!(three.lat_p50_ms.unwrap() > p50 + 900.0, "{three:?}");
+    assert!(
+        three.reasons.iter().any(|r| r.contains("p95 turn latency")),
+        "{:?}",
+        three.reasons
+    );
+    assert_eq!(three.underruns, 0);
+    assert_eq!((r.capacity, r.limited_by.as_str()), (1, "gateway"));
+}
+
+#[test]
+fn a_gateway_whose_sender_stalls_mid_reply_has_underruns() {
+    // A 3.7 s reply with a 150 ms stall every 0.6 s: longer than the 60 ms playout buffer.
+    let fake = start_fake(Behaviour {
+        reply: fixture("utterance_1.ulaw.wav"),
+        base_delay: Duration::from_millis(100),
+        per_extra_call: Duration::ZERO,
+        stall_every: Some((30, Duration::from_millis(150))),
+    });
+    let r = run_against(&fake, &[2], 12.0);
+    let s = &r.steps[0];
+    assert!(!s.ok, "{s:?}");
+    assert!(s.underruns_per_min > 1.0, "{s:?}");
+    assert!(
+        s.reasons.iter().any(|r| r.contains("underruns")),
+        "{:?}",
+        s.reasons
+    );
+    // About one underrun per stall: 6 stalls in 3.7 s of reply ≈ 97 per minute of agent audio.
+    assert!(
+        s.underruns_per_min > 40.0 && s.underruns_per_min < 140.0,
+        "{s:?}"
+    );
+    assert_eq!(r.capacity, 0);
+}
