@@ -9,7 +9,10 @@
 //! address is accepted. Everything else is dropped and counted as `wrong_source`.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
+
+use metrics::counter;
 
 use ontime_jitter::{JitterBuffer, JitterConfig, JitterCounters, Playout, RtpPacketInfo};
 use ontime_rtp::dtmf::DtmfTracker;
@@ -20,6 +23,10 @@ use ontime_rtp::{
     SAMPLE_RATE_HZ,
 };
 use ontime_sip::NegotiatedMedia;
+
+/// Sum over calls of the inbound jitter-buffer depth in µs; `ontime_jitter_depth_seconds` is this
+/// over the number of calls (published once a second by the app).
+pub static JITTER_DEPTH_US_SUM: AtomicI64 = AtomicI64::new(0);
 
 /// What one datagram was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +74,21 @@ pub struct InboundMedia {
     concealed_run: u32,
     received: u64,
     dropped: u64,
+    published: Published,
+}
+
+/// What this call already added to the global counters and the depth sum.
+#[derive(Debug, Default)]
+struct Published {
+    discarded: u64,
+    lost: u64,
+    depth_us: i64,
+}
+
+impl Drop for InboundMedia {
+    fn drop(&mut self) {
+        JITTER_DEPTH_US_SUM.fetch_sub(self.published.depth_us, Ordering::Relaxed);
+    }
 }
 
 impl InboundMedia {
@@ -89,7 +111,27 @@ impl InboundMedia {
             concealed_run: 0,
             received: 0,
             dropped: 0,
+            published: Published::default(),
         }
+    }
+
+    /// Add this call's new discards and losses to `ontime_jitter_*` and its depth to the sum.
+    /// The buffer's `lost` can fall (a concealed packet that turns up late becomes a discard), so
+    /// only increases are published.
+    pub fn publish_metrics(&mut self) {
+        let j = self.jitter.counters();
+        if j.discarded() > self.published.discarded {
+            counter!(crate::metrics::JITTER_DISCARDED_TOTAL)
+                .increment(j.discarded() - self.published.discarded);
+            self.published.discarded = j.discarded();
+        }
+        if j.lost > self.published.lost {
+            counter!(crate::metrics::JITTER_LOST_TOTAL).increment(j.lost - self.published.lost);
+            self.published.lost = j.lost;
+        }
+        let depth_us = self.jitter.depth().as_micros() as i64;
+        JITTER_DEPTH_US_SUM.fetch_add(depth_us - self.published.depth_us, Ordering::Relaxed);
+        self.published.depth_us = depth_us;
     }
 
     /// New negotiated media after a re-INVITE.
