@@ -26,8 +26,11 @@ impl std::fmt::Display for Placement {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Placement::Shared => write!(f, "shared"),
-            Placement::Cpuset(c) => write!(f, "cpuset {c} (dedicated core, no quota)"),
-            Placement::Quota(q) => write!(f, "cpu quota {q} cores"),
+            Placement::Cpuset(c) => write!(
+                f,
+                "cpuset {c} (dedicated core, no quota, weight {POD_CPU_WEIGHT})"
+            ),
+            Placement::Quota(q) => write!(f, "cpu quota {q} cores (weight {POD_CPU_WEIGHT})"),
         }
     }
 }
@@ -133,6 +136,31 @@ fn default_models_env(cmd: &mut Command) {
     }
 }
 
+/// CPU weight of the gateway's cgroup: like a container with CPUs of its own, so its quota or
+/// its core, not neighbours at the default weight, limit it (see `ChildCgroup::set_cpu_weight`).
+const POD_CPU_WEIGHT: u32 = 10_000;
+
+/// RT runtime per second for the gateway's cgroup where v1 RT group scheduling needs one, so
+/// its SCHED_FIFO sender may run there.
+const POD_RT_RUNTIME: Duration = Duration::from_millis(100);
+
+/// A child cgroup for the gateway, like a pod: a CFS quota ([`Placement::Quota`]) or none
+/// ([`Placement::Cpuset`], whose core comes from the affinity the process inherited).
+fn pod_cgroup(placement: Placement, pid: u32) -> Result<ChildCgroup> {
+    let parent = CpuCgroup::current()?;
+    let period = parent.quota()?.period;
+    let quota = match placement {
+        Placement::Quota(cores) => CpuQuota::from_cores(cores, period)?,
+        _ => CpuQuota::unlimited(period),
+    };
+    let rt = parent.has_rt_group_scheduling().then_some(POD_RT_RUNTIME);
+    let name = format!("ontime-load-{}", std::process::id());
+    let cg = parent.create_child(&name, quota, rt)?;
+    cg.set_cpu_weight(POD_CPU_WEIGHT)?;
+    cg.add_process(pid)?;
+    Ok(cg)
+}
+
 /// Start `binary` on free loopback ports for up to `max_calls` calls, confined per `placement`,
 /// with `extra` flags; then [`SpawnedGateway::wait_ready`].
 ///
@@ -209,13 +237,8 @@ pub fn start(
         cgroup: None,
         log_dir,
     };
-    if let Placement::Quota(cores) = placement {
-        let parent = CpuCgroup::current()?;
-        let period = parent.quota()?.period;
-        let name = format!("ontime-load-{}", std::process::id());
-        let cg = parent.create_child(&name, CpuQuota::from_cores(cores, period)?, None)?;
-        cg.add_process(gw.pid())?;
-        gw.cgroup = Some(cg);
+    if placement != Placement::Shared {
+        gw.cgroup = Some(pod_cgroup(placement, gw.pid())?);
     }
     Ok(gw)
 }
