@@ -362,3 +362,212 @@ impl SipTarget for BorrowedGateway {
         self.sip
     }
 }
+
+/// A sipp caller running in the background (one process, killed on drop): start it with
+/// [`spawn_sipp`], collect its verdict with [`SippCall::finish`].
+pub struct SippCall {
+    proc: Proc,
+    out: PathBuf,
+}
+
+/// Start sipp with a scenario against `target` without waiting for it: `calls` calls, one at a
+/// time, bounded by `timeout` (sipp's own `-timeout`, and the process is killed on drop).
+pub fn spawn_sipp(
+    target: SocketAddr,
+    scenario: &Path,
+    calls: u32,
+    media_port: u16,
+    timeout: Duration,
+) -> SippCall {
+    let local = free_udp_port();
+    let out = std::env::temp_dir().join(format!("ontime-sipp-{}-{local}.log", std::process::id()));
+    let log = std::fs::File::create(&out).unwrap();
+    let child = Command::new("sipp")
+        .arg(target.to_string())
+        .args(["-sf", scenario.to_str().unwrap()])
+        .args(["-m", &calls.to_string(), "-l", "1", "-r", "10"])
+        .args(["-i", "127.0.0.1", "-p", &local.to_string()])
+        .args(["-mi", "127.0.0.1", "-mp", &media_port.to_string()])
+        .args([
+            "-timeout",
+            &format!("{}s", timeout.as_secs()),
+            "-timeout_error",
+        ])
+        .args(["-nostdin", "-trace_err", "-error_file", "/dev/stderr"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("spawn sipp");
+    SippCall {
+        proc: Proc {
+            child,
+            name: "sipp".into(),
+        },
+        out,
+    }
+}
+
+impl SippCall {
+    /// Wait for sipp to exit (up to `limit`, then it is killed): success and its output.
+    pub fn finish(mut self, limit: Duration) -> (bool, String) {
+        let status = self.proc.wait_timeout(limit);
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.out);
+        match status {
+            Some(s) => (s.success(), text),
+            None => (false, format!("sipp still running after {limit:?}\n{text}")),
+        }
+    }
+
+    /// Whether sipp has exited already.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.proc.child.try_wait(), Ok(Some(_)))
+    }
+}
+
+/// Kamailio running `deploy/kamailio/kamailio.cfg` on a free loopback port, dispatching to the
+/// given gateways. It runs in its own process group (the main process forks workers), and the
+/// whole group is stopped on drop.
+pub struct Kamailio {
+    child: Child,
+    /// The front door's SIP address.
+    pub sip: SocketAddr,
+    /// The run folder (config copy, dispatcher list, control socket, log).
+    pub dir: PathBuf,
+    ctl: PathBuf,
+}
+
+/// Start Kamailio with the project's config, `gateways` as dispatcher set 1, and extra `-A`
+/// defines (e.g. `PING_INTERVAL=2`); waits until its control socket answers.
+pub fn start_kamailio(gateways: &[SocketAddr], defines: &[&str]) -> Kamailio {
+    use std::os::unix::process::CommandExt;
+    let sip: SocketAddr = format!("127.0.0.1:{}", free_udp_port()).parse().unwrap();
+    let dir =
+        std::env::temp_dir().join(format!("ontime-kam-{}-{}", std::process::id(), sip.port()));
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    let list: String = gateways
+        .iter()
+        .enumerate()
+        .map(|(i, gw)| format!("1 sip:{gw} 0 0 duid=gw{i}\n"))
+        .collect();
+    let list_file = dir.join("dispatcher.list");
+    std::fs::write(&list_file, list).unwrap();
+    let ctl = dir.join("run/kamailio_ctl");
+    let cfg = workspace().join("deploy/kamailio/kamailio.cfg");
+    let mut cmd = Command::new("kamailio");
+    cmd.args([
+        "-f",
+        cfg.to_str().unwrap(),
+        "-DD",
+        "-E",
+        "-m",
+        "32",
+        "-M",
+        "8",
+    ])
+    .args(["-P", dir.join("run/kamailio.pid").to_str().unwrap()])
+    .args(["-Y", dir.join("run").to_str().unwrap()])
+    .args(["-w", dir.to_str().unwrap()])
+    .args(["-A", &format!("LISTEN=udp:{sip}")])
+    .args([
+        "-A",
+        &format!("DISPATCHER_LIST=\"{}\"", list_file.display()),
+    ])
+    .args(["-A", &format!("CTL_SOCKET=\"unix:{}\"", ctl.display())]);
+    for d in defines {
+        cmd.args(["-A", d]);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.join("kamailio.log")).unwrap())
+        .stderr(std::fs::File::create(dir.join("kamailio.err")).unwrap())
+        .process_group(0);
+    let child = cmd.spawn().expect("spawn kamailio");
+    let mut kam = Kamailio {
+        child,
+        sip,
+        dir,
+        ctl,
+    };
+    let until = Instant::now() + Duration::from_secs(15);
+    while kam.kamcmd(&["core.version"]).is_none() {
+        if let Ok(Some(status)) = kam.child.try_wait() {
+            panic!("kamailio exited early with {status}: {}", kam.log());
+        }
+        assert!(
+            Instant::now() < until,
+            "kamailio not up in 15 s: {}",
+            kam.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    kam
+}
+
+impl Kamailio {
+    /// Kamailio's log (stderr, where `-E` sends it).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("kamailio.err")).unwrap_or_default()
+    }
+
+    /// Run `kamcmd` against this instance's control socket; its output when it succeeded.
+    pub fn kamcmd(&self, args: &[&str]) -> Option<String> {
+        let out = Command::new("kamcmd")
+            .arg("-s")
+            .arg(format!("unix:{}", self.ctl.display()))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The dispatcher's view of each destination: (URI, flags), flags like `AP` (active,
+    /// probing) or `IP` (inactive, probing).
+    pub fn destinations(&self) -> Vec<(String, String)> {
+        let text = self.kamcmd(&["dispatcher.list"]).unwrap_or_default();
+        let mut out = Vec::new();
+        let mut uri: Option<String> = None;
+        for line in text.lines().map(str::trim) {
+            if let Some(u) = line.strip_prefix("URI:") {
+                uri = Some(u.trim().to_string());
+            } else if let Some(f) = line.strip_prefix("FLAGS:") {
+                if let Some(u) = uri.take() {
+                    out.push((u, f.trim().to_string()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether the dispatcher currently sends calls to `gw` (its flags start with `A`).
+    pub fn is_active(&self, gw: SocketAddr) -> Option<bool> {
+        let uri = format!("sip:{gw}");
+        self.destinations()
+            .into_iter()
+            .find(|(u, _)| *u == uri)
+            .map(|(_, flags)| flags.starts_with('A'))
+    }
+}
+
+impl Drop for Kamailio {
+    fn drop(&mut self) {
+        // The main process stops its workers on SIGTERM; KILL the group if that did not work.
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,315 @@
+//! Scale-out through the SIP front door: Kamailio (`deploy/kamailio/kamailio.cfg`) dispatching six
+//! sipp callers over two real gateways with `--max-calls 2` each, on loopback.
+//!
+//! What it shows, in order:
+//! 1. calls spread over both gateways (round-robin; each gateway's `ontime_calls_active`);
+//! 2. an INVITE that reaches a full gateway gets its 503 and is failed over to the other one, and
+//!    the caller is answered;
+//! 3. SIGTERM on one gateway: its OPTIONS answers turn 503, the dispatcher takes it out, the next
+//!    caller is not offered to it (its INVITE counter does not move) and, with the other gateway
+//!    full, is refused with 503 + Retry-After; the draining gateway's own calls run to their end
+//!    (the callers hang up) and it exits 0.
+//!
+//! Skips with a printed reason when kamailio or sipp is missing; in CI (`CI` set) both are required.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn active(gw: &Gateway) -> f64 {
+    gw.metric("ontime_calls_active").unwrap_or(-1.0)
+}
+
+fn options_in(gw: &Gateway) -> f64 {
+    gw.metric("ontime_sip_messages_total{method=\"OPTIONS\",direction=\"in\"}")
+        .unwrap_or(0.0)
+}
+
+fn invites_in(gw: &Gateway) -> f64 {
+    gw.metric("ontime_sip_messages_total{method=\"INVITE\",direction=\"in\"}")
+        .unwrap_or(0.0)
+}
+
+/// Resident memory of a process in MiB (reported, not asserted: docs/scale-out.md quotes it).
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn rejected_full(gw: &Gateway) -> f64 {
+    gw.metric("ontime_calls_rejected_total{reason=\"max_calls\"}")
+        .unwrap_or(0.0)
+}
+
+/// A caller through the front door that stays `hold` on the line, then hangs up.
+fn caller(kam: SocketAddr, hold: Duration) -> SippCall {
+    let scen = scenario(
+        "caller_holds_then_hangs_up.xml",
+        &[("@HOLD_MS@", &hold.as_millis().to_string())],
+    );
+    // Each caller gets its own copy (the file name is per scenario, the hold differs).
+    let own = scen.with_extension(format!("{}.xml", free_udp_port()));
+    std::fs::rename(&scen, &own).unwrap();
+    spawn_sipp(kam, &own, 1, free_udp_port() & !1, Duration::from_secs(60))
+}
+
+fn report(kam: &Kamailio, gws: &[&Gateway]) -> String {
+    let mut s = format!(
+        "dispatcher: {:?}\n--- kamailio log (tail) ---\n{}\n",
+        kam.destinations(),
+        tail(&kam.log(), 60)
+    );
+    for (i, gw) in gws.iter().enumerate() {
+        s += &format!(
+            "--- gateway {i} at {} metrics: active {:?}, INVITE in {}, OPTIONS in {}, 503 max_calls {}\n{}\n",
+            gw.sip,
+            gw.metric("ontime_calls_active"),
+            invites_in(gw),
+            options_in(gw),
+            rejected_full(gw),
+            tail(&gw.stderr(), 20)
+        );
+    }
+    s
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[test]
+fn kamailio_spreads_fails_over_and_drains() {
+    if !require("kamailio") || !require("kamcmd") || !require("sipp") {
+        return;
+    }
+    let started = Instant::now();
+    let gw_flags = [
+        "--max-calls",
+        "2",
+        "--rtp-timeout",
+        "60s",
+        "--drain-timeout",
+        "30s",
+    ];
+    let mut gws = [start_gateway(&gw_flags), start_gateway(&gw_flags)];
+    let (a, b) = (&gws[0], &gws[1]);
+    eprintln!(
+        "RSS idle: {:.1} MiB and {:.1} MiB",
+        rss_mib(a.proc.child.id()),
+        rss_mib(b.proc.child.id())
+    );
+    // The shipped defaults: a ping every 5 s, the first 503 takes a gateway out. (The interval is
+    // also the window in which a gateway that just filled up still gets INVITEs, which step 2
+    // needs.)
+    let kam = start_kamailio(&[a.sip, b.sip], &[]);
+    assert!(
+        wait_until(Duration::from_secs(15), || kam.is_active(a.sip)
+            == Some(true)
+            && kam.is_active(b.sip) == Some(true)
+            && options_in(a) >= 1.0
+            && options_in(b) >= 1.0),
+        "both gateways should be pinged and active:\n{}",
+        report(&kam, &[a, b])
+    );
+
+    // 1. Spread: two callers land on different gateways (round-robin).
+    let c1 = caller(kam.sip, Duration::from_secs(26));
+    assert!(
+        wait_until(Duration::from_secs(10), || active(a) + active(b) == 1.0),
+        "caller 1 not answered:\n{}",
+        report(&kam, &[a, b])
+    );
+    // `x` took the first call, `y` is the other.
+    let a_first = active(a) == 1.0;
+    let c2 = caller(kam.sip, Duration::from_secs(1));
+    let (xi, yi) = if a_first { (0, 1) } else { (1, 0) };
+    let (x, y) = (&gws[xi], &gws[yi]);
+    assert!(
+        wait_until(Duration::from_secs(10), || active(y) == 1.0),
+        "caller 2 should be spread to the other gateway:\n{}",
+        report(&kam, &[a, b])
+    );
+    assert_eq!(active(x), 1.0, "caller 2 went to the busy gateway");
+    let (ok, log) = c2.finish(Duration::from_secs(15));
+    assert!(ok, "caller 2 failed:\n{log}\n{}", report(&kam, &[a, b]));
+    assert!(wait_until(Duration::from_secs(5), || active(y) == 0.0));
+
+    // 2. Failover. Right after a ping round (both answered 200), the dispatcher still counts `x`
+    //    as active for a whole ping interval. Caller 3 fills `x`, caller 4 goes to `y`, caller 5
+    //    is sent to the full `x` by the round-robin, gets 503 there and fails over to `y`.
+    let pings = options_in(x);
+    assert!(
+        wait_until(Duration::from_secs(8), || options_in(x) > pings),
+        "no OPTIONS ping within 8 s"
+    );
+    let window = Instant::now();
+    let c3 = caller(kam.sip, Duration::from_secs(18));
+    assert!(
+        wait_until(Duration::from_secs(5), || active(x) == 2.0),
+        "caller 3 should fill the first gateway:\n{}",
+        report(&kam, &[a, b])
+    );
+    let c4 = caller(kam.sip, Duration::from_secs(18));
+    assert!(
+        wait_until(Duration::from_secs(5), || active(y) == 1.0),
+        "caller 4 should go to the second gateway:\n{}",
+        report(&kam, &[a, b])
+    );
+    let refused_before = rejected_full(x);
+    let c5 = caller(kam.sip, Duration::from_secs(18));
+    eprintln!(
+        "callers 3-5 sent within {:.2} s of a ping round",
+        window.elapsed().as_secs_f64()
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || active(y) == 2.0),
+        "caller 5 should end up answered by the second gateway:\n{}",
+        report(&kam, &[a, b])
+    );
+    assert_eq!(
+        rejected_full(x),
+        refused_before + 1.0,
+        "caller 5 should first have been refused (503) by the full gateway, then failed over:\n{}",
+        report(&kam, &[a, b])
+    );
+    assert!(
+        kam.log().contains("failover ->"),
+        "Kamailio should log the failover:\n{}",
+        report(&kam, &[a, b])
+    );
+    assert_eq!(active(x), 2.0);
+    eprintln!(
+        "RSS with 2 calls each: {:.1} MiB and {:.1} MiB",
+        rss_mib(x.proc.child.id()),
+        rss_mib(y.proc.child.id())
+    );
+
+    // 3. Drain the first gateway. It answers OPTIONS with 503 at once; the dispatcher takes it out
+    //    at its next ping.
+    x.proc.signal("TERM");
+    assert!(
+        wait_until(Duration::from_secs(8), || kam.is_active(x.sip)
+            == Some(false)),
+        "the draining gateway should be taken out by the OPTIONS probing:\n{}",
+        report(&kam, &[a, b])
+    );
+    let x_invites = invites_in(x);
+    // Caller 6: the draining gateway is out and the other is full: 503 with Retry-After from the
+    // front door, and nothing reaches the draining gateway.
+    let refused = scenario("caller_expects_503.xml", &[]);
+    let (ok, log) = spawn_sipp(
+        kam.sip,
+        &refused,
+        1,
+        free_udp_port() & !1,
+        Duration::from_secs(15),
+    )
+    .finish(Duration::from_secs(20));
+    assert!(
+        ok,
+        "caller 6 should be refused with 503 + Retry-After while no gateway has room:\n{log}\n{}",
+        report(&kam, &[a, b])
+    );
+    assert_eq!(
+        invites_in(x),
+        x_invites,
+        "no INVITE may reach the draining gateway:\n{}",
+        report(&kam, &[a, b])
+    );
+
+    // The draining gateway's calls (1 and 3) and the others' (4 and 5) end when their callers
+    // hang up, BYE through the front door (Record-Route).
+    for (name, call) in [("1", c1), ("3", c3), ("4", c4), ("5", c5)] {
+        let (ok, log) = call.finish(Duration::from_secs(30));
+        assert!(
+            ok,
+            "caller {name} should finish its call:\n{log}\n{}",
+            report(&kam, &[a, b])
+        );
+    }
+    let drained = &mut gws[xi];
+    let status = drained
+        .proc
+        .wait_timeout(Duration::from_secs(15))
+        .expect("the draining gateway should exit once its calls ended");
+    assert!(
+        status.success(),
+        "exit status {status}: {}",
+        drained.stderr()
+    );
+    let cdrs = drained.stdout();
+    assert_eq!(
+        cdrs.matches("caller_bye").count(),
+        2,
+        "the draining gateway's two calls should end by the callers' BYE, not by the drain:\n{cdrs}"
+    );
+    assert!(!cdrs.contains("\\\"cause\\\":\\\"drained\\\""));
+    eprintln!(
+        "kamailio dispatch test took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Every metric the Grafana dashboard (`deploy/grafana/ontime.json`) queries is served by a
+/// running gateway, so no panel stays empty for a name that does not exist.
+#[test]
+fn grafana_dashboard_metrics_are_served() {
+    let text = std::fs::read_to_string(workspace().join("deploy/grafana/ontime.json"))
+        .expect("deploy/grafana/ontime.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard is JSON");
+    let mut wanted = std::collections::BTreeSet::new();
+    let panels = dashboard["panels"].as_array().expect("panels");
+    for target in panels
+        .iter()
+        .filter_map(|p| p["targets"].as_array())
+        .flatten()
+    {
+        let expr = target["expr"].as_str().expect("expr");
+        let mut rest = expr;
+        while let Some(at) = rest.find("ontime_") {
+            let name: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            rest = &rest[at + name.len()..];
+            wanted.insert(name);
+        }
+    }
+    assert!(wanted.len() >= 15, "too few metrics found: {wanted:?}");
+    let gw = start_gateway(&[]);
+    let body = gw.metrics_text();
+    let served: std::collections::BTreeSet<&str> = body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    let missing: Vec<&String> = wanted
+        .iter()
+        .filter(|n| !served.contains(n.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics the gateway does not serve: {missing:?}\nserved: {served:?}"
+    );
+}
