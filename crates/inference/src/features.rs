@@ -46,6 +46,8 @@ pub struct MelFrontend {
     padded: Vec<f64>,
     power: Vec<f64>,
     logs: Vec<f64>,
+    window_f32: Vec<f32>,
+    deviations: Vec<f32>,
 }
 
 impl std::fmt::Debug for MelFrontend {
@@ -111,6 +113,39 @@ pub fn mel_filter_bank() -> Vec<[f64; N_BINS]> {
     bank
 }
 
+/// numpy's float32 `add.reduce` of a contiguous array: pairwise summation with 8 accumulators in
+/// blocks of at most 128 (numpy `pairwise_sum`), in f32. Written out so Rust's mean and variance
+/// round exactly like the reference's.
+pub fn numpy_pairwise_sum(a: &[f32]) -> f32 {
+    let n = a.len();
+    if n < 8 {
+        let mut res = 0.0f32;
+        for &v in a {
+            res += v;
+        }
+        res
+    } else if n <= 128 {
+        let mut r = [0.0f32; 8];
+        r.copy_from_slice(&a[..8]);
+        let mut i = 8;
+        while i < n - n % 8 {
+            for (j, acc) in r.iter_mut().enumerate() {
+                *acc += a[i + j];
+            }
+            i += 8;
+        }
+        let mut res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for &v in &a[i..] {
+            res += v;
+        }
+        res
+    } else {
+        let mut n2 = n / 2;
+        n2 -= n2 % 8;
+        numpy_pairwise_sum(&a[..n2]) + numpy_pairwise_sum(&a[n2..])
+    }
+}
+
 impl MelFrontend {
     /// Builds the window, filters and FFT plan.
     pub fn new() -> Self {
@@ -142,6 +177,8 @@ impl MelFrontend {
             padded: Vec::with_capacity(TURN_SAMPLES + N_FFT),
             power: vec![0.0; N_BINS],
             logs: vec![0.0; N_MELS * N_FRAMES],
+            window_f32: Vec::with_capacity(TURN_SAMPLES),
+            deviations: Vec::with_capacity(TURN_SAMPLES),
         }
     }
 
@@ -151,18 +188,24 @@ impl MelFrontend {
         // Keep the last 8 s, left-pad with zeros.
         let tail = &audio_16k[audio_16k.len().saturating_sub(TURN_SAMPLES)..];
         let pad = TURN_SAMPLES - tail.len();
-        // Normalise over the padded 8 s (zeros included), as the extractor sees them.
-        let sum: f64 = tail.iter().map(|&x| f64::from(x)).sum();
-        let mean = sum / TURN_SAMPLES as f64;
-        let var = (tail
-            .iter()
-            .map(|&x| (f64::from(x) - mean).powi(2))
-            .sum::<f64>()
-            + pad as f64 * mean * mean)
-            / TURN_SAMPLES as f64;
-        // The reference normalises f32 samples with f32 mean/var.
-        let (mean32, denom32) = (mean as f32, (var as f32 + 1e-7f32).sqrt());
-        let norm = |x: f32| f64::from((x - mean32) / denom32);
+        let x = &mut self.window_f32;
+        x.clear();
+        x.resize(pad, 0.0);
+        x.extend_from_slice(tail);
+        // Normalise over the padded 8 s, in f32 exactly as numpy does it (`x.mean()`, `x.var()`:
+        // pairwise f32 sums, divided in f64, rounded to f32): the model is quantised, so the last
+        // bit of its input matters.
+        let n = TURN_SAMPLES as f64;
+        let mean32 = (f64::from(numpy_pairwise_sum(x)) / n) as f32;
+        let dev = &mut self.deviations;
+        dev.clear();
+        dev.extend(x.iter().map(|&v| {
+            let d = v - mean32;
+            d * d
+        }));
+        let var32 = (f64::from(numpy_pairwise_sum(dev)) / n) as f32;
+        let denom32 = (var32 + 1e-7f32).sqrt();
+        let norm = |v: f32| f64::from((v - mean32) / denom32);
         let half = N_FFT / 2;
         let padded = &mut self.padded;
         padded.clear();

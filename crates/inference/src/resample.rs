@@ -9,8 +9,6 @@
 //! implements the same filter in numpy. Why by hand: the whole filter is these few lines, and it avoids a
 //! resampling crate's buffering API for one fixed 2× ratio.
 
-use std::sync::OnceLock;
-
 /// Taps on each side of the midpoint.
 pub const HALF_TAPS: usize = 32;
 const KAISER_BETA: f64 = 8.0;
@@ -30,51 +28,116 @@ fn bessel_i0(x: f64) -> f64 {
     sum
 }
 
-/// Midpoint taps: for the midpoint k + ½, `taps[i]` weighs `x[k + 32 − i]`.
-fn midpoint_taps() -> &'static [f32; 2 * HALF_TAPS] {
-    static TAPS: OnceLock<[f32; 2 * HALF_TAPS]> = OnceLock::new();
-    TAPS.get_or_init(|| {
-        let mut taps = [0.0f32; 2 * HALF_TAPS];
-        let n = (2 * HALF_TAPS) as f64;
-        let mut sum = 0.0;
-        let mut raw = [0.0f64; 2 * HALF_TAPS];
-        for (i, r) in raw.iter_mut().enumerate() {
-            // Tap i weighs input x[k + 32 − i], which sits t = i − 31.5 input samples before the
-            // midpoint k + ½.
-            let t = i as f64 - (HALF_TAPS as f64 - 0.5);
-            let sinc = (std::f64::consts::PI * t).sin() / (std::f64::consts::PI * t);
-            // Kaiser window over the 2·HALF_TAPS taps (numpy's `np.kaiser(64, 8)`: endpoints at ±1).
-            let pos = 2.0 * i as f64 / (n - 1.0) - 1.0;
-            let w =
-                bessel_i0(KAISER_BETA * (1.0 - pos * pos).max(0.0).sqrt()) / bessel_i0(KAISER_BETA);
-            *r = sinc * w;
-            sum += *r;
-        }
-        // Unit DC gain.
-        for (t, r) in taps.iter_mut().zip(raw) {
-            *t = (r / sum) as f32;
-        }
-        taps
-    })
+/// Midpoint taps: for the midpoint k + ½, `MIDPOINT_TAPS[i]` weighs `x[k + 32 − i]`. The values
+/// of `h = np.sinc(i − 31.5) · np.kaiser(64, 8); h /= h.sum()` as numpy computes them (written
+/// out so the Rust and numpy filters are bit-identical; `taps_match_their_definition` recomputes
+/// them): the model downstream is quantised, and a last-bit difference in its input can flip a
+/// quantisation step.
+pub const MIDPOINT_TAPS: [f64; 2 * HALF_TAPS] = [
+    -2.3634329625342884e-05,
+    5.5633130265332376e-05,
+    -0.00010534809090739338,
+    0.0001783249583321232,
+    -0.0002810794268973903,
+    0.0004211572579700433,
+    -0.0006071902584821928,
+    0.000848951284925534,
+    -0.0011574135603161593,
+    0.0015448223743683104,
+    -0.002024790933714583,
+    0.0026124371370890545,
+    -0.003324585004966929,
+    0.004180064423170691,
+    -0.005200157460244729,
+    0.006409261635014336,
+    -0.007835875032204299,
+    0.009514063710441039,
+    -0.011485664084644298,
+    0.013803631366357214,
+    -0.016537227391165213,
+    0.01978026536997229,
+    -0.023664650160186766,
+    0.028383555304669936,
+    -0.03423320467346799,
+    0.04169326026382748,
+    -0.05159490811014619,
+    0.06551300745305116,
+    -0.08683036101280027,
+    0.124355954407663,
+    -0.21041555018523453,
+    0.6360272496378867,
+    0.6360272496378867,
+    -0.21041555018523453,
+    0.124355954407663,
+    -0.08683036101280027,
+    0.06551300745305116,
+    -0.05159490811014619,
+    0.04169326026382748,
+    -0.03423320467346799,
+    0.028383555304669936,
+    -0.023664650160186766,
+    0.01978026536997229,
+    -0.016537227391165213,
+    0.013803631366357214,
+    -0.011485664084644298,
+    0.009514063710441039,
+    -0.007835875032204299,
+    0.006409261635014336,
+    -0.005200157460244729,
+    0.004180064423170691,
+    -0.003324585004966929,
+    0.0026124371370890545,
+    -0.002024790933714583,
+    0.0015448223743683104,
+    -0.0011574135603161593,
+    0.000848951284925534,
+    -0.0006071902584821928,
+    0.0004211572579700433,
+    -0.0002810794268973903,
+    0.0001783249583321232,
+    -0.00010534809090739338,
+    5.5633130265332376e-05,
+    -2.3634329625342884e-05,
+];
+
+/// The taps from their definition (for the test that checks the constants).
+fn computed_taps() -> [f64; 2 * HALF_TAPS] {
+    let n = (2 * HALF_TAPS) as f64;
+    let mut raw = [0.0f64; 2 * HALF_TAPS];
+    for (i, r) in raw.iter_mut().enumerate() {
+        // Tap i weighs input x[k + 32 − i], which sits t = i − 31.5 input samples before the
+        // midpoint k + ½.
+        let t = i as f64 - (HALF_TAPS as f64 - 0.5);
+        let sinc = (std::f64::consts::PI * t).sin() / (std::f64::consts::PI * t);
+        // Kaiser window over the 2·HALF_TAPS taps (numpy's `np.kaiser(64, 8)`: endpoints at ±1).
+        let pos = 2.0 * i as f64 / (n - 1.0) - 1.0;
+        let w = bessel_i0(KAISER_BETA * (1.0 - pos * pos).max(0.0).sqrt()) / bessel_i0(KAISER_BETA);
+        *r = sinc * w;
+    }
+    let sum: f64 = raw.iter().sum();
+    raw.map(|r| r / sum)
 }
 
 /// Upsamples 8 kHz to 16 kHz into `out` (cleared first; twice the input's length).
 pub fn upsample_2x(input: &[f32], out: &mut Vec<f32>) {
-    let taps = midpoint_taps();
     out.clear();
     out.reserve(input.len() * 2);
     let n = input.len() as isize;
     for k in 0..n {
         out.push(input[k as usize]);
-        // Midpoint between x[k] and x[k+1]: inputs x[k−31] ..= x[k+32].
-        let mut acc = 0.0f32;
-        for (i, &t) in taps.iter().enumerate() {
-            let idx = k + 1 + HALF_TAPS as isize - 1 - i as isize;
-            if (0..n).contains(&idx) {
-                acc += t * input[idx as usize];
-            }
+        // Midpoint between x[k] and x[k+1]: inputs x[k−31] ..= x[k+32], summed in tap order in
+        // f64 (as the numpy reference), rounded once to f32.
+        let mut acc = 0.0f64;
+        for (i, &t) in MIDPOINT_TAPS.iter().enumerate() {
+            let idx = k + HALF_TAPS as isize - i as isize;
+            let x = if (0..n).contains(&idx) {
+                f64::from(input[idx as usize])
+            } else {
+                0.0
+            };
+            acc += t * x;
         }
-        out.push(acc);
+        out.push(acc as f32);
     }
 }
 
@@ -83,10 +146,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn taps_are_symmetric() {
-        let t = midpoint_taps();
-        for i in 0..HALF_TAPS {
-            assert!((t[i] - t[2 * HALF_TAPS - 1 - i]).abs() < 1e-7);
+    fn taps_match_their_definition() {
+        let t = computed_taps();
+        for i in 0..2 * HALF_TAPS {
+            assert!((t[i] - MIDPOINT_TAPS[i]).abs() < 1e-12, "tap {i}");
+            assert!((MIDPOINT_TAPS[i] - MIDPOINT_TAPS[2 * HALF_TAPS - 1 - i]).abs() < 1e-12);
         }
     }
 
