@@ -11,8 +11,10 @@
 
 /// Taps on each side of the midpoint.
 pub const HALF_TAPS: usize = 32;
+#[cfg(test)]
 const KAISER_BETA: f64 = 8.0;
 
+#[cfg(test)]
 fn bessel_i0(x: f64) -> f64 {
     // Power series; converges fast for the β used here.
     let mut sum = 1.0;
@@ -101,6 +103,7 @@ pub const MIDPOINT_TAPS: [f64; 2 * HALF_TAPS] = [
 ];
 
 /// The taps from their definition (for the test that checks the constants).
+#[cfg(test)]
 fn computed_taps() -> [f64; 2 * HALF_TAPS] {
     let n = (2 * HALF_TAPS) as f64;
     let mut raw = [0.0f64; 2 * HALF_TAPS];
