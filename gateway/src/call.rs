@@ -550,3 +550,64 @@ async fn wait_for_end(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn outbound(max_buffered_bytes: usize) -> Outbound {
+        Outbound {
+            producer: None,
+            queue: VecDeque::new(),
+            law: Law::Ulaw,
+            mark_names: Vec::new(),
+            next_mark: 1,
+            max_buffered_bytes,
+        }
+    }
+
+    proptest! {
+        /// `max_buffered_seconds`: after every chunk the queue holds at most the limit, the
+        /// bytes dropped plus the bytes kept are the bytes pushed, the oldest go first, and
+        /// marks keep their order.
+        #[test]
+        fn overflow_drops_the_oldest_and_accounts_for_every_byte(
+            max in 1usize..20_000,
+            chunks in proptest::collection::vec((1usize..8_000, any::<bool>()), 1..40),
+        ) {
+            let mut out = outbound(max);
+            let mut pushed = 0usize;
+            let mut dropped = 0usize;
+            let mut next = 0u8;
+            for (len, mark) in chunks {
+                // Each chunk's bytes count up so the survivors show which were dropped.
+                let bytes: Vec<u8> = (0..len).map(|_| { next = next.wrapping_add(1); next }).collect();
+                out.queue.push_back(Queued::Audio(bytes, 0));
+                pushed += len;
+                dropped += out.drop_oldest_beyond_max();
+                if mark {
+                    out.queue.push_back(Queued::Mark(out.next_mark));
+                    out.next_mark += 1;
+                }
+                prop_assert!(out.queued_bytes() <= max);
+                prop_assert_eq!(out.queued_bytes() + dropped, pushed);
+            }
+            // What is left is the newest audio, in order.
+            let kept: Vec<u8> = out.queue.iter().flat_map(|q| match q {
+                Queued::Audio(b, o) => b[*o..].to_vec(),
+                _ => Vec::new(),
+            }).collect();
+            let expected: Vec<u8> = (0..pushed)
+                .map(|i| (i + 1) as u8)
+                .skip(dropped)
+                .collect();
+            prop_assert_eq!(kept, expected);
+            let marks: Vec<u64> = out.queue.iter().filter_map(|q| match q {
+                Queued::Mark(id) => Some(*id),
+                _ => None,
+            }).collect();
+            prop_assert!(marks.windows(2).all(|w| w[0] < w[1]));
+        }
+    }
+}

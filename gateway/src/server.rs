@@ -550,6 +550,8 @@ impl SipLoop {
         } else {
             EndCause::SignallingFailure
         };
+        // Whatever the agent prepared for it (a bot connection) will not be used.
+        self.agent.abandon_call(&p.media.info);
         if let Ok(mut ports) = self.shared.ports.lock() {
             ports.release(p.media.port);
         }

@@ -52,7 +52,8 @@ pub const WS_SEND_QUEUE_DROPPED_TOTAL: &str = "ontime_ws_send_queue_dropped_tota
 pub const WS_CONNECT_SECONDS: &str = "ontime_ws_connect_seconds";
 /// Failed connection attempts, by reason (`timeout`, `error`).
 pub const WS_CONNECT_FAILURES_TOTAL: &str = "ontime_ws_connect_failures_total";
-/// Bots that closed or lost their connection while the call was up.
+/// Bots that closed or lost their connection while the call was up, by how (`normal`: a close
+/// with code 1000; `abnormal`: any other close; `lost`: no close frame).
 pub const WS_DISCONNECTS_TOTAL: &str = "ontime_ws_disconnects_total";
 /// Calls answered with the fallback message because the bot was unreachable.
 pub const WS_FALLBACK_CALLS_TOTAL: &str = "ontime_ws_fallback_calls_total";
@@ -82,6 +83,30 @@ pub const CONNECT_BUCKETS_SECONDS: &[f64] = &[
 /// The Reason header (RFC 3326) of the BYE sent when the bot goes away mid-call: Q.850 cause 41,
 /// "temporary failure".
 pub const REASON_BOT_DISCONNECTED: &str = "Q.850;cause=41;text=\"agent disconnected\"";
+/// The Reason header of the BYE when the bot closed its WebSocket normally (code 1000): the bot
+/// hung up. Q.850 cause 16, "normal call clearing".
+pub const REASON_BOT_HUNG_UP: &str = "Q.850;cause=16;text=\"agent hung up\"";
+
+/// How a bot's connection ended while its call was up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BotGone {
+    /// A close frame, with its status code if it had one.
+    Closed(Option<u16>),
+    /// The connection failed or ended without a close frame.
+    Lost,
+}
+
+impl BotGone {
+    /// The label of [`WS_DISCONNECTS_TOTAL`] and the BYE's Reason header: a close with 1000
+    /// (RFC 6455 §7.4.1, normal closure) is the bot hanging up; anything else is a fault.
+    pub fn label_and_reason(self) -> (&'static str, &'static str) {
+        match self {
+            BotGone::Closed(Some(1000)) => ("normal", REASON_BOT_HUNG_UP),
+            BotGone::Closed(_) => ("abnormal", REASON_BOT_DISCONNECTED),
+            BotGone::Lost => ("lost", REASON_BOT_DISCONNECTED),
+        }
+    }
+}
 /// The Reason header of the BYE after the fallback message (the bot was unreachable).
 pub const REASON_BOT_UNREACHABLE: &str = "Q.850;cause=41;text=\"agent unreachable\"";
 /// The mark name the fallback message is queued with (the call hangs up when it is played).
@@ -141,7 +166,9 @@ pub fn describe_metrics() {
         Unit::Count,
         "Bots that went away mid-call (the call got a BYE with a Reason header)."
     );
-    counter!(WS_DISCONNECTS_TOTAL).absolute(0);
+    for how in ["normal", "abnormal", "lost"] {
+        counter!(WS_DISCONNECTS_TOTAL, "how" => how).absolute(0);
+    }
     describe_counter!(
         WS_FALLBACK_CALLS_TOTAL,
         Unit::Count,
@@ -472,6 +499,7 @@ impl ConnectionTask {
         if up {
             info!(stream_sid = %self.encoder.ids().stream_sid, "bot stream started");
         }
+        let mut gone = BotGone::Lost;
         while up {
             tokio::select! {
                 frame = media.recv() => match frame {
@@ -490,7 +518,11 @@ impl ConnectionTask {
                     Some(Ok(Message::Binary(_))) => {
                         counter!(WS_MESSAGES_INVALID_TOTAL, "reason" => "binary").increment(1);
                     }
-                    Some(Ok(Message::Close(_))) | None => up = false,
+                    Some(Ok(Message::Close(frame))) => {
+                        gone = BotGone::Closed(frame.map(|f| u16::from(f.code)));
+                        up = false;
+                    }
+                    None => up = false,
                     // Ping/pong are answered by tungstenite itself.
                     Some(Ok(_)) => {}
                     Some(Err(e)) => {
@@ -511,11 +543,11 @@ impl ConnectionTask {
             return;
         }
         // The bot went away mid-call: hang up with a Reason header (RFC 3326).
-        counter!(WS_DISCONNECTS_TOTAL).increment(1);
-        warn!("bot disconnected mid-call: hanging up");
-        self.output.send(AgentAction::HangupWithReason(
-            REASON_BOT_DISCONNECTED.into(),
-        ));
+        let (how, reason) = gone.label_and_reason();
+        counter!(WS_DISCONNECTS_TOTAL, "how" => how).increment(1);
+        info!(how, "bot connection ended mid-call: hanging up");
+        self.output
+            .send(AgentAction::HangupWithReason(reason.into()));
         // Keep draining until the call task lets go, so it never sees a closed queue early.
         drop(media);
         while control.recv().await.is_some() {}
@@ -600,6 +632,26 @@ impl ConnectionTask {
                 tracing::debug!(error = %e, "bot message ignored");
                 true
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_normal_close_is_a_hang_up() {
+        assert_eq!(
+            BotGone::Closed(Some(1000)).label_and_reason(),
+            ("normal", REASON_BOT_HUNG_UP)
+        );
+        for g in [
+            BotGone::Closed(None),
+            BotGone::Closed(Some(1011)),
+            BotGone::Lost,
+        ] {
+            assert_eq!(g.label_and_reason().1, REASON_BOT_DISCONNECTED, "{g:?}");
         }
     }
 }

@@ -70,6 +70,14 @@ fn metric(body: &str, series: &str) -> f64 {
     metric_value(body, series).unwrap_or_else(|| panic!("{series} missing from /metrics"))
 }
 
+/// Bot connections that ended mid-call, however they ended.
+fn disconnects(body: &str) -> f64 {
+    ["normal", "abnormal", "lost"]
+        .iter()
+        .map(|h| metric(body, &format!("ontime_ws_disconnects_total{{how=\"{h}\"}}")))
+        .sum()
+}
+
 /// Wait (bounded) until the bot's connection `i` has a message satisfying `f`.
 fn wait_for(bot: &TestBot, i: usize, limit: Duration, f: impl Fn(&bot::Connection) -> bool) {
     let until = Instant::now() + limit;
@@ -275,7 +283,7 @@ fn burst_reply_is_paced_and_its_mark_returns_after_it_played() {
         1.0
     );
     assert_eq!(metric(&body, "ontime_ws_connect_seconds_count"), 1.0);
-    assert_eq!(metric(&body, "ontime_ws_disconnects_total"), 0.0);
+    assert_eq!(disconnects(&body), 0.0);
     assert!(metric(&body, "ontime_agent_buffered_audio_seconds_count") >= 1.0);
     assert_eq!(
         metric(&body, "ontime_calls_total{result=\"completed\"}"),
@@ -516,7 +524,7 @@ fn junk_is_counted_clear_returns_marks_and_the_buffer_is_bounded() {
         (dropped - expected).abs() <= 6.0,
         "dropped {dropped} frames, expected about {expected:.0}"
     );
-    assert_eq!(metric(&body, "ontime_ws_disconnects_total"), 0.0);
+    assert_eq!(disconnects(&body), 0.0);
 }
 
 #[test]
@@ -610,5 +618,8 @@ fn bot_that_goes_away_mid_call_gets_the_caller_a_bye_with_a_reason() {
     assert_eq!(conn.events("connected").len(), 1);
     assert_eq!(conn.events("start").len(), 1);
     let body = gw.metrics_text();
-    assert_eq!(metric(&body, "ontime_ws_disconnects_total"), 1.0);
+    assert_eq!(
+        metric(&body, "ontime_ws_disconnects_total{how=\"abnormal\"}"),
+        1.0
+    );
 }
