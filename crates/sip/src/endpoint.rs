@@ -1184,7 +1184,7 @@ impl Endpoint {
                         .find(|(_, c)| c.invite_server.as_ref() == Some(&invite_key))
                         .map(|(h, _)| *h);
                     if let Some(call) = call {
-                        self.end_call(call, EndReason::Cancelled);
+                        self.end_call(call, now, EndReason::Cancelled);
                     }
                 }
             }
@@ -1236,7 +1236,7 @@ impl Endpoint {
                 if let Some(k) = self.calls.get(&call).and_then(|c| c.invite_server.clone()) {
                     self.respond(&k, 487, &[], b"", now);
                 }
-                self.end_call(call, EndReason::RemoteHangup);
+                self.end_call(call, now, EndReason::RemoteHangup);
             }
             Method::Options => {
                 let extra = self.capability_headers();
@@ -1358,6 +1358,10 @@ impl Endpoint {
                     // RFC 3264 §8: an unchanged offer (a session refresh) gets our unchanged answer.
                     self.answer_offer_request(call, key, None, now);
                 } else {
+                    if method == Method::Invite {
+                        // The application answers; stop the re-INVITE's retransmissions now.
+                        self.respond(&key, 100, &[], b"", now);
+                    }
                     if let Some(c) = self.calls.get_mut(&call) {
                         c.pending_offer = Some(key);
                     }
@@ -1454,8 +1458,12 @@ impl Endpoint {
         });
     }
 
-    fn end_call(&mut self, call: CallHandle, reason: EndReason) {
+    fn end_call(&mut self, call: CallHandle, now: Instant, reason: EndReason) {
         if let Some(c) = self.calls.remove(&call) {
+            // RFC 3261 §15.1.2: requests still pending in the dialog are answered 487.
+            if let Some(key) = &c.pending_offer {
+                self.respond(key, 487, &[], b"", now);
+            }
             self.dialogs.remove(&(c.call_id, c.local_tag));
             self.events.push_back(Event::Ended { call, reason });
         }
@@ -1494,7 +1502,10 @@ impl Endpoint {
             (_, 100..=199) => {
                 tx.state = ClientState::Proceeding;
                 if is_invite {
+                    // RFC 3261 §17.1.1.2: Proceeding has neither timer A nor B; a call may ring
+                    // as long as the callee likes (the application cancels when it wants).
                     tx.retransmit_at = None;
+                    tx.timeout_at = None;
                 } else if tx.retransmit_at.is_some() {
                     tx.interval = timers.t2; // RFC 3261 §17.1.2.2: T2 in Proceeding.
                 }
@@ -1616,6 +1627,7 @@ impl Endpoint {
                 if code >= 200 {
                     self.end_call(
                         call,
+                        now,
                         EndReason::LocalHangup {
                             confirmed: msg.is_some(),
                         },
@@ -1708,7 +1720,7 @@ impl Endpoint {
                         reason,
                     }
                 };
-                self.end_call(call, reason);
+                self.end_call(call, now, reason);
             }
         }
     }
@@ -1969,7 +1981,7 @@ impl Endpoint {
             state: "outgoing",
         })?;
         self.respond(&key, status, headers, b"", now);
-        self.end_call(call, EndReason::Rejected { status });
+        self.end_call(call, now, EndReason::Rejected { status });
         Ok(())
     }
 
@@ -2118,10 +2130,10 @@ impl Endpoint {
                     {
                         tx.owner = Owner::InDialog(call);
                     }
-                    self.end_call(call, reason);
+                    self.end_call(call, now, reason);
                 }
             }
-            Err(_) => self.end_call(call, reason),
+            Err(_) => self.end_call(call, now, reason),
         }
     }
 

@@ -462,3 +462,51 @@ fn caller_asking_nothing_but_supporting_timers_gets_our_interval() {
         String::from_utf8_lossy(&ok.payload).contains("Session-Expires: 1800;refresher=uas\r\n")
     );
 }
+
+#[test]
+fn a_call_may_ring_longer_than_timer_b() {
+    let mut net = Net::new();
+    let uac = net.place_call();
+    let inc = net.incoming();
+    net.uas.ring(inc.call, net.now).unwrap();
+    net.run_until(secs(90.0));
+    assert_eq!(ended(&net.uac_events, uac), None, "{:#?}", net.lines());
+    net.uas_answer(inc.call, inc.offer.as_ref().unwrap());
+    assert!(net
+        .uac_events
+        .iter()
+        .any(|e| matches!(e, Event::Answered { .. })));
+}
+
+#[test]
+fn bye_while_an_offer_waits_for_the_application_answers_it_487() {
+    let mut net = Net::new();
+    let (uac, uas) = net.connected_call();
+    let mut hold = LocalMedia::new(addr("10.0.0.1:40000"), 11);
+    hold.session_version = 7;
+    net.uac
+        .reinvite(uac, &sdp::build_offer(&hold), net.now)
+        .unwrap();
+    net.pump();
+    assert!(net
+        .uas_events
+        .iter()
+        .any(|e| matches!(e, Event::OfferReceived { .. })));
+    // The re-INVITE got a 100 at once, so the caller does not retransmit while we decide.
+    assert_eq!(net.count(false, "SIP/2.0 100"), 2, "{:#?}", net.lines());
+    net.advance(secs(2.0));
+    assert_eq!(net.count(true, "INVITE"), 2);
+    net.uas.hangup(uas, net.now).unwrap();
+    net.pump();
+    assert_eq!(net.count(false, "SIP/2.0 487"), 1, "{:#?}", net.lines());
+    assert!(net
+        .uac_events
+        .iter()
+        .any(|e| matches!(e, Event::UpdateFailed { status: 487, .. })));
+    net.advance(secs(40.0));
+    assert_eq!(
+        net.uac.active_transactions() + net.uas.active_transactions(),
+        0
+    );
+    assert_eq!(net.uac.active_calls() + net.uas.active_calls(), 0);
+}
