@@ -641,6 +641,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_slow_bot_never_blocks_the_call_task() {
+        // The bot's connection task is not reading: the queue fills and further frames are
+        // dropped at once; the call task's on_event never waits.
+        let (media_tx, mut media_rx) = mpsc::channel(3);
+        let (control_tx, mut control_rx) = mpsc::unbounded_channel();
+        let mut call = WsCall {
+            media: Some(media_tx),
+            control: Some(control_tx),
+            ontime_events: false,
+        };
+        let frame = [0i16; ontime_rtp::SAMPLES_PER_FRAME];
+        for _ in 0..10 {
+            call.on_event(AgentEvent::CallerAudio(&frame));
+        }
+        call.on_event(AgentEvent::SpeechStarted); // ontime events off: not forwarded
+        call.on_event(AgentEvent::Dtmf('3'));
+        call.on_event(AgentEvent::Ended);
+        let mut queued = 0;
+        while let Ok(f) = media_rx.try_recv() {
+            assert_eq!(f, [0xFF; FRAME_BYTES], "silence in µ-law");
+            queued += 1;
+        }
+        assert_eq!(queued, 3);
+        assert!(matches!(
+            media_rx.try_recv(),
+            Err(mpsc::error::TryRecvError::Disconnected)
+        ));
+        assert!(matches!(control_rx.try_recv(), Ok(ToBot::Dtmf('3'))));
+        assert!(matches!(
+            control_rx.try_recv(),
+            Err(mpsc::error::TryRecvError::Disconnected)
+        ));
+    }
+
+    #[test]
     fn only_a_normal_close_is_a_hang_up() {
         assert_eq!(
             BotGone::Closed(Some(1000)).label_and_reason(),
