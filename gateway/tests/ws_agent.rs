@@ -535,6 +535,27 @@ fn unreachable_bot_gets_503_after_ringing_within_the_connect_timeout() {
     // Accepts TCP and never answers the upgrade: only the connect timeout ends the wait.
     let silent = SilentListener::start();
     let gw = start_gateway(&["--agent", &silent.url(), "--ws-connect-timeout", "1s"]);
+    // Every WebSocket-agent series is there at zero before any call (design.md §7).
+    let before = gw.metrics_text();
+    for series in [
+        "ontime_ws_messages_sent_total{event=\"media\"}",
+        "ontime_ws_messages_received_total{event=\"clear\"}",
+        "ontime_ws_messages_invalid_total{reason=\"oversize\"}",
+        "ontime_ws_send_queue_dropped_total",
+        "ontime_ws_connect_seconds_count",
+        "ontime_ws_connect_failures_total{reason=\"timeout\"}",
+        "ontime_ws_disconnects_total{how=\"lost\"}",
+        "ontime_ws_fallback_calls_total",
+        "ontime_agent_buffered_audio_seconds_count",
+        "ontime_agent_audio_dropped_frames_total",
+        "ontime_calls_rejected_total{reason=\"agent_unavailable\"}",
+    ] {
+        assert_eq!(metric(&before, series), 0.0, "{series}");
+    }
+    assert!(
+        before.contains("ontime_ws_connect_seconds_bucket"),
+        "not a histogram"
+    );
     let scen = scenario("caller_expects_ring_503.xml", &[]);
     let started = Instant::now();
     let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(20));
