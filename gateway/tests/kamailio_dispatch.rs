@@ -313,3 +313,43 @@ fn grafana_dashboard_metrics_are_served() {
         "the dashboard queries metrics the gateway does not serve: {missing:?}\nserved: {served:?}"
     );
 }
+
+/// The Dockerfile's build steps (`deploy/docker/stage.sh`, which the Dockerfile runs) lay out a
+/// runtime tree whose gateway starts as an unprivileged user with the staged ONNX Runtime and
+/// models and answers `/readyz` — the image's contents, checked without a Docker engine.
+#[test]
+fn docker_stage_script_builds_a_runnable_tree() {
+    let models = workspace().join(".cache/models");
+    if !models.join("libonnxruntime.so.1.31.1").exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "models are required in CI (scripts/fetch-models.sh)"
+        );
+        eprintln!("SKIP: .cache/models missing (run scripts/fetch-models.sh)");
+        return;
+    }
+    let dest = std::env::temp_dir().join(format!("ontime-stage-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dest);
+    let (first, last) = free_port_range(20);
+    let out = std::process::Command::new("bash")
+        .arg(workspace().join("deploy/docker/stage.sh"))
+        .arg(&dest)
+        .env("ONTIME_GATEWAY_BIN", env!("CARGO_BIN_EXE_ontime-gateway"))
+        .env("ONTIME_MODELS_FROM", &models)
+        .env("SMOKE", "1")
+        .env("SMOKE_METRICS_PORT", free_tcp_port().to_string())
+        .env("SMOKE_RTP_PORTS", format!("{first}-{last}"))
+        .output()
+        .expect("run deploy/docker/stage.sh");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dest);
+    assert!(out.status.success(), "stage.sh failed:\n{text}");
+    assert!(
+        text.contains("answered /readyz"),
+        "the staged gateway was not run:\n{text}"
+    );
+}
