@@ -209,7 +209,7 @@ fn kamailio_spreads_fails_over_and_drains() {
     //    at its next ping.
     x.proc.signal("TERM");
     assert!(
-        wait_until(Duration::from_secs(8), || kam.is_active(x.sip)
+        wait_until(Duration::from_secs(15), || kam.is_active(x.sip)
             == Some(false)),
         "the draining gateway should be taken out by the OPTIONS probing:\n{}",
         report(&kam, &[a, b])
