@@ -1458,6 +1458,14 @@ impl Endpoint {
         });
     }
 
+    /// Remembers the peer's SDP version, so a later offer with the same `o=` version is known
+    /// to be a refresh (RFC 3264 §8).
+    fn note_remote_sdp(&mut self, call: CallHandle, sdp: Option<&SessionDescription>) {
+        if let (Some(c), Some(sdp)) = (self.calls.get_mut(&call), sdp) {
+            c.remote_sdp_version = Some(sdp.session_version);
+        }
+    }
+
     fn end_call(&mut self, call: CallHandle, now: Instant, reason: EndReason) {
         if let Some(c) = self.calls.remove(&call) {
             // RFC 3261 §15.1.2: requests still pending in the dialog are answered 487.
@@ -1591,6 +1599,7 @@ impl Endpoint {
                 if (200..300).contains(&code) {
                     if let Some(m) = msg {
                         let answer = sdp_body(m).and_then(|r| r.ok());
+                        self.note_remote_sdp(call, answer.as_ref());
                         self.send_ack(call, m);
                         if let Some(Some((secs, refresher))) =
                             m.header("Session-Expires").map(parse_session_expires)
@@ -1702,6 +1711,7 @@ impl Endpoint {
                     self.hangup_inner(call, now, EndReason::Cancelled);
                 } else {
                     let answer = sdp_body(m).and_then(|r| r.ok());
+                    self.note_remote_sdp(call, answer.as_ref());
                     self.events.push_back(Event::Answered { call, answer });
                 }
             }

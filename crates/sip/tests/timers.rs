@@ -510,3 +510,46 @@ fn bye_while_an_offer_waits_for_the_application_answers_it_487() {
     );
     assert_eq!(net.uac.active_calls() + net.uas.active_calls(), 0);
 }
+
+#[test]
+fn both_sides_keep_a_long_call_alive_with_session_refreshes() {
+    let mut net = Net::new();
+    let (uac, uas) = net.connected_call();
+    // The caller asked for 1800 s without naming a refresher; the called side took the job.
+    let ok = net
+        .wire
+        .iter()
+        .find(|s| s.line == "SIP/2.0 200 OK")
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&ok.payload).contains("Session-Expires: 1800;refresher=uas\r\n")
+    );
+    let t0 = net.now - net.start;
+    net.run_until(t0 + secs(3700.0));
+    let refreshes: Vec<f64> = net
+        .times(false, "INVITE")
+        .iter()
+        .map(|d| (*d - t0).as_secs_f64())
+        .collect();
+    assert_eq!(
+        refreshes,
+        [900.0, 1800.0, 2700.0, 3600.0],
+        "{:#?}",
+        net.lines()
+    );
+    assert_eq!(
+        (ended(&net.uac_events, uac), ended(&net.uas_events, uas)),
+        (None, None)
+    );
+    // A refresh that times out ends the call from the refresher's side (RFC 4028 §10), and a
+    // caller that hears nothing gives up at 1800 − 32 s after the last refresh.
+    net.drop = Box::new(|from_uac, _| !from_uac);
+    net.run_until(t0 + secs(3600.0 + 1767.9));
+    assert_eq!(
+        ended(&net.uas_events, uas),
+        Some(EndReason::DialogGone { status: 408 })
+    );
+    assert_eq!(ended(&net.uac_events, uac), None);
+    net.run_until(t0 + secs(3600.0 + 1768.1));
+    assert_eq!(ended(&net.uac_events, uac), Some(EndReason::SessionExpired));
+}
