@@ -131,14 +131,23 @@ pub fn upsample_2x(input: &[f32], out: &mut Vec<f32>) {
         // Midpoint between x[k] and x[k+1]: inputs x[k−31] ..= x[k+32], summed in tap order in
         // f64 (as the numpy reference), rounded once to f32.
         let mut acc = 0.0f64;
-        for (i, &t) in MIDPOINT_TAPS.iter().enumerate() {
-            let idx = k + HALF_TAPS as isize - i as isize;
-            let x = if (0..n).contains(&idx) {
-                f64::from(input[idx as usize])
-            } else {
-                0.0
-            };
-            acc += t * x;
+        let (lo, hi) = (k - HALF_TAPS as isize + 1, k + HALF_TAPS as isize);
+        if lo >= 0 && hi < n {
+            // Interior: no edge checks. Same order as below (tap 0 first).
+            let window = &input[lo as usize..=hi as usize];
+            for (&t, &x) in MIDPOINT_TAPS.iter().zip(window.iter().rev()) {
+                acc += t * f64::from(x);
+            }
+        } else {
+            for (i, &t) in MIDPOINT_TAPS.iter().enumerate() {
+                let idx = k + HALF_TAPS as isize - i as isize;
+                let x = if (0..n).contains(&idx) {
+                    f64::from(input[idx as usize])
+                } else {
+                    0.0
+                };
+                acc += t * x;
+            }
         }
         out.push(acc as f32);
     }
