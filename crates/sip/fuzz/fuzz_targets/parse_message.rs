@@ -8,7 +8,14 @@ use ontime_sip::message::{parse_message, Framing, Limits, StreamFramer};
 fuzz_target!(|data: &[u8]| {
     let limits = Limits::default();
     if let Ok(m) = parse_message(data, &limits, Framing::Datagram) {
-        let _ = (m.vias(), m.from(), m.to(), m.contact(), m.cseq(), m.content_type());
+        let _ = (
+            m.vias(),
+            m.from(),
+            m.to(),
+            m.contact(),
+            m.cseq(),
+            m.content_type(),
+        );
         let _ = m.option_tags("Require");
     }
     let mut framer = StreamFramer::new();
