@@ -546,3 +546,23 @@ Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{body}",
     net.advance(ms(5_000));
     assert_eq!(net.wire.len(), before, "{:#?}", net.lines());
 }
+
+#[test]
+fn hangup_with_a_reason_header() {
+    let mut net = Net::new();
+    let (_uac, uas) = net.connected_call();
+    let reason = [("Reason".to_string(), "Q.850;cause=16".to_string())];
+    net.uas.hangup_with_headers(uas, &reason, net.now).unwrap();
+    net.pump();
+    let bye = net.wire.iter().find(|s| s.line.starts_with("BYE")).unwrap();
+    assert!(String::from_utf8_lossy(&bye.payload).contains("\r\nReason: Q.850;cause=16\r\n"));
+    // An unanswered incoming call gets 480 with the headers.
+    net.place_call();
+    let inc = net.incoming();
+    net.uas
+        .hangup_with_headers(inc.call, &reason, net.now)
+        .unwrap();
+    net.pump();
+    let resp = net.wire.iter().find(|s| s.line.contains(" 480 ")).unwrap();
+    assert!(String::from_utf8_lossy(&resp.payload).contains("\r\nReason: Q.850;cause=16\r\n"));
+}
