@@ -176,3 +176,32 @@ impl PoolConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_file_names_the_fetch_script() {
+        let paths = ModelPaths::in_dir("/nonexistent/ontime-models");
+        let err = paths.check().expect_err("files are missing");
+        let msg = err.to_string();
+        assert!(msg.contains("scripts/fetch-models.sh"), "{msg}");
+        assert!(msg.contains("libonnxruntime.so.1.31.1"), "{msg}");
+        assert!(msg.contains("ORT_DYLIB_PATH"), "{msg}");
+    }
+
+    #[test]
+    fn rejects_bad_config() {
+        let mut c = PoolConfig::new(ModelPaths::in_dir("/x"));
+        assert!(c.validate().is_ok());
+        c.queue_capacity = 0;
+        assert!(c.validate().is_err());
+        c.queue_capacity = 1;
+        c.turn.max_audio = Duration::from_secs(9);
+        assert!(c.validate().is_err());
+        c.turn.max_audio = Duration::from_secs(8);
+        c.vad.confidence = 1.5;
+        assert!(c.validate().is_err());
+    }
+}

@@ -180,3 +180,68 @@ fn budget_defers_work_under_a_tiny_quota() {
     );
     eprintln!("{stats:?}");
 }
+
+#[test]
+fn incomplete_turn_times_out_after_silence() {
+    let Some(paths) = model_paths() else { return };
+    // Smart Turn calls this robot-voiced request incomplete (p ≈ 0.01; fixtures/speech/README.md).
+    let (_, pcm) = read_wav(&fixture("book_table_8k.wav"));
+    let pool = InferencePool::start(PoolConfig::new(paths)).expect("pool");
+    let (call, rx) = pool.register_call().expect("register");
+    // Pushes under the 8 s backlog cap: the recording, then (after its verdict) 4 s of silence.
+    call.push_pcm(&pcm).expect("push");
+    let first = collect_until_turn(&rx, Duration::from_secs(60));
+    call.push_pcm(&[0i16; 8000 * 4]).expect("push silence");
+    let Some(InferenceEvent::TurnEnded {
+        complete: false,
+        timed_out: false,
+        at,
+        probability,
+        ..
+    }) = first.last()
+    else {
+        panic!("expected an incomplete verdict first: {first:?}");
+    };
+    let second = collect_until_turn(&rx, Duration::from_secs(60));
+    let [InferenceEvent::TurnEnded {
+        complete: true,
+        timed_out: true,
+        at: at2,
+        probability: p2,
+        ..
+    }] = second.as_slice()
+    else {
+        panic!("expected the timeout to end the turn: {second:?}");
+    };
+    assert_eq!(p2, probability);
+    // 3 s of silence after the stop detection, to the chunk.
+    let waited = *at2 - *at;
+    assert!(
+        waited >= Duration::from_secs(3) && waited < Duration::from_secs(3) + VAD_CHUNK,
+        "timed out after {waited:?}"
+    );
+}
+
+#[test]
+fn backlog_over_8_s_drops_oldest_and_keeps_stream_time() {
+    let Some(paths) = model_paths() else { return };
+    let (_, speech) = read_wav(&fixture("book_table_8k.wav"));
+    // 4 s of silence then the recording: 10.9 s in one push, past the 8 s backlog cap.
+    let mut pcm = vec![0i16; 8000 * 4];
+    pcm.extend_from_slice(&speech);
+    let pool = InferencePool::start(PoolConfig::new(paths)).expect("pool");
+    let (call, rx) = pool.register_call().expect("register");
+    call.push_pcm(&pcm).expect("push");
+    let events = collect_until_turn(&rx, Duration::from_secs(60));
+    let dropped = pool.stats().dropped_samples;
+    assert!(dropped >= pcm.len() as u64 - 64_000, "dropped {dropped}");
+    assert_eq!(dropped % 256, 0, "whole chunks are dropped");
+    // The stop is where the recording puts it, shifted by the 4 s of silence.
+    let Some(InferenceEvent::SpeechStopped { end, .. }) = events
+        .iter()
+        .find(|e| matches!(e, InferenceEvent::SpeechStopped { .. }))
+    else {
+        panic!("no speech stop: {events:?}");
+    };
+    assert_eq!(*end, Duration::from_secs(4) + Duration::from_millis(5792));
+}
