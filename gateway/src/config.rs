@@ -229,6 +229,9 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub ws_forward_header: Vec<String>,
+    /// PEM file of extra CA certificates trusted for `wss://` bots (besides the system's).
+    #[arg(long, env = "ONTIME_WS_CA_FILE")]
+    pub ws_ca_file: Option<PathBuf>,
 }
 
 /// The TOML file: the same names as the flags, with underscores.
@@ -262,6 +265,7 @@ struct FileConfig {
     ws_ontime_events: Option<bool>,
     ws_custom_parameter: Option<Vec<String>>,
     ws_forward_header: Option<Vec<String>>,
+    ws_ca_file: Option<PathBuf>,
 }
 
 /// The resolved configuration the gateway runs with.
@@ -321,6 +325,8 @@ pub struct Config {
     pub ws_custom_parameters: Vec<(String, String)>,
     /// INVITE headers copied into the bot's `customParameters`.
     pub ws_forward_headers: Vec<String>,
+    /// Extra CA certificates (PEM) for `wss://` bots.
+    pub ws_ca_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -359,6 +365,7 @@ impl Default for Config {
             ws_ontime_events: false,
             ws_custom_parameters: Vec::new(),
             ws_forward_headers: Vec::new(),
+            ws_ca_file: None,
         }
     }
 }
@@ -563,6 +570,7 @@ impl Config {
             }
             c.ws_forward_headers = list;
         }
+        c.ws_ca_file = pick!(ws_ca_file);
         Ok(c)
     }
 

@@ -45,7 +45,8 @@ fn main() -> ExitCode {
         AgentKind::WebSocket(url) => match WsAgent::new(WsAgentConfig::from_config(url, &config)) {
             Ok(a) => Arc::new(a),
             Err(e) => {
-                eprintln!("ontime-gateway: config field `agent`: {e}");
+                // The error names its field (`ws_ca_file`) or the built-in fixture.
+                eprintln!("ontime-gateway: {e}");
                 return ExitCode::from(2);
             }
         },

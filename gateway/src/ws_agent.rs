@@ -182,10 +182,32 @@ pub fn describe_metrics() {
 #[non_exhaustive]
 pub enum WsAgentError {
     /// The built-in fallback WAV is not 8 kHz mono 16-bit (a build-time fixture fault).
-    #[error("fallback WAV: {0}")]
+    #[error("built-in fallback WAV: {0}")]
     Fallback(#[from] hound::Error),
+    /// The `ws_ca_file` could not be read.
+    #[error("config field `ws_ca_file`: {path}: {source}")]
+    CaFileRead {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The `ws_ca_file` is not PEM certificates, or TLS could not be set up with it.
+    #[error("config field `ws_ca_file`: {path}: {source}")]
+    CaFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The TLS library's error.
+        source: native_tls::Error,
+    },
+    /// The `ws_ca_file` holds no PEM certificate.
+    #[error("config field `ws_ca_file`: {path}: no PEM certificate in the file")]
+    CaFileEmpty {
+        /// The file.
+        path: std::path::PathBuf,
+    },
     /// The fallback WAV has the wrong format.
-    #[error("fallback WAV must be 8000 Hz mono 16-bit PCM, got {rate} Hz, {channels} channel(s)")]
+    #[error("built-in fallback WAV must be 8000 Hz mono 16-bit PCM, got {rate} Hz, {channels} channel(s)")]
     FallbackFormat {
         /// Sample rate found.
         rate: u32,
@@ -214,6 +236,8 @@ pub struct WsAgentConfig {
     /// INVITE headers copied into `customParameters` (matched case-insensitively; the key is
     /// the name as configured; absent headers are left out).
     pub forward_headers: Vec<String>,
+    /// PEM file of extra CA certificates for `wss://` (None: the system's roots only).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl WsAgentConfig {
@@ -228,6 +252,7 @@ impl WsAgentConfig {
             unreachable: c.agent_unreachable,
             custom_parameters: c.ws_custom_parameters.clone(),
             forward_headers: c.ws_forward_headers.clone(),
+            ca_file: c.ws_ca_file.clone(),
         }
     }
 }
@@ -237,6 +262,8 @@ type WsStream = WebSocketStream<MaybeTlsStream<TcpStream>>;
 /// The WebSocket agent: one connection per call, opened before the call is answered.
 pub struct WsAgent {
     config: Arc<WsAgentConfig>,
+    /// TLS for `wss://` with the extra CAs (None: tungstenite's default, the system's roots).
+    tls: Option<native_tls::TlsConnector>,
     fallback: Arc<[i16]>,
     /// Connections opened by [`Agent::prepare_call`], waiting for [`Agent::start_call`], by
     /// Call-ID. Locked at call set-up only.
@@ -267,8 +294,13 @@ impl WsAgent {
             });
         }
         let pcm = r.into_samples::<i16>().collect::<Result<Vec<_>, _>>()?;
+        let tls = match &config.ca_file {
+            Some(path) => Some(tls_with_extra_roots(path)?),
+            None => None,
+        };
         Ok(WsAgent {
             config: Arc::new(config),
+            tls,
             fallback: pcm.into(),
             ready: Arc::new(Mutex::new(HashMap::new())),
         })
@@ -280,7 +312,33 @@ impl WsAgent {
     }
 }
 
-async fn connect(config: &WsAgentConfig) -> Result<WsStream, &'static str> {
+/// A TLS connector trusting the system's roots plus every certificate in the PEM file.
+fn tls_with_extra_roots(path: &std::path::Path) -> Result<native_tls::TlsConnector, WsAgentError> {
+    let pem = std::fs::read(path).map_err(|source| WsAgentError::CaFileRead {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let ca_err = |source| WsAgentError::CaFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    let certs = native_tls::Certificate::stack_from_pem(&pem).map_err(ca_err)?;
+    if certs.is_empty() {
+        return Err(WsAgentError::CaFileEmpty {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut builder = native_tls::TlsConnector::builder();
+    for cert in certs {
+        builder.add_root_certificate(cert);
+    }
+    builder.build().map_err(ca_err)
+}
+
+async fn connect(
+    config: &WsAgentConfig,
+    tls: Option<native_tls::TlsConnector>,
+) -> Result<WsStream, &'static str> {
     let mut ws_config = WebSocketConfig::default();
     // tungstenite fails the whole connection on a message over its limit; ontime wants an
     // oversized message dropped and counted with the call going on, so tungstenite gets room
@@ -289,10 +347,11 @@ async fn connect(config: &WsAgentConfig) -> Result<WsStream, &'static str> {
     let hard_limit = config.max_message_bytes.saturating_mul(4).max(1 << 16);
     ws_config.max_message_size = Some(hard_limit);
     ws_config.max_frame_size = Some(hard_limit);
-    let attempt = tokio_tungstenite::connect_async_with_config(
+    let attempt = tokio_tungstenite::connect_async_tls_with_config(
         config.url.as_str(),
         Some(ws_config),
         true, // TCP_NODELAY: a mark or a media frame should not wait for Nagle.
+        tls.map(tokio_tungstenite::Connector::NativeTls),
     );
     match tokio::time::timeout(config.connect_timeout, attempt).await {
         Ok(Ok((ws, _response))) => Ok(ws),
@@ -312,9 +371,10 @@ impl Agent for WsAgent {
         let config = self.config.clone();
         let ready = self.ready.clone();
         let call_id = info.call_id.clone();
+        let tls = self.tls.clone();
         Some(Box::pin(async move {
             let started = Instant::now();
-            match connect(&config).await {
+            match connect(&config, tls).await {
                 Ok(ws) => {
                     histogram!(WS_CONNECT_SECONDS).record(started.elapsed().as_secs_f64());
                     if let Ok(mut map) = ready.lock() {

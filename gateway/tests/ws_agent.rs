@@ -644,3 +644,96 @@ fn bot_that_goes_away_mid_call_gets_the_caller_a_bye_with_a_reason() {
         1.0
     );
 }
+
+/// A self-signed certificate for `localhost` / 127.0.0.1 (openssl CLI), as (cert PEM path,
+/// identity).
+fn self_signed(dir: &Path) -> Option<(PathBuf, native_tls::Identity)> {
+    let cert = dir.join("bot-cert.pem");
+    let key = dir.join("bot-key.pem");
+    let ok = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        return None;
+    }
+    let identity = native_tls::Identity::from_pkcs8(
+        &std::fs::read(&cert).unwrap(),
+        &std::fs::read(&key).unwrap(),
+    )
+    .expect("openssl wrote a PKCS#8 key");
+    Some((cert, identity))
+}
+
+#[test]
+fn wss_bot_is_reached_with_its_ca_and_refused_without_it() {
+    if !tools() || !require("openssl") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ontime-wss-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, identity) = self_signed(&dir).expect("openssl could not make a certificate");
+    let reply = Arc::new(reply_ulaw());
+    let bot = TestBot::start_tls(
+        vec![
+            Step::WaitMedia(1),
+            Step::Media {
+                ulaw: Arc::new(reply[..8000].to_vec()),
+                chunk: 800,
+            },
+            Step::Mark("over-tls".into()),
+        ],
+        identity,
+    );
+    let url = format!("wss://localhost:{}/media-stream", bot.addr.port());
+
+    // Trusted through --ws-ca-file: a normal call, the mark comes back after 1 s of audio.
+    let gw = start_gateway(&["--agent", &url, "--ws-ca-file", cert.to_str().unwrap()]);
+    let quiet = silence(&dir_of(&gw));
+    let scen = scenario(
+        "caller_speaks.xml",
+        &[
+            ("@SPEECH@", quiet.to_str().unwrap()),
+            ("@LISTEN_MS@", "4000"),
+        ],
+    );
+    let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(20));
+    assert!(ok, "wss call failed:\n{log}\n{}", gw.stderr());
+    wait_for(&bot, 0, Duration::from_secs(5), |c| {
+        !c.events("stop").is_empty()
+    });
+    let conn = bot.connection(0).expect("no TLS connection");
+    assert_eq!(conn.events("start").len(), 1);
+    let sent = conn.step_done(1).unwrap();
+    let marks = conn.marks_named("over-tls");
+    assert_eq!(marks.len(), 1);
+    let after = (marks[0] - sent).as_secs_f64();
+    assert!(
+        (after - 1.0).abs() <= 0.3,
+        "mark {after:.2} s after 1 s of audio"
+    );
+    drop(gw);
+
+    // Without the CA the certificate is not trusted: no connection, 503.
+    let gw = start_gateway(&["--agent", &url]);
+    let scen = scenario("caller_expects_ring_503.xml", &[]);
+    let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(20));
+    assert!(ok, "untrusted wss did not get 503:\n{log}\n{}", gw.stderr());
+    assert_eq!(
+        metric(
+            &gw.metrics_text(),
+            "ontime_ws_connect_failures_total{reason=\"error\"}"
+        ),
+        1.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -83,6 +83,16 @@ pub struct TestBot {
 impl TestBot {
     /// Start a bot that runs `script` on every connection.
     pub fn start(script: Vec<Step>) -> TestBot {
+        Self::start_with(script, None)
+    }
+
+    /// The same bot behind TLS (`wss://`) with this certificate and key.
+    pub fn start_tls(script: Vec<Step>, identity: native_tls::Identity) -> TestBot {
+        let acceptor = native_tls::TlsAcceptor::new(identity).expect("TLS acceptor");
+        Self::start_with(script, Some(tokio_native_tls::TlsAcceptor::from(acceptor)))
+    }
+
+    fn start_with(script: Vec<Step>, tls: Option<tokio_native_tls::TlsAcceptor>) -> TestBot {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -104,7 +114,19 @@ impl TestBot {
                             let Ok((tcp, _)) = r else { continue };
                             let conn = Arc::new(Mutex::new(Connection::default()));
                             conns.lock().unwrap().push(conn.clone());
-                            tokio::spawn(serve(tcp, conn, script.clone()));
+                            let script = script.clone();
+                            match tls.clone() {
+                                None => {
+                                    tokio::spawn(serve(tcp, conn, script));
+                                }
+                                Some(acceptor) => {
+                                    tokio::spawn(async move {
+                                        if let Ok(stream) = acceptor.accept(tcp).await {
+                                            serve(stream, conn, script).await;
+                                        }
+                                    });
+                                }
+                            }
                         }
                     }
                 }
@@ -146,7 +168,10 @@ impl Drop for TestBot {
     }
 }
 
-async fn serve(tcp: tokio::net::TcpStream, conn: Arc<Mutex<Connection>>, script: Arc<Vec<Step>>) {
+async fn serve<S>(tcp: S, conn: Arc<Mutex<Connection>>, script: Arc<Vec<Step>>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let Ok(ws) = tokio_tungstenite::accept_async(tcp).await else {
         return;
     };
