@@ -49,13 +49,24 @@ sleep 0.5
 kill -INT "$cap_pid"; wait "$cap_pid" 2>/dev/null || true; cap_pid=""
 
 tshark -r "$work/call.pcap" -d "udp.port==$media_port,rtp" -Y rtp -T fields \
-  -e frame.time_epoch -e udp.srcport -e udp.dstport -e rtp.payload >"$work/rtp.tsv"
+  -e frame.time_epoch -e udp.srcport -e udp.dstport -e rtp.payload >"$work/rtp.tsv" 2>/dev/null
 metrics=$(curl -fs "127.0.0.1:$metrics_port/metrics")
 python3 - "$work/rtp.tsv" "$media_port" <<'PY'
 import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.count("\t") >= 3]
 port = sys.argv[2]
-silent = lambda p: all(b in ("ff", "7f") for b in p.split(":"))
+def ulaw(b):
+    # G.711 mu-law decode (ITU-T G.711 table formula).
+    b = ~b & 0xFF
+    t = (((b & 0x0F) << 3) + 0x84) << ((b & 0x70) >> 4)
+    return (0x84 - t) if b & 0x80 else (t - 0x84)
+def silent(p):
+    # Speech means a frame above -45 dBFS RMS; espeak's tails and comfort levels are below.
+    h = bytes.fromhex(p.replace(":", ""))
+    if not h:
+        return True
+    rms = (sum(ulaw(x) ** 2 for x in h) / len(h)) ** 0.5
+    return rms < 32768 * 10 ** (-45 / 20)
 caller = [(float(t), silent(p)) for t, s, d, p in rows if s == port]
 agent = [(float(t), silent(p)) for t, s, d, p in rows if d == port]
 speech = [t for t, q in caller if not q]
