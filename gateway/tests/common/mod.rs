@@ -569,5 +569,9 @@ impl Drop for Kamailio {
             .stderr(Stdio::null())
             .status();
         let _ = self.child.wait();
+        // Keep the log of a failed test for reading; remove the run folder otherwise.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
