@@ -505,8 +505,9 @@ impl AgentCall for WsCall {
                 let Some(tx) = &self.media else { return };
                 let mut frame = [0u8; FRAME_BYTES];
                 Law::Ulaw.encode_slice(pcm, &mut frame);
-                if tx.try_send(frame).is_err() {
-                    // A slow (or gone) bot: drop this frame rather than wait.
+                if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(frame) {
+                    // A slow bot: drop this frame rather than wait. (Closed: the bot is gone
+                    // and the call is being hung up; nothing to count.)
                     counter!(WS_SEND_QUEUE_DROPPED_TOTAL).increment(1);
                 }
             }
