@@ -142,6 +142,7 @@ impl RtcpSession {
             };
             for b in blocks.iter().filter(|b| b.ssrc == self.our_ssrc) {
                 self.peer.reports += 1;
+                counter!(m::RTCP_REPORTS_RECEIVED_TOTAL).increment(1);
                 self.peer.fraction_lost = f64::from(b.fraction_lost) / 256.0;
                 self.peer.jitter =
                     Duration::from_secs_f64(f64::from(b.jitter) / f64::from(SAMPLE_RATE_HZ));
