@@ -34,6 +34,8 @@ pub const CGROUP_QUOTA_CORES: &str = "ontime_cgroup_quota_cores";
 pub const SIP_MESSAGES_TOTAL: &str = "ontime_sip_messages_total";
 /// SIP datagrams that could not be parsed (dropped or answered 400).
 pub const SIP_INVALID_MESSAGES_TOTAL: &str = "ontime_sip_invalid_messages_total";
+/// RTCP reports from callers that carried a block on our stream.
+pub const RTCP_REPORTS_RECEIVED_TOTAL: &str = "ontime_rtcp_reports_received_total";
 /// Round-trip time reported by RTCP, last value over calls.
 pub const RTCP_RTT_SECONDS: &str = "ontime_rtcp_rtt_seconds";
 /// Fraction lost the peers report for our stream (RTCP RR), last value.
@@ -173,6 +175,12 @@ pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
         "RTCP round-trip time (last report)."
     );
     gauge!(RTCP_RTT_SECONDS).set(0.0);
+    describe_counter!(
+        RTCP_REPORTS_RECEIVED_TOTAL,
+        Unit::Count,
+        "RTCP reports from callers with a block on our stream."
+    );
+    counter!(RTCP_REPORTS_RECEIVED_TOTAL).absolute(0);
     describe_gauge!(
         RTCP_PEER_FRACTION_LOST,
         Unit::Count,
