@@ -108,7 +108,15 @@ pub async fn run(
     }
     let mut pool_config = PoolConfig::new(paths);
     pool_config.turn.incomplete_timeout = config.turn_stop_timeout;
-    pool_config.quota = crate::cgroup_watch::current_quota();
+    // The inference budget keeps model work inside the container's CFS quota (design.md §4).
+    let pool_config = match pool_config.clone().with_cgroup_quota() {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(error = %e, "CPU quota unreadable: inference runs without a CPU budget");
+            pool_config
+        }
+    };
+    crate::cgroup_watch::publish_quota();
     let pool = Arc::new(InferencePool::start(pool_config).context("starting the inference pool")?);
 
     let shared = Arc::new(Shared {

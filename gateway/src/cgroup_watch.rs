@@ -1,5 +1,5 @@
-//! The gateway's view of its container's CPU limit: the quota for the inference budget at start,
-//! and the throttle counters published once a second (`ontime_cgroup_*`).
+//! The gateway's view of its container's CPU limit (`ontime_cgroup_*`): the quota, and the
+//! throttle counters published once a second. The inference budget reads the quota itself.
 
 use metrics::{counter, gauge};
 use ontime_cgroup::{CpuCgroup, CpuStat};
@@ -7,33 +7,18 @@ use tracing::{info, warn};
 
 use crate::metrics as m;
 
-/// The current process's CFS quota for the inference budget; `None` when unlimited or unknown.
-pub fn current_quota() -> Option<ontime_inference::CpuQuota> {
-    let cgroup = match CpuCgroup::current() {
-        Ok(c) => c,
-        Err(e) => {
-            warn!(error = %e, "no cpu cgroup found: inference runs without a CPU budget");
-            return None;
-        }
-    };
-    match cgroup.quota() {
+/// Publish the process's CFS quota as `ontime_cgroup_quota_cores` (0 = unlimited) and log it.
+pub fn publish_quota() {
+    match CpuCgroup::current().and_then(|c| c.quota()) {
         Ok(q) => {
             gauge!(m::CGROUP_QUOTA_CORES).set(q.cores().unwrap_or(0.0));
-            let quota = q.quota?;
             info!(
                 quota_cores = q.cores(),
                 period_ms = q.period.as_millis() as u64,
-                "CPU quota found: inference keeps inside it"
+                "CPU quota of this container"
             );
-            Some(ontime_inference::CpuQuota {
-                quota,
-                period: q.period,
-            })
         }
-        Err(e) => {
-            warn!(error = %e, "cpu quota unreadable: inference runs without a CPU budget");
-            None
-        }
+        Err(e) => warn!(error = %e, "no readable cpu cgroup: quota and throttle metrics stay 0"),
     }
 }
 

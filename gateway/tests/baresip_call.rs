@@ -6,7 +6,6 @@
 mod common;
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use common::*;
 
