@@ -232,3 +232,86 @@ fn thread_count_does_not_grow_with_twenty_calls() {
         "threads grew with calls: {idle} idle, {busy} at 20 calls"
     );
 }
+
+#[test]
+fn invite_from_outside_the_trunk_gets_403() {
+    if !require("sipp") {
+        return;
+    }
+    // Only 192.0.2.0/24 (TEST-NET-1) may call: loopback is outside.
+    let gw = start_gateway(&["--trunk-cidr", "192.0.2.0/24"]);
+    let scen = scenario("caller_expects_403.xml", &[]);
+    let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(20));
+    assert!(ok, "403 flow failed:\n{log}");
+    assert_eq!(
+        gw.metric("ontime_calls_rejected_total{reason=\"not_trunk\"}"),
+        Some(1.0)
+    );
+    assert_eq!(gw.metric("ontime_calls_active"), Some(0.0));
+}
+
+#[test]
+fn rfc4733_digits_reach_the_call_record_once_each() {
+    if !require("sipp") {
+        return;
+    }
+    let pcap = |d: u8| format!("/usr/share/sip-tester/dtmf_2833_{d}.pcap");
+    if !std::path::Path::new(&pcap(4)).exists() {
+        eprintln!("SKIP: sip-tester's DTMF captures are not installed");
+        return;
+    }
+    let gw = start_gateway(&[]);
+    let scen = scenario(
+        "caller_dtmf.xml",
+        &[("@PCAP1@", &pcap(4)), ("@PCAP2@", &pcap(7))],
+    );
+    let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(30));
+    assert!(ok, "DTMF call failed:\n{log}");
+    assert!(wait_until(Duration::from_secs(5), || gw
+        .metric("ontime_calls_total{result=\"completed\"}")
+        == Some(1.0)));
+    assert_eq!(
+        gw.metric("ontime_dtmf_digits_total"),
+        Some(2.0),
+        "{}",
+        gw.stdout()
+    );
+    assert!(
+        gw.stdout().contains(r#"\"dtmf\":\"47\""#),
+        "CDR should list 4 then 7:\n{}",
+        gw.stdout()
+    );
+}
+
+#[test]
+fn malformed_sip_gets_400_or_is_dropped_and_counted() {
+    let gw = start_gateway(&[]);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let local = sock.local_addr().unwrap();
+    // Garbage is dropped silently; a request with a broken header gets 400 (RFC 3261 §21.4.1).
+    sock.send_to(&[0xFF, 0x00, 0x13, 0x37, b'\r', b'\n'], gw.sip)
+        .unwrap();
+    let bad = format!(
+        "OPTIONS sip:bot@{gw} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-bad1\r\nFrom: <sip:x@{local}>;tag=1\r\n\
+         To: <sip:bot@{gw}>\r\nCall-ID: bad-1\r\nCSeq: notanumber OPTIONS\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n",
+        gw = gw.sip
+    );
+    sock.send_to(bad.as_bytes(), gw.sip).unwrap();
+    let mut buf = [0u8; 4096];
+    let (n, _) = sock
+        .recv_from(&mut buf)
+        .expect("a 400 for the malformed request");
+    let reply = String::from_utf8_lossy(&buf[..n]);
+    assert!(reply.starts_with("SIP/2.0 400"), "{reply}");
+    assert!(
+        wait_until(Duration::from_secs(3), || gw
+            .metric("ontime_sip_invalid_messages_total")
+            .unwrap_or(0.0)
+            >= 2.0),
+        "invalid messages not counted: {:?}",
+        gw.metric("ontime_sip_invalid_messages_total")
+    );
+    // The gateway still serves.
+    assert_eq!(http_get(gw.metrics, "/healthz").map(|r| r.0), Some(200));
+}
