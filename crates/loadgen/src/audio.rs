@@ -24,6 +24,28 @@ pub struct Utterance {
 }
 
 impl Utterance {
+    /// An utterance from µ-law bytes.
+    pub fn new(name: impl Into<String>, ulaw: impl Into<Arc<[u8]>>) -> Utterance {
+        Utterance {
+            name: name.into(),
+            ulaw: ulaw.into(),
+        }
+    }
+
+    /// Bytes up to the end of the last frame that is not silence: the speech ends there, and
+    /// the file's trailing quiet is not part of the turn.
+    pub fn voiced_end(&self) -> usize {
+        let frame = ontime_rtp::FRAME_BYTES;
+        let frames = self.ulaw.len().div_ceil(frame);
+        (0..frames)
+            .rev()
+            .find(|&i| {
+                let end = ((i + 1) * frame).min(self.ulaw.len());
+                !is_silent_payload(&self.ulaw[i * frame..end], PT_PCMU)
+            })
+            .map_or(0, |i| ((i + 1) * frame).min(self.ulaw.len()))
+    }
+
     /// Length in milliseconds.
     pub fn duration_ms(&self) -> u64 {
         self.ulaw.len() as u64 * 1000 / u64::from(SAMPLE_RATE_HZ)
@@ -108,13 +130,12 @@ pub fn load_ulaw_wav(path: &Path) -> Result<Utterance> {
         source,
     })?;
     let ulaw = parse_ulaw_wav(&bytes, path)?;
-    Ok(Utterance {
-        name: path
-            .file_name()
+    Ok(Utterance::new(
+        path.file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
-        ulaw: ulaw.into(),
-    })
+        ulaw,
+    ))
 }
 
 /// Every `*.ulaw.wav` in `dir`, sorted by name.
@@ -205,6 +226,16 @@ mod tests {
         let all = load_callers_dir(&dir).unwrap();
         assert!(all.len() >= 4);
         assert!(all.iter().all(|u| u.duration_ms() > 500));
+        for u in &all {
+            let end = u.voiced_end();
+            assert!(
+                end > u.ulaw.len() / 2 && end <= u.ulaw.len(),
+                "{}: {end}",
+                u.name
+            );
+        }
+        let quiet_tail = Utterance::new("t", [&[0x10u8; 320][..], &[0xFF; 500][..]].concat());
+        assert_eq!(quiet_tail.voiced_end(), 320);
     }
 
     #[test]

@@ -329,11 +329,15 @@ pub async fn run_caller(
             Phase::Pausing { until } if now >= until => {
                 turn += 1;
                 let utterance = &setup.utterances[rng.random_range(0..setup.utterances.len())];
-                producer.push(&utterance.ulaw);
-                producer.end_utterance();
+                // The mark sits at the end of the speech, before the file's trailing quiet: the
+                // gateway may answer while that quiet is still playing.
+                let voiced_end = utterance.voiced_end();
+                producer.push(&utterance.ulaw[..voiced_end]);
                 if producer.mark(turn).is_err() {
                     break Some("harness mark queue full".into());
                 }
+                producer.push(&utterance.ulaw[voiced_end..]);
+                producer.end_utterance();
                 phase = Phase::Speaking { turn };
             }
             Phase::Awaiting { deadline, .. } if now >= deadline => {

@@ -220,7 +220,7 @@ fn main() -> anyhow::Result<()> {
             args.warmup,
             args.measure
         );
-        let results = run::run(&plan, setup, &view, &bar, |s| {
+        let steps = run::run(&plan, setup, &view, &bar, |s| {
             bar.println(format!(
                 "N={:<3} {} turns {} p50 {} p95 {} undr/min {:.2} cpu {} fail {}{}",
                 s.calls,
@@ -233,8 +233,17 @@ fn main() -> anyhow::Result<()> {
                 s.failed_calls,
                 if s.client_bound { " (client-bound)" } else { "" },
             ));
-        })
-        .await;
+        });
+        // Ctrl-C or SIGTERM: stop the run; dropping the gateway kills it and removes its cgroup.
+        let results = tokio::select! {
+            r = steps => r,
+            signal = interrupted() => {
+                bar.finish_and_clear();
+                drop(view);
+                drop(spawned);
+                bail!("interrupted by {signal}");
+            }
+        };
         bar.finish_and_clear();
         print!("{}", report::table(&results.steps));
         println!(
@@ -274,6 +283,21 @@ fn main() -> anyhow::Result<()> {
     sender.stop();
     drop(stamp_keeper);
     Ok(())
+}
+
+/// The first of SIGINT and SIGTERM.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
 }
 
 /// Now as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, so no date crate is needed for one stamp).

@@ -16,7 +16,7 @@ use crate::{Error, Result};
 pub struct Machine {
     /// `model name` from /proc/cpuinfo.
     pub cpu_model: String,
-    /// Logical CPUs online.
+    /// Logical CPUs.
     pub cpus: usize,
     /// Total memory, MiB.
     pub mem_total_mb: u64,
@@ -50,7 +50,11 @@ impl Machine {
             .unwrap_or_else(|| "unknown".into());
         Machine {
             cpu_model,
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            // Every CPU of the machine, not this process's affinity (a cpuset run narrows it).
+            cpus: cpuinfo
+                .lines()
+                .filter(|l| l.starts_with("processor"))
+                .count(),
             mem_total_mb: crate::procstat::parse_status_kib(&read("/proc/meminfo"), "MemTotal")
                 .unwrap_or(0)
                 / 1024,
@@ -144,7 +148,7 @@ pub fn table(steps: &[StepReport]) -> String {
             format!(
                 "{}/{}",
                 s.late_ticks.map_or("-".into(), |v| v.to_string()),
-                opt(s.worst_tick_ms, 0)
+                opt(s.worst_tick_ms, 1)
             ),
             opt(s.inference_wait_p99_ms, 0),
             format!("{}+{}u", s.turns, s.unanswered_turns),
