@@ -11,6 +11,9 @@ command -v espeak-ng >/dev/null || need_apt+=(espeak-ng)
 command -v sox >/dev/null || need_apt+=(sox)
 command -v baresip >/dev/null || need_apt+=(baresip)
 command -v kamailio >/dev/null || need_apt+=(kamailio)
+# native-tls (wss:// agents) builds against the system OpenSSL.
+dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$root/.cache/models/libonnxruntime.so.1.
 export ONTIME_MODELS_DIR=${ONTIME_MODELS_DIR:-$root/.cache/models}
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo deny check licenses bans sources
+cargo deny --workspace check licenses bans sources
 deploy/ci/check.sh
 cargo test --workspace --all-targets
 cargo test --workspace --doc
