@@ -4,90 +4,18 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 
-/// Fresh speech the gateway has never heard: espeak-ng at test time (a fixture when absent).
-fn fresh_speech(dir: &std::path::Path) -> std::path::PathBuf {
+/// A sentence the gateway has never heard, spoken now.
+fn fresh_sentence() -> &'static str {
     let sentences = [
         "Good morning, could you please tell me what my current balance is?",
         "I am calling because the parcel I ordered last week has not arrived yet.",
         "Please book a table for four people tonight at seven thirty.",
     ];
-    let pick = sentences[std::process::id() as usize % sentences.len()];
-    let raw = dir.join("fresh.wav");
-    let out = dir.join("fresh.ulaw.wav");
-    let ok = Command::new("espeak-ng")
-        .args(["-v", "en-us", "-s", "170", "-w"])
-        .arg(&raw)
-        .arg(pick)
-        .status()
-        .is_ok_and(|s| s.success())
-        && Command::new("sox")
-            .arg(&raw)
-            .args(["-r", "8000", "-c", "1", "-e", "mu-law"])
-            .arg(&out)
-            .status()
-            .is_ok_and(|s| s.success());
-    if ok {
-        out
-    } else {
-        eprintln!("espeak-ng/sox missing: using a committed utterance");
-        workspace().join("fixtures/callers/utterance_1.ulaw.wav")
-    }
-}
-
-struct RtpRow {
-    time: f64,
-    src_port: u16,
-    dst_port: u16,
-    silent: bool,
-}
-
-fn rtp_rows(pcap: &std::path::Path, media_port: u16) -> Vec<RtpRow> {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(pcap)
-        .args(["-d", &format!("udp.port=={media_port},rtp")])
-        .args([
-            "-Y",
-            "rtp",
-            "-T",
-            "fields",
-            "-e",
-            "frame.time_epoch",
-            "-e",
-            "udp.srcport",
-            "-e",
-            "udp.dstport",
-            "-e",
-            "rtp.payload",
-        ])
-        .output()
-        .expect("tshark -r");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split('\t').collect();
-            if f.len() < 4 {
-                return None;
-            }
-            let payload = f[3].replace(':', "");
-            // µ-law silence is 0xFF (or 0x7F); anything else is sound.
-            let silent = payload
-                .as_bytes()
-                .chunks(2)
-                .all(|b| b == b"ff" || b == b"7f");
-            Some(RtpRow {
-                time: f[0].parse().ok()?,
-                src_port: f[1].parse().ok()?,
-                dst_port: f[2].parse().ok()?,
-                silent,
-            })
-        })
-        .collect()
+    sentences[std::process::id() as usize % sentences.len()]
 }
 
 #[test]
@@ -97,7 +25,7 @@ fn caller_hears_the_reply_after_its_turn_paced() {
     }
     let gw = start_gateway(&[]);
     let dir = gw.log.parent().unwrap().to_path_buf();
-    let speech = fresh_speech(&dir);
+    let speech = fresh_speech(&dir, fresh_sentence());
     let media_port = free_udp_port() & !1;
     let cap = capture(&[media_port]);
     let scen = scenario(

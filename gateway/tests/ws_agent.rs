@@ -13,33 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use bot::{epoch_of, reply_ulaw, rtp_rows, SilentListener, Step, TestBot};
+use bot::{epoch_of, reply_ulaw, SilentListener, Step, TestBot};
 use common::*;
 use serde_json::Value;
-
-/// Caller speech the gateway has never heard (espeak-ng now; a committed utterance without it).
-fn fresh_speech(dir: &Path, text: &str) -> PathBuf {
-    let raw = dir.join("fresh.wav");
-    let out = dir.join("fresh.ulaw.wav");
-    let ok = Command::new("espeak-ng")
-        .args(["-v", "en-us", "-s", "170", "-w"])
-        .arg(&raw)
-        .arg(text)
-        .status()
-        .is_ok_and(|s| s.success())
-        && Command::new("sox")
-            .arg(&raw)
-            .args(["-r", "8000", "-c", "1", "-e", "mu-law"])
-            .arg(&out)
-            .status()
-            .is_ok_and(|s| s.success());
-    if ok {
-        out
-    } else {
-        eprintln!("espeak-ng/sox missing: using a committed utterance");
-        workspace().join("fixtures/callers/utterance_1.ulaw.wav")
-    }
-}
 
 /// Half a second of µ-law digital silence: a caller that sends RTP but never speaks.
 fn silence(dir: &Path) -> PathBuf {
@@ -232,11 +208,8 @@ fn burst_reply_is_paced_and_its_mark_returns_after_it_played() {
         .iter()
         .filter(|r| !r.silent && r.time >= burst_epoch - 0.1)
         .collect();
-    // Every sounding frame of the reply reached the caller (espeak's pauses are digital silence).
-    let sounding = reply
-        .chunks(160)
-        .filter(|f| !f.iter().all(|b| *b == 0xFF || *b == 0x7F))
-        .count();
+    // Every sounding frame of the reply reached the caller (judged as the capture is).
+    let sounding = reply.chunks(160).filter(|f| !ulaw_is_silent(f)).count();
     assert!(
         reply_rows.len() + 2 >= sounding,
         "caller heard {} reply packets of {sounding}",

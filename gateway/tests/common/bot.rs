@@ -313,48 +313,6 @@ pub fn reply_ulaw() -> Vec<u8> {
     ulaw
 }
 
-/// An RTP packet seen by tshark on the caller's media port.
-#[derive(Debug, Clone, Copy)]
-pub struct RtpRow {
-    pub time: f64,
-    pub src_port: u16,
-    pub dst_port: u16,
-    pub silent: bool,
-}
-
-/// RTP packets of a capture on `media_port` (decoded as RTP by tshark).
-pub fn rtp_rows(pcap: &std::path::Path, media_port: u16) -> Vec<RtpRow> {
-    let out = std::process::Command::new("tshark")
-        .arg("-r")
-        .arg(pcap)
-        .args(["-d", &format!("udp.port=={media_port},rtp")])
-        .args(["-Y", "rtp", "-T", "fields"])
-        .args(["-e", "frame.time_epoch", "-e", "udp.srcport"])
-        .args(["-e", "udp.dstport", "-e", "rtp.payload"])
-        .output()
-        .expect("tshark -r");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split('\t').collect();
-            if f.len() < 4 {
-                return None;
-            }
-            let payload = f[3].replace(':', "");
-            let silent = payload
-                .as_bytes()
-                .chunks(2)
-                .all(|b| b == b"ff" || b == b"7f");
-            Some(RtpRow {
-                time: f[0].parse().ok()?,
-                src_port: f[1].parse().ok()?,
-                dst_port: f[2].parse().ok()?,
-                silent,
-            })
-        })
-        .collect()
-}
-
 /// Unix time (seconds, as tshark prints it) of an `Instant` taken in this process.
 pub fn epoch_of(t: Instant) -> f64 {
     let now_i = Instant::now();

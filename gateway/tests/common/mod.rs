@@ -575,3 +575,90 @@ impl Drop for Kamailio {
         }
     }
 }
+
+/// Caller speech the gateway has never heard: `text` spoken by espeak-ng now, as an 8 kHz µ-law
+/// WAV in `dir` (a committed utterance when espeak-ng or sox is missing).
+pub fn fresh_speech(dir: &Path, text: &str) -> PathBuf {
+    let raw = dir.join("fresh.wav");
+    let out = dir.join("fresh.ulaw.wav");
+    let ok = Command::new("espeak-ng")
+        .args(["-v", "en-us", "-s", "170", "-w"])
+        .arg(&raw)
+        .arg(text)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new("sox")
+            .arg(&raw)
+            .args(["-r", "8000", "-c", "1", "-e", "mu-law"])
+            .arg(&out)
+            .status()
+            .is_ok_and(|s| s.success());
+    if ok {
+        out
+    } else {
+        eprintln!("espeak-ng/sox missing: using a committed utterance");
+        workspace().join("fixtures/callers/utterance_1.ulaw.wav")
+    }
+}
+
+/// One RTP packet of a capture.
+#[derive(Debug, Clone, Copy)]
+pub struct RtpRow {
+    /// Capture time, Unix seconds.
+    pub time: f64,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port.
+    pub dst_port: u16,
+    /// Below -45 dBFS RMS: silence, comfort level or an espeak tail, not speech.
+    pub silent: bool,
+}
+
+/// Whether a µ-law frame is below -45 dBFS RMS (silence, comfort level or an espeak tail).
+pub fn ulaw_is_silent(frame: &[u8]) -> bool {
+    let energy: f64 = frame
+        .iter()
+        .map(|&b| f64::from(ontime_rtp::g711::ulaw_decode(b)).powi(2))
+        .sum();
+    (energy / frame.len().max(1) as f64).sqrt() < 32768.0 * 10f64.powf(-45.0 / 20.0)
+}
+
+/// The RTP packets (µ-law) of a capture on `media_port`, decoded as RTP by tshark.
+pub fn rtp_rows(pcap: &Path, media_port: u16) -> Vec<RtpRow> {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args(["-d", &format!("udp.port=={media_port},rtp")])
+        .args([
+            "-Y",
+            "rtp",
+            "-T",
+            "fields",
+            "-e",
+            "frame.time_epoch",
+            "-e",
+            "udp.srcport",
+        ])
+        .args(["-e", "udp.dstport", "-e", "rtp.payload"])
+        .output()
+        .expect("tshark -r");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            if f.len() < 4 {
+                return None;
+            }
+            let hex = f[3].replace(':', "");
+            let bytes: Vec<u8> = (0..hex.len() / 2)
+                .filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+                .collect();
+            Some(RtpRow {
+                time: f[0].parse().ok()?,
+                src_port: f[1].parse().ok()?,
+                dst_port: f[2].parse().ok()?,
+                silent: ulaw_is_silent(&bytes),
+            })
+        })
+        .collect()
+}
