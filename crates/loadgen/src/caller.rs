@@ -82,7 +82,10 @@ pub enum RecordKind {
         latency: Duration,
     },
     /// No agent audio within the answer timeout after the caller stopped speaking.
-    Unanswered,
+    Unanswered {
+        /// The utterance the caller had said (some are harder for a turn detector).
+        utterance: String,
+    },
     /// Agent audio began while the caller was still speaking or pausing (no latency sample).
     EarlyAgentAudio,
     /// One agent utterance, heard through the playout model.
@@ -126,9 +129,18 @@ fn kernel_arrival(stamp: Option<Duration>) -> Instant {
 }
 
 enum Phase {
-    Pausing { until: Instant },
-    Speaking { turn: u64 },
-    Awaiting { since: Duration, deadline: Instant },
+    Pausing {
+        until: Instant,
+    },
+    Speaking {
+        turn: u64,
+        utterance: usize,
+    },
+    Awaiting {
+        since: Duration,
+        deadline: Instant,
+        utterance: usize,
+    },
     Listening,
 }
 
@@ -286,7 +298,7 @@ pub async fn run_caller(
         }
         let now = Instant::now();
         while let Some(StreamEvent::Mark { id: mark, .. }) = producer.try_event() {
-            if let Phase::Speaking { turn: t } = phase {
+            if let Phase::Speaking { turn: t, utterance } = phase {
                 if mark == t {
                     let since = Duration::from_nanos(last_speech_ns.load(Relaxed));
                     phase = if listener.agent_speaking() {
@@ -295,6 +307,7 @@ pub async fn run_caller(
                         Phase::Awaiting {
                             since,
                             deadline: now + setup.answer_timeout,
+                            utterance,
                         }
                     };
                 }
@@ -328,7 +341,8 @@ pub async fn run_caller(
         match phase {
             Phase::Pausing { until } if now >= until => {
                 turn += 1;
-                let utterance = &setup.utterances[rng.random_range(0..setup.utterances.len())];
+                let index = rng.random_range(0..setup.utterances.len());
+                let utterance = &setup.utterances[index];
                 // The mark sits at the end of the speech, before the file's trailing quiet: the
                 // gateway may answer while that quiet is still playing.
                 let voiced_end = utterance.voiced_end();
@@ -338,10 +352,19 @@ pub async fn run_caller(
                 }
                 producer.push(&utterance.ulaw[voiced_end..]);
                 producer.end_utterance();
-                phase = Phase::Speaking { turn };
+                phase = Phase::Speaking {
+                    turn,
+                    utterance: index,
+                };
             }
-            Phase::Awaiting { deadline, .. } if now >= deadline => {
-                record(RecordKind::Unanswered);
+            Phase::Awaiting {
+                deadline,
+                utterance,
+                ..
+            } if now >= deadline => {
+                record(RecordKind::Unanswered {
+                    utterance: setup.utterances[utterance].name.clone(),
+                });
                 phase = Phase::Pausing {
                     until: now + random_pause(&mut rng),
                 };

@@ -221,7 +221,7 @@ fn main() -> anyhow::Result<()> {
             args.measure
         );
         let steps = run::run(&plan, setup, &view, &bar, |s| {
-            bar.println(format!(
+            let line = format!(
                 "N={:<3} {} turns {} p50 {} p95 {} undr/min {:.2} cpu {} fail {}{}",
                 s.calls,
                 if s.ok { "ok " } else { "NOT ok" },
@@ -232,7 +232,13 @@ fn main() -> anyhow::Result<()> {
                 s.cpu_pct.map_or("-".into(), |v| format!("{v:.1}%")),
                 s.failed_calls,
                 if s.client_bound { " (client-bound)" } else { "" },
-            ));
+            );
+            // A hidden bar (output not a terminal) prints nothing: say it on stderr then.
+            if bar.is_hidden() {
+                eprintln!("{line}");
+            } else {
+                bar.println(line);
+            }
         });
         // Ctrl-C or SIGTERM: stop the run; dropping the gateway kills it and removes its cgroup.
         let results = tokio::select! {

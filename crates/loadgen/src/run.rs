@@ -307,7 +307,12 @@ fn summarize(
     for r in records.iter().filter(in_window) {
         match &r.kind {
             RecordKind::Turn { latency } => latencies.push(latency.as_secs_f64() * 1000.0),
-            RecordKind::Unanswered => s.unanswered_turns += 1,
+            RecordKind::Unanswered { utterance } => {
+                s.unanswered_turns += 1;
+                *s.unanswered_by_utterance
+                    .entry(utterance.clone())
+                    .or_default() += 1;
+            }
             RecordKind::EarlyAgentAudio => s.early_replies += 1,
             RecordKind::Agent(u) => {
                 s.underruns += u.underruns;

@@ -37,6 +37,8 @@ pub struct StepReport {
     pub turns: usize,
     /// Turns with no agent audio within the answer timeout.
     pub unanswered_turns: usize,
+    /// The same, by the utterance the caller had said.
+    pub unanswered_by_utterance: std::collections::BTreeMap<String, usize>,
     /// Agent audio that began before the caller had finished (no latency sample).
     pub early_replies: usize,
     /// Turn latency median, ms.
