@@ -11,8 +11,8 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo deny --workspace check licenses bans sources
 deploy/ci/check.sh
-cargo test --workspace --all-targets
-cargo test --workspace --doc
 # Bounded fuzzing of the SIP parser, endpoint and SDP (skips with a reason without cargo-fuzz and a
 # nightly toolchain, which a fresh machine lacks: only the pinned stable toolchain can be fetched).
 crates/sip/fuzz/run.sh 20
+cargo test --workspace --all-targets
+cargo test --workspace --doc
