@@ -316,6 +316,13 @@ impl Drop for CallInference {
 /// The most unprocessed audio a call may hold before its oldest is dropped (8 s).
 const MAX_BACKLOG_SAMPLES: usize = 8 * ontime_rtp::SAMPLE_RATE_HZ as usize;
 
+/// Stream time after which a quiet call's Silero state is reset (pipecat resets every 5 s).
+/// Not only a memory matter: at 8 kHz the carried state goes deaf after long silence — a 0.7 s
+/// "Yes." after 6–20 s of silence was missed 6 times in 8 without resets (found by `ontime-load`,
+/// pinned by `tests/vad_reset.rs`).
+pub const VAD_STATE_RESET_CHUNKS: u64 =
+    5 * ontime_rtp::SAMPLE_RATE_HZ as u64 / crate::speech::VAD_CHUNK_SAMPLES as u64;
+
 struct CallSlot {
     sink: Sink,
     pending: VecDeque<i16>,
@@ -327,6 +334,8 @@ struct CallSlot {
     detector: SpeechDetector,
     /// Chunks dropped under overload, so detector indices map to stream time.
     skipped_chunks: u64,
+    /// Chunk index of the last Silero state reset ([`VAD_STATE_RESET_CHUNKS`]).
+    last_vad_reset_chunk: u64,
     turn: TurnAudioBuffer,
     incomplete_since: Option<(u64, f32)>,
 }
@@ -342,6 +351,7 @@ impl CallSlot {
             vad: VadStream::default(),
             detector: SpeechDetector::new(vad),
             skipped_chunks: 0,
+            last_vad_reset_chunk: 0,
             turn: TurnAudioBuffer::new(turn.pre_speech, vad.start + VAD_CHUNK * 2, turn.max_audio),
             incomplete_since: None,
         }
@@ -675,6 +685,15 @@ impl Worker {
                     }
                 }
                 None => {}
+            }
+            // Reset a quiet call's model state every 5 s of stream time, as pipecat does: the
+            // carried state loses short utterances after long silence.
+            if slot.detector.state() == SpeechState::Quiet
+                && (chunk_index + 1).saturating_sub(slot.last_vad_reset_chunk)
+                    >= VAD_STATE_RESET_CHUNKS
+            {
+                slot.vad.reset();
+                slot.last_vad_reset_chunk = chunk_index + 1;
             }
             // After an incomplete verdict, enough silence ends the turn anyway.
             if let Some((since, probability)) = slot.incomplete_since {
