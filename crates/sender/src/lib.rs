@@ -43,6 +43,11 @@
 //!
 //! `tests/no_alloc_tick.rs` proves it with a counting global allocator.
 
+// The README's examples are compiled and run with the doctests, so they stay true to the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod engine;
 mod error;
 mod metrics_names;
@@ -57,14 +62,15 @@ pub use metrics_names::describe_metrics;
 pub use sender::{Sender, SenderConfig};
 pub use stats::{LatenessHistogram, SenderStats, TickSample};
 pub use stream::{
-    PacketInfo, PacketSink, StreamConfig, StreamEvent, StreamId, StreamOutput, StreamProducer,
-    StreamStats,
+    PacketInfo, PacketSink, SentFrame, StreamConfig, StreamEvent, StreamId, StreamOutput,
+    StreamProducer, StreamStats,
 };
 
 use std::time::Duration;
 
-/// A tick is late when it fires more than one frame (20 ms) after its slot (design.md §2): by
-/// then a whole packet's slot has passed.
+/// A tick is late when it fires more than one frame (20 ms) after its slot: by then a whole
+/// packet's slot has passed, and a caller's jitter buffer starts discarding. Defined here, the
+/// crate that owns the clock; others import it.
 pub const LATE_TICK_THRESHOLD: Duration = ontime_rtp::FRAME;
 
 /// Upper bounds of the lateness histogram's buckets (the last bucket holds everything above

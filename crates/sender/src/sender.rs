@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use thread_priority::{
     RealtimeThreadSchedulePolicy, ThreadPriority, ThreadPriorityValue, ThreadSchedulePolicy,
@@ -55,6 +55,7 @@ pub struct Sender {
     realtime: bool,
     core: Option<usize>,
     memory_locked: bool,
+    origin: Instant,
 }
 
 impl std::fmt::Debug for Sender {
@@ -101,7 +102,7 @@ impl Sender {
             };
         let (mut engine, controller) = TickEngine::new(config.engine);
         let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<bool>(1);
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<(bool, Instant)>(1);
         let thread_stop = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("ontime-sender".into())
@@ -114,11 +115,15 @@ impl Sender {
                 }
                 let realtime = config.realtime && become_realtime(config.realtime_priority);
                 engine.set_realtime(realtime);
-                let _ = ready_tx.send(realtime);
-                tick_loop(&mut engine, &thread_stop);
+                // The schedule's origin on both clocks (CLOCK_MONOTONIC, which `Instant` also
+                // reads), so callers can place a slot's `scheduled` time on their own timeline.
+                let origin_ns = os::monotonic_now_ns();
+                let origin = Instant::now();
+                let _ = ready_tx.send((realtime, origin));
+                tick_loop(&mut engine, &thread_stop, origin_ns);
             })
             .map_err(Error::Spawn)?;
-        let realtime = ready_rx.recv().map_err(|_| Error::ThreadExited)?;
+        let (realtime, origin) = ready_rx.recv().map_err(|_| Error::ThreadExited)?;
         if realtime {
             tracing::info!(?core, "sender thread runs SCHED_FIFO");
         } else {
@@ -138,7 +143,14 @@ impl Sender {
             realtime,
             core,
             memory_locked,
+            origin,
         })
+    }
+
+    /// When slot 0's schedule started: slot `k` is due at `origin + (k + 1) × 20 ms`, and
+    /// [`crate::PacketInfo::scheduled`] / [`crate::SentFrame::scheduled`] count from here.
+    pub fn origin(&self) -> Instant {
+        self.origin
     }
 
     /// The thread runs SCHED_FIFO.
@@ -234,8 +246,7 @@ fn become_realtime(priority: u8) -> bool {
 
 /// Sleep to each absolute deadline, then serve what is due. The origin is read once; every
 /// deadline is origin + k × 20 ms, so a late wake never shifts the schedule.
-fn tick_loop(engine: &mut TickEngine, stop: &AtomicBool) {
-    let origin_ns = os::monotonic_now_ns();
+fn tick_loop(engine: &mut TickEngine, stop: &AtomicBool, origin_ns: u64) {
     let mut now = || Duration::from_nanos(os::monotonic_now_ns().saturating_sub(origin_ns));
     while !stop.load(Acquire) {
         let deadline = engine.next_deadline();

@@ -94,6 +94,10 @@ pub struct StreamConfig {
     pub mark_capacity: usize,
     /// Events that may wait for the producer to read them (default 256).
     pub event_capacity: usize,
+    /// Sent frames kept for [`StreamProducer::try_sent_frame`] (default 0: no copy is kept).
+    /// A recorder that wants exactly what went on the wire, silence included, sets this to a
+    /// second or more of frames and drains it more often than that.
+    pub sent_tap_frames: usize,
 }
 
 impl StreamConfig {
@@ -108,6 +112,7 @@ impl StreamConfig {
             ring_capacity_bytes: Self::DEFAULT_RING_CAPACITY_BYTES,
             mark_capacity: 256,
             event_capacity: 256,
+            sent_tap_frames: 0,
         }
     }
 }
@@ -124,6 +129,15 @@ pub enum StreamEvent {
         /// The audio before the mark was cleared rather than played.
         cleared: bool,
     },
+}
+
+/// One frame as the tick sent it (see [`StreamConfig::sent_tap_frames`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SentFrame {
+    /// The slot's time since the sender's origin ([`crate::Sender::origin`]).
+    pub scheduled: Duration,
+    /// The G.711 payload sent, silence fill included.
+    pub payload: [u8; FRAME_BYTES],
 }
 
 /// A snapshot of one stream's accounting.
@@ -146,6 +160,8 @@ pub struct StreamStats {
     pub worst_lateness: Duration,
     /// Audio bytes queued and not yet sent.
     pub queued_bytes: usize,
+    /// Sent frames the tap had no room for (the producer did not drain it in time).
+    pub tap_dropped: u64,
     /// The stream has been removed from the tick.
     pub removed: bool,
 }
@@ -162,6 +178,8 @@ pub(crate) struct StreamShared {
     pub(crate) closed: AtomicBool,
     /// The tick no longer serves the stream.
     pub(crate) removed: AtomicBool,
+    /// Sent frames the tap had no room for.
+    pub(crate) tap_dropped: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -180,6 +198,7 @@ pub struct StreamProducer {
     marks: HeapProd<PendingMark>,
     mark_capacity: usize,
     events: HeapCons<StreamEvent>,
+    sent: Option<HeapCons<SentFrame>>,
     shared: Arc<StreamShared>,
     pushed: u64,
 }
@@ -250,6 +269,13 @@ impl StreamProducer {
         self.events.try_pop()
     }
 
+    /// The oldest sent frame not yet taken, when the stream keeps them
+    /// ([`StreamConfig::sent_tap_frames`]). Frames the tap had no room for are dropped and
+    /// counted in [`StreamStats::tap_dropped`].
+    pub fn try_sent_frame(&mut self) -> Option<SentFrame> {
+        self.sent.as_mut()?.try_pop()
+    }
+
     /// This stream's accounting so far.
     pub fn stats(&self) -> StreamStats {
         let c = &self.shared.counters;
@@ -262,6 +288,7 @@ impl StreamProducer {
             send_errors: c.send_errors.load(Relaxed),
             worst_lateness: Duration::from_nanos(c.worst_lateness_ns.load(Relaxed)),
             queued_bytes: self.audio.occupied_len(),
+            tap_dropped: self.shared.tap_dropped.load(Relaxed),
             removed: self.shared.removed.load(Acquire),
         }
     }
@@ -288,6 +315,7 @@ pub(crate) struct StreamState {
     audio: HeapCons<u8>,
     marks: HeapCons<PendingMark>,
     events: HeapProd<StreamEvent>,
+    sent: Option<HeapProd<SentFrame>>,
     packetizer: Packetizer,
     output: Output,
     silence: u8,
@@ -330,6 +358,18 @@ pub(crate) fn new_stream(
         .is_ok()
     {}
     events_cons.clear();
+    let (sent_prod, sent_cons) = if config.sent_tap_frames > 0 {
+        let (mut prod, mut cons) = HeapRb::<SentFrame>::new(config.sent_tap_frames).split();
+        let blank = SentFrame {
+            scheduled: Duration::ZERO,
+            payload: [0; FRAME_BYTES],
+        };
+        while prod.try_push(blank).is_ok() {}
+        cons.clear();
+        (Some(prod), Some(cons))
+    } else {
+        (None, None)
+    };
     let shared = Arc::new(StreamShared::default());
     let output = match config.output {
         StreamOutput::Udp { socket, remote } => Output::Udp {
@@ -344,6 +384,7 @@ pub(crate) fn new_stream(
         audio: audio_cons,
         marks: marks_cons,
         events: events_prod,
+        sent: sent_prod,
         packetizer: config.packetizer,
         output,
         silence,
@@ -355,6 +396,7 @@ pub(crate) fn new_stream(
         marks: marks_prod,
         mark_capacity,
         events: events_cons,
+        sent: sent_cons,
         shared,
         pushed: 0,
     };
@@ -407,6 +449,16 @@ impl StreamState {
         }
         if silence_only {
             global.silence_packets.fetch_add(1, Relaxed);
+        }
+        if let Some(tap) = self.sent.as_mut() {
+            // A 160-byte copy into a ring filled at creation: no allocation on the tick.
+            let frame = SentFrame {
+                scheduled,
+                payload: scratch.payload,
+            };
+            if tap.try_push(frame).is_err() {
+                self.shared.tap_dropped.fetch_add(1, Relaxed);
+            }
         }
 
         // The scratch packet buffer is MAX_FRAME_PACKET_BYTES = header + one frame, the

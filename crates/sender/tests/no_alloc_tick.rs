@@ -68,6 +68,10 @@ fn engine_on_simulated_time() {
             StreamOutput::Sink(Box::new(CountingSink(Arc::clone(&bytes)))),
         );
         config.ring_capacity_bytes = 160 * 100;
+        // Half the streams keep a copy of each sent frame (the gateway's recordings do).
+        if i % 2 == 1 {
+            config.sent_tap_frames = 50;
+        }
         producers.push(controller.add_stream(config).expect("room for 200 streams"));
     }
     let audio = vec![0x55u8; 160 * 90];
@@ -92,6 +96,7 @@ fn engine_on_simulated_time() {
                 p.clear();
             }
             while p.try_event().is_some() {}
+            while p.try_sent_frame().is_some() {}
         }
         assert_eq!(ALLOCATIONS.load(Relaxed), paused, "producer side allocated");
         for step in 0..100u64 {
