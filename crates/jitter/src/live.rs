@@ -195,7 +195,7 @@ pub enum Playout<'a> {
     Conceal(ConcealReason),
     /// One frame of silence or comfort noise inside a DTX gap: not a loss.
     Silence,
-    /// Nothing is due at this time; ask again at [`JitterBuffer::next_deadline`].
+    /// Nothing is due at this time; ask again at [`JitterBuffer::poll_timeout`].
     Nothing,
 }
 
@@ -381,7 +381,7 @@ const FRAME_US: i64 = FRAME.as_micros() as i64;
 /// };
 /// jb.push(&pkt, Duration::from_millis(5))?;
 /// assert_eq!(jb.pop(Duration::from_millis(10)), Playout::Nothing); // not due yet
-/// let due = jb.next_deadline().unwrap(); // 5 ms + 40 ms initial depth
+/// let due = jb.poll_timeout().unwrap(); // 5 ms + 40 ms initial depth
 /// assert_eq!(due, Duration::from_millis(45));
 /// assert!(matches!(jb.pop(due), Playout::Frame(f) if f.sequence_number == 7));
 /// # Ok::<(), ontime_jitter::Error>(())
@@ -452,7 +452,7 @@ impl JitterBuffer {
 
     /// When the next frame is due (`pop` before it returns [`Playout::Nothing`]); `None` before
     /// the first packet.
-    pub fn next_deadline(&self) -> Option<Duration> {
+    pub fn poll_timeout(&self) -> Option<Duration> {
         let st = self.stream.as_ref()?;
         let due = st.due_us(st.play_ts).max(0);
         Some(Duration::from_micros(due as u64))
@@ -744,7 +744,7 @@ impl JitterBuffer {
             .min_by_key(|&(index, _)| index)
     }
 
-    /// What plays at `now`. Call it at [`Self::next_deadline`] (or on a 20 ms tick) and again
+    /// What plays at `now`. Call it at [`Self::poll_timeout`] (or on a 20 ms tick) and again
     /// until it returns [`Playout::Nothing`]: each call yields at most one frame's worth.
     pub fn pop(&mut self, now: Duration) -> Playout<'_> {
         let now_us = us(now);

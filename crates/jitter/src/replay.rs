@@ -217,7 +217,7 @@ pub fn replay_adaptive(
     let mut next = 0usize;
     let a0_ns = a0.as_nanos();
     loop {
-        let deadline = jb.next_deadline();
+        let deadline = jb.poll_timeout();
         let arrival = order.get(next).map(|&k| arrivals[k]);
         // An arrival at the very deadline is in time (the fixed model's rule), so it goes first.
         if let Some((seq, at)) = arrival.filter(|&(_, at)| deadline.is_none_or(|d| at <= d)) {

@@ -65,7 +65,7 @@ fn config() -> impl Strategy<Value = JitterConfig> {
 }
 
 fn drain(jb: &mut JitterBuffer, until: Duration) {
-    while let Some(d) = jb.next_deadline() {
+    while let Some(d) = jb.poll_timeout() {
         if d > until {
             break;
         }

@@ -66,7 +66,7 @@ impl Sim {
 
     /// Pops at every deadline up to and including `t_ms`.
     fn run_until(&mut self, t_ms: u64) {
-        while let Some(d) = self.jb.next_deadline() {
+        while let Some(d) = self.jb.poll_timeout() {
             if d > ms(t_ms) {
                 break;
             }
@@ -116,7 +116,7 @@ impl Sim {
 fn nothing_before_first_packet() {
     let mut jb = JitterBuffer::new(JitterConfig::default()).unwrap();
     assert_eq!(jb.pop(ms(1000)), Playout::Nothing);
-    assert_eq!(jb.next_deadline(), None);
+    assert_eq!(jb.poll_timeout(), None);
     assert_eq!(jb.depth(), Duration::ZERO);
 }
 

@@ -114,7 +114,7 @@ impl TickEngine {
     }
 
     /// When the next slot is due, since the origin.
-    pub fn next_deadline(&self) -> Duration {
+    pub fn poll_timeout(&self) -> Duration {
         slot_time(self.next_slot)
     }
 
@@ -129,7 +129,7 @@ impl TickEngine {
     pub fn run_due(&mut self, now: &mut impl FnMut() -> Duration) {
         self.apply_control();
         let mut current = now();
-        if current < self.next_deadline() {
+        if current < self.poll_timeout() {
             return;
         }
         // The latest slot due now; earlier ones still unserved are catch-up.

@@ -249,7 +249,7 @@ fn become_realtime(priority: u8) -> bool {
 fn tick_loop(engine: &mut TickEngine, stop: &AtomicBool, origin_ns: u64) {
     let mut now = || Duration::from_nanos(os::monotonic_now_ns().saturating_sub(origin_ns));
     while !stop.load(Acquire) {
-        let deadline = engine.next_deadline();
+        let deadline = engine.poll_timeout();
         os::sleep_until_ns(origin_ns + u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX));
         if stop.load(Acquire) {
             break;

@@ -99,7 +99,7 @@ proptest! {
                     model_clear_to = pushed;
                 }
                 Op::Tick(late_ms) => {
-                    now = engine.next_deadline() + Duration::from_millis(u64::from(*late_ms));
+                    now = engine.poll_timeout() + Duration::from_millis(u64::from(*late_ms));
                     engine.run_due(&mut || now);
                     for _ in 0..=(u64::from(*late_ms) / FRAME.as_millis() as u64) {
                         serve(pushed, model_clear_to, &mut model_popped, &mut expected);
@@ -113,7 +113,7 @@ proptest! {
         // Finish: end the utterance and tick until everything queued has gone out.
         producer.end_utterance();
         for _ in 0..200 {
-            now = engine.next_deadline();
+            now = engine.poll_timeout();
             engine.run_due(&mut || now);
             serve(pushed, model_clear_to, &mut model_popped, &mut expected);
         }
@@ -174,7 +174,7 @@ fn underruns_only_mid_utterance() {
         .expect("add");
     let tick = |engine: &mut TickEngine, n: usize| {
         for _ in 0..n {
-            let now = engine.next_deadline();
+            let now = engine.poll_timeout();
             engine.run_due(&mut || now);
         }
     };

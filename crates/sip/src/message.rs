@@ -5,12 +5,12 @@
 //! 15, valid ones among them (folded and unusual whitespace, extension methods, escaping, long
 //! requests, an unknown URI scheme that must reach the application for a 416), and accepts most
 //! of the invalid ones; it has no extension-method variant, no size limits and cannot read
-//! bracketed IPv6 hosts (design.md §10). So this module frames the message (Content-Length,
-//! limits), unfolds continuation lines and the LWS the RFC allows, expands compact header names,
-//! and checks the grammar of every header field the transaction and dialog layers read (RFC 3261
-//! §25). `rsip` serialises what we send ([`crate::build`]) and reads `sip:` URIs for applications
-//! that want its typed form ([`parse_sip_uri`]). The torture table in `tests/torture.rs` is the
-//! judge.
+//! bracketed IPv6 hosts (`sip:[2001:db8::10]:5070`). So this module frames the message
+//! (Content-Length, limits), unfolds continuation lines and the LWS the RFC allows, expands
+//! compact header names, and checks the grammar of every header field the transaction and dialog
+//! layers read (RFC 3261 §25). `rsip` serialises what we send ([`crate::build`]) and reads `sip:`
+//! URIs for applications that want its typed form ([`parse_sip_uri`]). The torture table in
+//! `tests/torture.rs` is the judge.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};

@@ -1,0 +1,283 @@
+//! The endpoint's message counters. They are counted here and nowhere else, so an application
+//! that installs a `metrics` recorder gets them without counting anything itself.
+
+use crate::message::Message;
+
+/// `ontime_sip_messages_total{method, direction}`: SIP messages, counted by the endpoint alone.
+///
+/// - `direction="in"`: every message handed to [`super::Endpoint::handle_datagram`] or
+///   [`super::Endpoint::handle_message`], readable or not;
+/// - `direction="out"`: every message handed out by [`super::Endpoint::poll_transmit`],
+///   retransmissions included (they are on the wire too).
+///
+/// `method` is the request's method (`INVITE`, `ACK`, `BYE`, `CANCEL`, `OPTIONS`, `INFO`,
+/// `UPDATE`, else `other`) or the response's status class (`1xx` … `6xx`). A message that cannot
+/// be parsed counts here as well (labelled from its start line: the method or status class when
+/// the line names one, else `other`) and in [`INVALID_MESSAGES_TOTAL`].
+const MESSAGES_TOTAL: &str = "ontime_sip_messages_total";
+
+/// `ontime_sip_invalid_messages_total`: messages received that could not be parsed (answered 400
+/// or the like when they can be answered, else dropped). Each one also counts once in
+/// [`MESSAGES_TOTAL`] with `direction="in"`.
+const INVALID_MESSAGES_TOTAL: &str = "ontime_sip_invalid_messages_total";
+
+/// Label of messages whose method or status class has no label of its own.
+const OTHER: &str = "other";
+
+/// Which way a message went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Direction {
+    /// Received.
+    In,
+    /// Handed out to be sent.
+    Out,
+}
+
+impl Direction {
+    fn label(self) -> &'static str {
+        match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+        }
+    }
+}
+
+/// The `method` label of a request method's token.
+fn method_label(token: &[u8]) -> &'static str {
+    match token {
+        b"INVITE" => "INVITE",
+        b"ACK" => "ACK",
+        b"BYE" => "BYE",
+        b"CANCEL" => "CANCEL",
+        b"OPTIONS" => "OPTIONS",
+        b"INFO" => "INFO",
+        b"UPDATE" => "UPDATE",
+        _ => OTHER,
+    }
+}
+
+/// The `method` label of a response: its status class.
+fn status_label(first_digit: u8) -> &'static str {
+    match first_digit {
+        b'1' => "1xx",
+        b'2' => "2xx",
+        b'3' => "3xx",
+        b'4' => "4xx",
+        b'5' => "5xx",
+        b'6' => "6xx",
+        _ => OTHER,
+    }
+}
+
+/// The `method` label of a parsed message.
+pub(super) fn message_label(msg: &Message) -> &'static str {
+    match (msg.method(), msg.status()) {
+        (Some(method), _) => method_label(method.as_str().as_bytes()),
+        (None, Some(code)) if (100..=699).contains(&code) => {
+            status_label(b'0' + (code / 100) as u8)
+        }
+        _ => OTHER,
+    }
+}
+
+/// The `method` label read from the start line of raw bytes (what we send, or what we could not
+/// parse), without parsing the rest.
+pub(super) fn start_line_label(bytes: &[u8]) -> &'static str {
+    let line = bytes
+        .trim_ascii_start()
+        .split(|b| *b == b'\r' || *b == b'\n')
+        .next()
+        .unwrap_or_default();
+    let mut words = line.split(|b| *b == b' ');
+    let first = words.next().unwrap_or_default();
+    if first == b"SIP/2.0" {
+        let code = words.next().unwrap_or_default();
+        if code.len() == 3 && code.iter().all(u8::is_ascii_digit) {
+            return status_label(code[0]);
+        }
+        return OTHER;
+    }
+    method_label(first)
+}
+
+/// Counts one message in [`MESSAGES_TOTAL`].
+pub(super) fn count_message(label: &'static str, direction: Direction) {
+    metrics::counter!(MESSAGES_TOTAL, "method" => label, "direction" => direction.label())
+        .increment(1);
+}
+
+/// Counts a received message that could not be parsed: in [`INVALID_MESSAGES_TOTAL`] and in
+/// [`MESSAGES_TOTAL`] under the label of its start line.
+pub(super) fn count_invalid(bytes: &[u8]) {
+    count_message(start_line_label(bytes), Direction::In);
+    metrics::counter!(INVALID_MESSAGES_TOTAL).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, SharedString, Unit};
+
+    use super::*;
+    use crate::endpoint::{Config, Endpoint, Event};
+
+    /// Counters by `name{label="value",...}`, labels in the order they were given.
+    #[derive(Default)]
+    struct Counters(Mutex<HashMap<String, Arc<AtomicU64>>>);
+
+    impl Counters {
+        fn get(&self, key: &str) -> u64 {
+            let map = self.0.lock().expect("ok: not poisoned");
+            map.get(key).map_or(0, |c| c.load(Ordering::Relaxed))
+        }
+    }
+
+    impl metrics::Recorder for Counters {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}=\"{}\"", l.key(), l.value()))
+                .collect();
+            let name = if labels.is_empty() {
+                key.name().to_string()
+            } else {
+                format!("{}{{{}}}", key.name(), labels.join(","))
+            };
+            let mut map = self.0.lock().expect("ok: not poisoned");
+            Counter::from_arc(Arc::clone(map.entry(name).or_default()))
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    fn messages(method: &str, direction: &str) -> String {
+        format!("{MESSAGES_TOTAL}{{method=\"{method}\",direction=\"{direction}\"}}")
+    }
+
+    const SDP: &str = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
+                       m=audio 4000 RTP/AVP 0\r\n";
+
+    fn request(method: &str, cseq: u32, to_tag: &str, body: &str) -> String {
+        let content_type = if body.is_empty() {
+            ""
+        } else {
+            "Content-Type: application/sdp\r\n"
+        };
+        format!(
+            "{method} sip:bot@127.0.0.1 SIP/2.0\r\n\
+             Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK{method}{cseq}\r\nMax-Forwards: 70\r\n\
+             From: <sip:alice@127.0.0.1:5070>;tag=a\r\nTo: <sip:bot@127.0.0.1>{to_tag}\r\n\
+             Call-ID: counters-1\r\nCSeq: {cseq} {method}\r\n\
+             Contact: <sip:alice@127.0.0.1:5070>\r\n{content_type}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(start_line_label(b"INVITE sip:a@b SIP/2.0\r\n"), "INVITE");
+        assert_eq!(start_line_label(b"\r\nBYE sip:a@b SIP/2.0\r\n"), "BYE");
+        assert_eq!(start_line_label(b"SIP/2.0 183 Session Progress\r\n"), "1xx");
+        assert_eq!(start_line_label(b"SIP/2.0 603 Decline\r\n"), "6xx");
+        assert_eq!(start_line_label(b"SIP/2.0 99 Odd\r\n"), "other");
+        assert_eq!(start_line_label(b"MESSAGE sip:a@b SIP/2.0\r\n"), "other");
+        assert_eq!(start_line_label(b"invite sip:a@b SIP/2.0\r\n"), "other");
+        assert_eq!(start_line_label(b""), "other");
+    }
+
+    #[test]
+    fn every_message_in_and_out_counts_once() {
+        let recorder = Counters::default();
+        let mut uas = Endpoint::new(Config::new("127.0.0.1:5060".parse().unwrap()));
+        let peer = "127.0.0.1:5070".parse().unwrap();
+        let now = Instant::now();
+        metrics::with_local_recorder(&recorder, || {
+            uas.handle_datagram(request("INVITE", 1, "", SDP).as_bytes(), peer, now);
+            // Out counts when handed out, not when queued.
+            assert_eq!(recorder.get(&messages("INVITE", "in")), 1);
+            assert_eq!(recorder.get(&messages("1xx", "out")), 0);
+            let trying = uas.poll_transmit().unwrap();
+            assert!(trying.payload.starts_with(b"SIP/2.0 100 Trying"));
+            assert_eq!(recorder.get(&messages("1xx", "out")), 1);
+
+            let Some(Event::IncomingCall(call)) = uas.poll_event() else {
+                panic!("no call")
+            };
+            let local = crate::sdp::LocalMedia::new("127.0.0.1:20000".parse().unwrap(), 1);
+            let (answer, _) =
+                crate::sdp::answer_offer(call.offer.as_ref().unwrap(), &local).unwrap();
+            uas.answer(call.call, &answer, now).unwrap();
+            let ok = uas.poll_transmit().unwrap();
+            assert_eq!(recorder.get(&messages("2xx", "out")), 1);
+            // The 2xx retransmission is on the wire too.
+            uas.handle_timeout(now + Duration::from_millis(500));
+            assert_eq!(uas.poll_transmit().unwrap().payload, ok.payload);
+            assert_eq!(recorder.get(&messages("2xx", "out")), 2);
+
+            let to_tag = String::from_utf8_lossy(&ok.payload)
+                .lines()
+                .find_map(|l| l.strip_prefix("To: ").map(str::to_string))
+                .and_then(|to| to.split_once(";tag=").map(|(_, t)| format!(";tag={t}")))
+                .unwrap();
+            uas.handle_datagram(request("ACK", 1, &to_tag, "").as_bytes(), peer, now);
+            uas.handle_datagram(request("BYE", 2, &to_tag, "").as_bytes(), peer, now);
+            while uas.poll_transmit().is_some() {}
+            assert_eq!(recorder.get(&messages("ACK", "in")), 1);
+            assert_eq!(recorder.get(&messages("BYE", "in")), 1);
+            assert_eq!(recorder.get(&messages("2xx", "out")), 3);
+
+            // Unparseable: once in invalid_messages_total, once in messages_total under its
+            // start line's label.
+            assert_eq!(recorder.get(INVALID_MESSAGES_TOTAL), 0);
+            uas.handle_datagram(b"INVITE sip:bot@127.0.0.1 SIP/2.0\r\n\r\n", peer, now);
+            uas.handle_datagram(b"\x00\x01 garbage", peer, now);
+            assert_eq!(recorder.get(INVALID_MESSAGES_TOTAL), 2);
+            assert_eq!(uas.invalid_messages(), 2);
+            assert_eq!(recorder.get(&messages("INVITE", "in")), 2);
+            assert_eq!(recorder.get(&messages("other", "in")), 1);
+
+            // A response in.
+            uas.handle_datagram(
+                b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKx\r\n\
+                  From: <sip:bot@127.0.0.1>;tag=b\r\nTo: <sip:alice@127.0.0.1:5070>;tag=c\r\n\
+                  Call-ID: counters-2\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n",
+                peer,
+                now,
+            );
+            assert_eq!(recorder.get(&messages("2xx", "in")), 1);
+        });
+        // Nothing else was counted.
+        let mut all: Vec<(String, u64)> = recorder
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, c)| (k.clone(), c.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        all.sort();
+        let mut expected = vec![
+            (messages("INVITE", "in"), 2),
+            (messages("ACK", "in"), 1),
+            (messages("BYE", "in"), 1),
+            (messages("other", "in"), 1),
+            (messages("2xx", "in"), 1),
+            (messages("1xx", "out"), 1),
+            (messages("2xx", "out"), 3),
+            (INVALID_MESSAGES_TOTAL.to_string(), 2),
+        ];
+        expected.sort();
+        assert_eq!(all, expected);
+    }
+}

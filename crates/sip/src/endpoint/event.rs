@@ -1,0 +1,181 @@
+//! What goes between the endpoint and the application: handles, events, messages to send, and
+//! the parameters of a call we place.
+
+use std::net::SocketAddr;
+
+use crate::message::{Method, NameAddr};
+use crate::sdp::SessionDescription;
+
+use super::config::Transport;
+#[cfg(doc)]
+use super::Endpoint;
+
+/// A message to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Where to send it.
+    pub destination: SocketAddr,
+    /// On which transport.
+    pub transport: Transport,
+    /// The bytes.
+    pub payload: Vec<u8>,
+}
+
+/// Names one call (dialog) inside an [`Endpoint`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CallHandle(pub u64);
+
+/// Names one out-of-dialog request we sent (OPTIONS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RequestHandle(pub u64);
+
+/// Why a call ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EndReason {
+    /// The peer sent BYE.
+    RemoteHangup,
+    /// We sent BYE (the field says whether a final response came; `false` is a timeout).
+    LocalHangup {
+        /// A final response to our BYE arrived.
+        confirmed: bool,
+    },
+    /// The caller cancelled before the answer (we sent 487), or we cancelled our call.
+    Cancelled,
+    /// We rejected the incoming call with this status.
+    Rejected {
+        /// The status sent.
+        status: u16,
+    },
+    /// Our call was refused with this final status.
+    Refused {
+        /// The status received.
+        status: u16,
+        /// Its reason phrase.
+        reason: String,
+    },
+    /// No final response to our INVITE within 64·T1 (timer B).
+    Timeout,
+    /// Our 2xx was never acknowledged (RFC 3261 §13.3.1.4); we sent BYE.
+    NoAck,
+    /// The session timer expired without a refresh (RFC 4028 §10); we sent BYE.
+    SessionExpired,
+    /// A request inside the dialog got 481/408 (RFC 3261 §12.2.1.2).
+    DialogGone {
+        /// The status received.
+        status: u16,
+    },
+}
+
+/// A new call to us.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncomingCall {
+    /// The call.
+    pub call: CallHandle,
+    /// Call-ID.
+    pub call_id: String,
+    /// The caller (From).
+    pub from: NameAddr,
+    /// The called party (To).
+    pub to: NameAddr,
+    /// Request-URI.
+    pub request_uri: String,
+    /// Where the INVITE came from.
+    pub source: SocketAddr,
+    /// The SDP offer, if the INVITE had one.
+    pub offer: Option<SessionDescription>,
+    /// Every header of the INVITE (canonical names, unfolded values), for what the application
+    /// reads itself (P-Asserted-Identity, X- headers, Authorization...).
+    pub headers: Vec<(String, String)>,
+}
+
+/// What the endpoint tells the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A new INVITE: answer with [`Endpoint::answer`], [`Endpoint::ring`], [`Endpoint::reject`].
+    IncomingCall(Box<IncomingCall>),
+    /// Our call got a provisional response (180, 183, ...).
+    Progress {
+        /// The call.
+        call: CallHandle,
+        /// Status code.
+        status: u16,
+        /// Early media SDP, if any.
+        sdp: Option<SessionDescription>,
+    },
+    /// Our call was answered (we already sent the ACK).
+    Answered {
+        /// The call.
+        call: CallHandle,
+        /// The answer SDP.
+        answer: Option<SessionDescription>,
+    },
+    /// The caller acknowledged our 2xx: media may flow both ways.
+    Established {
+        /// The call.
+        call: CallHandle,
+    },
+    /// The peer sent a re-INVITE or UPDATE with a new offer (hold, resume, media change):
+    /// reply with [`Endpoint::answer_update`] or [`Endpoint::reject_update`].
+    OfferReceived {
+        /// The call.
+        call: CallHandle,
+        /// `Invite` (re-INVITE) or `Update`.
+        method: Method,
+        /// The new offer.
+        offer: SessionDescription,
+    },
+    /// Our re-INVITE was answered.
+    UpdateAnswered {
+        /// The call.
+        call: CallHandle,
+        /// The answer SDP.
+        answer: Option<SessionDescription>,
+    },
+    /// Our re-INVITE failed with this status; the previous session stays.
+    UpdateFailed {
+        /// The call.
+        call: CallHandle,
+        /// Status received (408 on timeout).
+        status: u16,
+    },
+    /// A DTMF digit sent with SIP INFO (`application/dtmf-relay` or `application/dtmf`).
+    Dtmf {
+        /// The call.
+        call: CallHandle,
+        /// The digit (`0`-`9`, `*`, `#`, `A`-`D`, or `!` for flash).
+        digit: char,
+        /// Duration, if given.
+        duration_ms: Option<u32>,
+    },
+    /// The call is over; the handle is no longer valid.
+    Ended {
+        /// The call.
+        call: CallHandle,
+        /// Why.
+        reason: EndReason,
+    },
+    /// The final response (or 408 on timeout) to an OPTIONS we sent.
+    OptionsResponse {
+        /// The request.
+        request: RequestHandle,
+        /// Status.
+        status: u16,
+    },
+}
+
+/// Parameters of a call we place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallParams {
+    /// Request-URI and To (e.g. `sip:bot@192.0.2.10:5060`).
+    pub target: String,
+    /// Our From URI (`None`: `sip:<user>@<local_addr>`).
+    pub from: Option<String>,
+    /// Where to send the INVITE.
+    pub destination: SocketAddr,
+    /// Transport.
+    pub transport: Transport,
+    /// The SDP offer.
+    pub offer: SessionDescription,
+}

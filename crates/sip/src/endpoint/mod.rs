@@ -1,0 +1,281 @@
+//! The user agent core: transactions (RFC 3261 §17), dialogs (§12), calls (§13–§15), session
+//! timers (RFC 4028), sans-IO.
+//!
+//! Feed it what arrived with [`Endpoint::handle_datagram`] / [`Endpoint::handle_message`], the
+//! time with [`Endpoint::handle_timeout`], and commands; drain [`Endpoint::poll_transmit`] and
+//! [`Endpoint::poll_event`] until both are empty, then sleep until [`Endpoint::poll_timeout`].
+//!
+//! The code is split by concern, each module adding methods to [`Endpoint`]:
+//!
+//! - `config` and `event`: the public types (configuration, handles, events, what to send);
+//! - `transaction`: server and client transactions and their timers (RFC 3261 §17);
+//! - `dialog`: call and dialog state, in-dialog requests, session timers (RFC 4028);
+//! - `uas`: requests the peer sends us and our answers to them (INVITE, CANCEL, ACK, re-INVITE,
+//!   UPDATE, INFO, OPTIONS, BYE);
+//! - `uac`: requests we originate (INVITE, CANCEL, BYE, re-INVITE, OPTIONS, INFO, ACK) and what
+//!   their responses mean for the call;
+//! - `dtmf`: DTMF bodies of SIP INFO;
+//! - `counters`: the message counters.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::build::{self, h};
+use crate::message::{parse_message, Framing, ParseError, MAGIC_COOKIE};
+
+mod config;
+mod counters;
+mod dialog;
+mod dtmf;
+mod event;
+mod transaction;
+mod uac;
+mod uas;
+
+pub use config::{Config, Timers, Transport};
+pub use event::{CallHandle, CallParams, EndReason, Event, IncomingCall, RequestHandle, Transmit};
+
+use counters::Direction;
+use dialog::{session_interval, Call};
+use transaction::{ClientTx, ServerKey, ServerTx};
+
+/// Methods this UA serves (RFC 3261 §20.5 Allow).
+const ALLOW: &str = "INVITE, ACK, BYE, CANCEL, OPTIONS, UPDATE, INFO";
+/// Option tags we support (RFC 3261 §20.37).
+const SUPPORTED: &str = "timer";
+
+/// The SIP user agent: transactions, dialogs and calls for any number of calls.
+#[derive(Debug)]
+pub struct Endpoint {
+    config: Config,
+    rng: StdRng,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    client: HashMap<(String, String), ClientTx>,
+    server: HashMap<ServerKey, ServerTx>,
+    calls: HashMap<CallHandle, Call>,
+    dialogs: HashMap<(String, String), CallHandle>,
+    next_id: u64,
+    accepting: bool,
+    invalid_messages: u64,
+}
+
+impl Endpoint {
+    /// A new endpoint.
+    pub fn new(mut config: Config) -> Endpoint {
+        // Keep timer arithmetic in range whatever the configuration says.
+        let t = &mut config.timers;
+        t.t1 =
+            t.t1.clamp(Duration::from_millis(1), Duration::from_secs(60));
+        t.t2 = t.t2.clamp(t.t1, Duration::from_secs(600));
+        t.t4 = t.t4.min(Duration::from_secs(600));
+        let max_interval = session_interval(u64::MAX);
+        config.session_expires = config.session_expires.map(|d| d.min(max_interval));
+        config.min_se = config.min_se.min(max_interval);
+        let rng = match config.rng_seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => StdRng::from_os_rng(),
+        };
+        Endpoint {
+            config,
+            rng,
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            client: HashMap::new(),
+            server: HashMap::new(),
+            calls: HashMap::new(),
+            dialogs: HashMap::new(),
+            next_id: 1,
+            accepting: true,
+            invalid_messages: 0,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Whether OPTIONS are answered 200 (accepting) or 503 (full or draining: a
+    /// dispatcher that pings with OPTIONS then takes this instance out of its set).
+    pub fn set_accepting(&mut self, accepting: bool) {
+        self.accepting = accepting;
+    }
+
+    /// Calls alive (from the first INVITE to the end of the dialog).
+    pub fn active_calls(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Transactions alive (client and server), for tests and metrics.
+    pub fn active_transactions(&self) -> usize {
+        self.client.len() + self.server.len()
+    }
+
+    /// Messages that could not be parsed (answered 400 or dropped) since start.
+    pub fn invalid_messages(&self) -> u64 {
+        self.invalid_messages
+    }
+
+    /// The Call-ID of a live call.
+    pub fn call_id(&self, call: CallHandle) -> Option<&str> {
+        self.calls.get(&call).map(|c| c.call_id.as_str())
+    }
+
+    /// The next message to send. Every message handed out here counts in
+    /// `ontime_sip_messages_total{direction="out"}`, retransmissions included.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        let transmit = self.transmits.pop_front()?;
+        counters::count_message(
+            counters::start_line_label(&transmit.payload),
+            Direction::Out,
+        );
+        Some(transmit)
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Endpoint::handle_timeout`] must next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let tx = self.client.values().filter_map(ClientTx::deadline);
+        let stx = self.server.values().filter_map(ServerTx::deadline);
+        let calls = self.calls.values().flat_map(|c| {
+            [
+                c.pending_2xx.as_ref().map(|p| p.next_at.min(p.give_up_at)),
+                c.session_timer.as_ref().map(|s| s.fire_at),
+            ]
+            .into_iter()
+            .flatten()
+        });
+        tx.chain(stx).chain(calls).min()
+    }
+
+    pub(super) fn new_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    pub(super) fn random_token(&mut self) -> String {
+        format!("{:016x}", self.rng.random::<u64>())
+    }
+
+    pub(super) fn new_branch(&mut self) -> String {
+        format!("{MAGIC_COOKIE}{}", self.random_token())
+    }
+
+    pub(super) fn send(&mut self, destination: SocketAddr, transport: Transport, payload: Vec<u8>) {
+        if let Some(line) = payload.split(|b| *b == b'\r').next() {
+            tracing::trace!(%destination, line = %String::from_utf8_lossy(line), "sip send");
+        }
+        self.transmits.push_back(Transmit {
+            destination,
+            transport,
+            payload,
+        });
+    }
+
+    pub(super) fn contact(&self, transport: Transport) -> String {
+        let t = match transport {
+            Transport::Udp => "",
+            Transport::Tcp => ";transport=tcp",
+        };
+        format!("<sip:{}@{}{t}>", self.config.user, self.config.local_addr)
+    }
+
+    /// A UDP datagram arrived from `source`.
+    pub fn handle_datagram(&mut self, bytes: &[u8], source: SocketAddr, now: Instant) {
+        self.handle_bytes(bytes, source, Transport::Udp, Framing::Datagram, now);
+    }
+
+    /// A whole message arrived on `transport` (for TCP: one message cut by
+    /// [`crate::StreamFramer`]).
+    pub fn handle_message(
+        &mut self,
+        bytes: &[u8],
+        source: SocketAddr,
+        transport: Transport,
+        now: Instant,
+    ) {
+        let framing = match transport {
+            Transport::Udp => Framing::Datagram,
+            Transport::Tcp => Framing::Stream,
+        };
+        self.handle_bytes(bytes, source, transport, framing, now);
+    }
+
+    fn handle_bytes(
+        &mut self,
+        bytes: &[u8],
+        source: SocketAddr,
+        transport: Transport,
+        framing: Framing,
+        now: Instant,
+    ) {
+        match parse_message(bytes, &self.config.limits, framing) {
+            Ok(msg) => {
+                counters::count_message(counters::message_label(&msg), Direction::In);
+                if msg.method().is_some() {
+                    self.on_request(msg, source, transport, now);
+                } else {
+                    self.on_response(msg, now);
+                }
+            }
+            Err(e) => {
+                self.invalid_messages += 1;
+                counters::count_invalid(bytes);
+                tracing::debug!(%source, reason = %e.reason, "invalid SIP message");
+                self.answer_invalid(e, source, transport);
+            }
+        }
+    }
+
+    /// RFC 3261 §8.2 / §16.3: a request we cannot read gets 400 (or 505...) with the reason in a
+    /// Warning, when enough of it is readable to address a response.
+    fn answer_invalid(&mut self, e: ParseError, source: SocketAddr, transport: Transport) {
+        let Some(status) = e.status else { return };
+        // Never answer an ACK.
+        if e.headers
+            .iter()
+            .any(|(n, v)| n == "CSeq" && v.trim_end().ends_with("ACK"))
+        {
+            return;
+        }
+        let Some(via) = e.headers.iter().find(|(n, _)| n == "Via") else {
+            return;
+        };
+        let destination = match crate::message::parse_via(&via.1)
+            .ok()
+            .and_then(|v| v.into_iter().next())
+        {
+            Some(v) => self.response_destination(&v, source, transport),
+            None => source,
+        };
+        let reason: String = e
+            .reason
+            .chars()
+            .filter(|c| !c.is_control() && *c != '"')
+            .collect();
+        let warning = h(
+            "Warning",
+            format!("399 {} \"{}\"", self.config.local_addr, reason),
+        );
+        let tag = self.random_token();
+        let bytes = build::response(&e.headers, status, Some(&tag), &[warning], b"");
+        self.send(destination, transport, bytes);
+    }
+
+    /// Fires every timer due at `now`: retransmissions (A, E, G, 2xx), timeouts (B, F, H, and
+    /// the 2xx give-up), waits (D, I, J, K, L, M) and session timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.transaction_timeouts(now);
+        self.call_timeouts(now);
+    }
+}
