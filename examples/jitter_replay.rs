@@ -1,5 +1,6 @@
 //! Replay a sender-lateness (or arrival) trace against a receiver's jitter buffer and report what
-//! the caller's phone would have played, discarded and lost (design.md §6).
+//! the caller's phone would have played, discarded and lost (packet `i` plays at the first
+//! arrival + depth + i·20 ms; later is discarded).
 //!
 //! ```text
 //! cargo run --example jitter_replay -- [--buffer-ms 40] [--adaptive] TRACE.csv [--json] [--arrivals]

@@ -1,7 +1,8 @@
 //! # ontime
 //!
 //! Facade over the ontime crates: on-time outgoing audio for AI voice bots answering calls from a
-//! company's own SIP trunk. Each crate owns one concern; see `docs/` and `../shared/design.md`.
+//! company's own SIP trunk. Each crate owns one concern; `docs/architecture.md` in the repository
+//! says which, and how a call flows through them.
 
 pub use ontime_cgroup as cgroup;
 pub use ontime_inference as inference;

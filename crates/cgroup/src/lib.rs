@@ -21,6 +21,11 @@
 //! `throttled_time` (v1) / `throttled_usec` (v2) is summed per CPU by the kernel, so the field
 //! is named [`CpuStat::throttled_time_summed_per_cpu`]: never report it as a stall's length.
 
+// The README's examples are compiled and run with the doctests, so they stay true to the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod child;
 mod error;
 mod locate;

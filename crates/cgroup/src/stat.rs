@@ -95,7 +95,8 @@ pub struct CpuStatDelta {
 }
 
 impl CpuStatDelta {
-    /// Throttle ratio Δnr_throttled / Δnr_periods (design.md §6); `None` when no period elapsed.
+    /// Throttle ratio Δnr_throttled / Δnr_periods: the share of CFS periods in which the cgroup
+    /// hit its quota; `None` when no period elapsed.
     pub fn throttle_ratio(&self) -> Option<f64> {
         (self.periods > 0).then(|| self.throttled as f64 / self.periods as f64)
     }

@@ -3,10 +3,10 @@
 //! The container may use `quota` of CPU per `period` (cgroup `cpu.max` / `cfs_quota_us`), summed over
 //! all its threads. The sender and I/O need a share every period; if inference spends the whole
 //! quota early in a period, CFS throttles *every* thread of the container until the next period,
-//! the media clock included (design.md §1: 126 ms late packets). So the inference thread keeps its
-//! own CPU per window below `quota − reserve`: before each job it asks [`CpuBudget::check`] with
-//! its thread CPU time and the job's estimated cost, and defers the job to the next window when it
-//! would overrun.
+//! the media clock included (a 20 ms sender under a 0.5-core limit was seen sending packets 126 ms
+//! late). So the inference thread keeps its own CPU per window below `quota − reserve`: before each
+//! job it asks [`CpuBudget::check`] with its thread CPU time and the job's estimated cost, and
+//! defers the job to the next window when it would overrun.
 //!
 //! Windows are consecutive `period`-long intervals of the thread's monotonic clock (the kernel's
 //! period boundaries are not visible to a process; being out of phase at most splits one job's

@@ -27,6 +27,11 @@
 //! audio buffer), [`features`] (Whisper log-mel), [`resample`] (8→16 kHz), [`budget`] (CPU per
 //! CFS window, sans-IO), [`runtime`] (loading ONNX Runtime), [`config`], [`metrics`].
 
+// The README's examples are compiled and run with the doctests, so they stay true to the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub mod budget;
 pub mod config;
 mod error;

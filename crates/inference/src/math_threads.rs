@@ -15,7 +15,8 @@ pub const MATH_THREAD_VARS: [&str; 4] = [
 /// modifying the environment while another thread reads it is undefined behaviour in glibc, and
 /// math libraries size their pools once, when first loaded. Why: in the seeds each of these pools
 /// fanned out over every core, spent the container's CFS quota early in the period and froze the
-/// audio clock (design.md §1, §4).
+/// audio clock. A period's CPU must cover the steady work plus the largest burst times the threads
+/// it runs on, so one thread per library keeps that product small.
 pub fn pin_math_threads_to_one() -> Vec<&'static str> {
     let mut set = Vec::new();
     for var in MATH_THREAD_VARS {

@@ -1,4 +1,4 @@
-//! Metric names (design.md §7) and their registration.
+//! Metric names (`ontime_inference_*`, relied on by dashboards and alerts) and their registration.
 
 /// Queue wait before a model run, by `model` (histogram, seconds).
 pub const QUEUE_WAIT_SECONDS: &str = "ontime_inference_queue_wait_seconds";
@@ -8,7 +8,7 @@ pub const RUN_SECONDS: &str = "ontime_inference_run_seconds";
 pub const JOBS_TOTAL: &str = "ontime_inference_jobs_total";
 /// Jobs deferred to the next CFS window by the CPU budget (counter).
 pub const BUDGET_DEFERRALS_TOTAL: &str = "ontime_inference_budget_deferrals_total";
-/// Audio pushes rejected because the queue was full (counter; added to design.md §7's list).
+/// Audio pushes rejected because the queue was full (counter).
 pub const QUEUE_FULL_TOTAL: &str = "ontime_inference_queue_full_total";
 
 /// The `model` label of Silero VAD.

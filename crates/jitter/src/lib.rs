@@ -17,6 +17,11 @@
 //! assert_eq!((report.played, report.discarded, report.max_discard_run), (3, 2, 2));
 //! ```
 
+// The README's examples are compiled and run with the doctests, so they stay true to the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub mod burst_gap;
 pub mod error;
 pub mod live;

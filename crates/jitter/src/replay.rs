@@ -1,5 +1,5 @@
 //! The replay model: what a receiver's jitter buffer would play and discard for a given arrival
-//! trace, with a perfect network (design.md §6).
+//! trace, with a perfect network, so any discard is the sender's lateness and nothing else.
 //!
 //! Fixed depth `D`: packet `i` (its sequence index minus the lowest one in the trace) plays at
 //! `A0 + D + i·20 ms`, where `A0` is the arrival of packet 0 (the lowest sequence number; the
@@ -14,7 +14,8 @@ use ontime_rtp::{FRAME, FRAME_MS};
 
 use crate::burst_gap::{rfc3611_fraction, BurstGapCounter, BurstGapMetrics, GMIN_DEFAULT};
 
-/// Depth of the replay model's fixed jitter buffer unless configured (design.md §2).
+/// Depth of the replay model's fixed jitter buffer unless configured: 40 ms (two frames), one
+/// default for every replay so that reports compare.
 pub const DEFAULT_REPLAY_DEPTH: Duration = Duration::from_millis(40);
 
 /// What happened to one received (unique) packet in a replay.

@@ -11,7 +11,8 @@ fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
 }
 
-/// 40 packets, sender lateness 0 except two stalls with catch-up (design.md §6 tick lateness):
+/// 40 packets, sender lateness 0 except two stalls with catch-up (after a late wake the sender
+/// sends every packet whose slot has passed, so their lateness falls by 20 ms each):
 /// - tick 10 wakes 126 ms late (at 326 ms) and sends packets 10..=16: lateness 326 − 20k =
 ///   126, 106, 86, 66, 46, 26, 6 ms;
 /// - tick 30 wakes 50 ms late (at 650 ms) and sends 30..=32: lateness 50, 30, 10 ms;

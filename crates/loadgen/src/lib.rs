@@ -2,8 +2,10 @@
 //!
 //! Owns the capacity harness (`ontime-load`): N SIP callers that speak recorded speech in real
 //! time, listen to the agent through a 60 ms playout model, and report per step what callers heard
-//! (underruns, turn latency) next to the gateway's own counters, with the definitions of
-//! design.md §6 (ok step, capacity).
+//! (underruns, turn latency) next to the gateway's own counters. A step is ok when every call is
+//! answered, every turn gets a reply, callers hear at most one underrun per minute of agent audio,
+//! p95 turn latency stays within 300 ms of the first step's median and no sender tick is more than
+//! 20 ms late; capacity is the largest N with every step up to it ok ([`stats`]).
 //!
 //! - [`audio`]: the callers' µ-law fixtures and the silence test for received frames;
 //! - [`listen`]: sans-IO, what one caller hears (agent utterances, underruns) — unit- and
@@ -26,6 +28,11 @@
 //! assert_eq!((heard.frames, heard.underruns), (2, 1));
 //! ```
 
+// The README's examples are compiled and run with the doctests, so they stay true to the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 use std::time::Duration;
 
 pub mod audio;
@@ -44,6 +51,7 @@ pub mod stats;
 
 pub use error::{Error, Result};
 
-/// The caller's playout buffer (design.md §2): a frame not there 60 ms after its schedule
-/// (anchored on the utterance's first packet) is a gap the caller hears.
+/// The caller's playout buffer, 60 ms (three frames): a frame not there 60 ms after its schedule
+/// (anchored on the utterance's first packet) is a gap the caller hears. Defined here, in the
+/// only crate that models the caller.
 pub const CALLER_PLAYOUT_DEPTH: Duration = Duration::from_millis(60);

@@ -4,8 +4,8 @@
 //! An agent utterance runs from its first non-silent packet to its last one; it is over once
 //! [`AGENT_HANGOVER`] of silence (by sequence number, or by time when packets stop) follows. When
 //! it ends, its packets are replayed against the caller's fixed playout buffer
-//! ([`crate::CALLER_PLAYOUT_DEPTH`], design.md §6 via `ontime_jitter::replay_fixed`): every run
-//! of frames that were not there at their playout time is one underrun.
+//! ([`crate::CALLER_PLAYOUT_DEPTH`], via `ontime_jitter::replay_fixed`): every run of frames that
+//! were not there at their playout time is one underrun, because that is a gap the caller hears.
 
 use std::time::Duration;
 

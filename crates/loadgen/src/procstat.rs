@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-/// Thread names the gateway gives its threads (design.md §4), as in `/proc/<pid>/task/*/comm`.
+/// Thread names the gateway gives its threads (one sender, one inference thread, the tokio
+/// workers), as in `/proc/<pid>/task/*/comm`.
 pub const SENDER_THREAD: &str = "ontime-sender";
 /// The inference thread's name.
 pub const INFERENCE_THREAD: &str = "ontime-inference";

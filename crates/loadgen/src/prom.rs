@@ -1,5 +1,6 @@
 //! Just enough of the Prometheus text format to read the gateway's counters and histograms
-//! (design.md §7) at the start and end of a measuring window.
+//! (the `ontime_*` series every part registers at zero on start-up) at the start and end of a
+//! measuring window.
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,6 @@
-//! Per-step figures and the ok rule (design.md §6), as pure functions of what was recorded.
+//! Per-step figures and the ok rule (every call answered, no unanswered turn, underruns and p95
+//! turn latency within bounds, no sender tick more than 20 ms late), as pure functions of what was
+//! recorded.
 
 use serde::Serialize;
 

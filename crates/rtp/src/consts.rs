@@ -1,4 +1,5 @@
-//! The media facts every crate agrees on (design.md §2). Defined here once; import, never restate.
+//! The media facts every crate agrees on (8 kHz mono, 20 ms frames, payload types). Defined here
+//! once; import, never restate.
 
 use std::time::Duration;
 

@@ -24,6 +24,11 @@
 //! # Ok::<(), ontime_rtp::Error>(())
 //! ```
 
+// The README's examples are compiled and run with the doctests, so they stay true to the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub mod consts;
 pub mod dtmf;
 pub mod error;

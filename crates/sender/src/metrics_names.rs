@@ -1,4 +1,5 @@
-//! The sender's metrics (design.md §7), described and registered with zero values at start-up.
+//! The sender's metrics (`ontime_sender_*`), described and registered with zero values at start-up
+//! so a dashboard or an alert sees 0 late ticks rather than a missing series.
 
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
 
