@@ -1,20 +1,49 @@
 //! # ontime-gateway
 //!
-//! The composition: configuration, the SIP endpoint, per-call media (RTP in through the jitter
-//! buffer to the inference pool; agent audio out through the sender), agents, the metrics
-//! endpoint, admission and drain. A library with a thin `main`, so a Rust voice stack can embed it.
+//! A SIP/RTP media gateway for AI voice bots, as a library: answer calls from your SIP trunk,
+//! run the caller's audio through a jitter buffer into VAD and Smart Turn, hand turns to an
+//! [`Agent`], and send the agent's audio on time from a real-time thread.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use ontime_gateway::{Args, Config, Gateway, StubAgent};
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::resolve(Args::default())?;
+//! let gateway = Gateway::builder(config)
+//!     .agent(Arc::new(StubAgent::built_in()?))
+//!     .bind()
+//!     .await?;
+//! println!("SIP on {}", gateway.local_addrs().sip);
+//! gateway.run(async { let _ = tokio::signal::ctrl_c().await; }).await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Per-call logic is sans-IO: [`call::CallCore`] is fed datagrams, dialog events, inference
+//! events, agent actions and `Instant`s and returns what to do; the tokio task around it only
+//! carries that out. See `docs/architecture.md` for the layout.
 
-pub mod agent;
-pub mod app;
+mod admission;
+mod agent;
 pub mod call;
-pub mod cdr;
-pub mod cgroup_watch;
-pub mod config;
-pub mod http;
-pub mod inbound;
-pub mod metrics;
-pub mod ports;
-pub mod recording;
-pub mod rtcp;
-pub mod server;
-pub mod ws_agent;
+mod config;
+mod gateway;
+mod ops;
+mod records;
+mod sip_loop;
+
+pub use admission::RejectReason;
+pub use agent::{
+    Admission, AdmissionFuture, Agent, AgentAction, AgentCall, AgentEvent, AgentOutput, CallInfo,
+    StubAgent, StubReplyError, WsAgent, WsAgentConfig, WsAgentError,
+};
+pub use config::{AgentKind, AgentUnreachable, Args, BargeIn, Config, ConfigError, LogFormat};
+pub use gateway::{Bound, Error, Gateway, GatewayBuilder, MetricsRenderer, DEFAULT_MODELS_DIR};
+pub use records::cdr::{CallDetailRecord, EndCause};
+pub use records::recording::Track;
+
+/// Metric names the gateway emits and bucket layouts for its histograms.
+pub mod metrics {
+    pub use crate::ops::metrics::*;
+    pub use crate::ops::ws_metrics::*;
+}

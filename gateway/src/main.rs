@@ -1,16 +1,20 @@
 //! `ontime-gateway`: answers calls from a SIP trunk for AI voice bots and keeps the bot's audio
-//! on time. Composition only: parse the configuration, set up logging, run [`ontime_gateway::app`].
+//! on time. The binary owns what a host program owns — the command line, logging, the
+//! Prometheus recorder and the signals — and embeds [`ontime_gateway::Gateway`] like any other.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use ontime_gateway::agent::{Agent, StubAgent};
-use ontime_gateway::config::{AgentKind, Args, Config, LogFormat};
-use ontime_gateway::ws_agent::{WsAgent, WsAgentConfig};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use ontime_gateway::metrics::{histogram_buckets, HistogramMatch};
+use ontime_gateway::{
+    Agent, AgentKind, Args, Config, Gateway, LogFormat, StubAgent, WsAgent, WsAgentConfig,
+};
 
 fn main() -> ExitCode {
-    // design.md §4: before any library starts a thread, math libraries get one thread each.
+    // Before any library starts a thread: math libraries (BLAS, OpenMP) get one thread each, so
+    // one inference never fans out over every core and starves the sender.
     ontime_inference::pin_math_threads_to_one();
     let config = match Config::resolve(Args::parse()) {
         Ok(c) => c,
@@ -28,28 +32,19 @@ fn main() -> ExitCode {
             .with_env_filter(filter)
             .init(),
     }
-    let agent: Arc<dyn Agent> = match &config.agent {
-        AgentKind::Stub => {
-            let stub = match &config.stub_reply {
-                Some(path) => StubAgent::from_file(path),
-                None => StubAgent::built_in(),
-            };
-            match stub {
-                Ok(s) => Arc::new(s),
-                Err(e) => {
-                    eprintln!("ontime-gateway: config field `stub_reply`: {e}");
-                    return ExitCode::from(2);
-                }
-            }
+    let agent = match agent(&config) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("ontime-gateway: {e}");
+            return ExitCode::from(2);
         }
-        AgentKind::WebSocket(url) => match WsAgent::new(WsAgentConfig::from_config(url, &config)) {
-            Ok(a) => Arc::new(a),
-            Err(e) => {
-                // The error names its field (`ws_ca_file`) or the built-in fixture.
-                eprintln!("ontime-gateway: {e}");
-                return ExitCode::from(2);
-            }
-        },
+    };
+    let prometheus = match install_recorder() {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("ontime-gateway: metrics recorder: {e}");
+            return ExitCode::FAILURE;
+        }
     };
     // Two workers: SIP, RTP receive, RTCP and HTTP are light; the clock and the models have their
     // own threads. A fixed count keeps the thread total independent of the number of calls.
@@ -66,11 +61,83 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(ontime_gateway::app::run(config, agent, |_| {})) {
+    let result = runtime.block_on(async move {
+        let upkeep = prometheus.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                upkeep.run_upkeep();
+            }
+        });
+        let gateway = Gateway::builder(config)
+            .agent(agent)
+            .metrics_renderer(move || prometheus.render())
+            .bind()
+            .await?;
+        gateway.run(wait_for_signal()).await;
+        Ok::<(), ontime_gateway::Error>(())
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ontime-gateway: {e:#}");
+            eprintln!("ontime-gateway: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The agent the configuration names; errors name their field.
+fn agent(config: &Config) -> Result<Arc<dyn Agent>, String> {
+    match &config.agent {
+        AgentKind::Stub => {
+            let stub = match &config.stub_reply {
+                Some(path) => StubAgent::from_file(path),
+                None => StubAgent::built_in(),
+            };
+            stub.map(|s| Arc::new(s) as Arc<dyn Agent>)
+                .map_err(|e| format!("config field `stub_reply`: {e}"))
+        }
+        // The error names its field (`ws_ca_file`) or the built-in fixture.
+        AgentKind::WebSocket(url) => WsAgent::new(WsAgentConfig::from_config(url, config))
+            .map(|a| Arc::new(a) as Arc<dyn Agent>)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+fn install_recorder() -> Result<PrometheusHandle, Box<dyn std::error::Error>> {
+    let mut builder = PrometheusBuilder::new();
+    for (matcher, buckets) in histogram_buckets() {
+        let matcher = match matcher {
+            HistogramMatch::Full(name) => Matcher::Full(name.into()),
+            HistogramMatch::Prefix(prefix) => Matcher::Prefix(prefix.into()),
+            _ => continue,
+        };
+        builder = builder.set_buckets_for_metric(matcher, &buckets)?;
+    }
+    let recorder = builder.build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder)?;
+    Ok(handle)
+}
+
+/// SIGTERM or SIGINT starts the drain.
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            tracing::warn!("cannot install signal handlers; Ctrl-C only");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    tracing::info!("signal received: draining");
 }

@@ -35,7 +35,19 @@ fn caller_hears_the_reply_after_its_turn_paced() {
             ("@LISTEN_MS@", "14000"),
         ],
     );
-    let (ok, log) = sipp(&gw, &scen, 1, media_port, Duration::from_secs(40));
+    // While the call is up, the inbound jitter buffer holds audio: its depth gauge shows it.
+    let (ok, log, deepest) = std::thread::scope(|s| {
+        let call = s.spawn(|| sipp(&gw, &scen, 1, media_port, Duration::from_secs(40)));
+        let mut deepest = 0.0f64;
+        while !call.is_finished() {
+            if let Some(d) = gw.metric("ontime_jitter_depth_seconds") {
+                deepest = deepest.max(d);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let (ok, log) = call.join().unwrap();
+        (ok, log, deepest)
+    });
     let pcap = cap.finish();
     assert!(ok, "sipp call failed:\n{log}\ngateway:\n{}", gw.stderr());
 
@@ -94,6 +106,20 @@ fn caller_hears_the_reply_after_its_turn_paced() {
         metric_value(&body, s).unwrap_or_else(|| panic!("{s} missing from /metrics:\n{body}"))
     };
     assert_eq!(v("ontime_calls_total{result=\"completed\"}"), 1.0);
+    // One INVITE, one ACK and one BYE came in, each counted once.
+    for method in ["INVITE", "ACK", "BYE"] {
+        assert_eq!(
+            v(&format!(
+                "ontime_sip_messages_total{{method=\"{method}\",direction=\"in\"}}"
+            )),
+            1.0,
+            "{method} in"
+        );
+    }
+    assert!(
+        deepest > 0.0,
+        "ontime_jitter_depth_seconds stayed 0 during the call"
+    );
     assert!(v("ontime_sender_ticks_total") > 100.0);
     assert!(v("ontime_rtp_packets_received_total") > 50.0);
     assert!(v("ontime_turns_total") >= 1.0);

@@ -312,6 +312,9 @@ fn malformed_sip_gets_400_or_is_dropped_and_counted() {
         "invalid messages not counted: {:?}",
         gw.metric("ontime_sip_invalid_messages_total")
     );
+    // Each counted exactly once (the endpoint is the only place that counts).
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(gw.metric("ontime_sip_invalid_messages_total"), Some(2.0));
     // The gateway still serves.
     assert_eq!(http_get(gw.metrics, "/healthz").map(|r| r.0), Some(200));
 }

@@ -1,110 +1,39 @@
-//! The running gateway: the SIP loop (one tokio task owning the sans-IO [`ontime_sip::Endpoint`]),
-//! admission (trunk networks, max calls, RTP ports, drain), and the per-call media tasks of
-//! [`crate::call`]. The real-time sender and the inference pool are shared by every call.
+//! The SIP loop: one tokio task owning the sans-IO [`ontime_sip::Endpoint`] and its socket. It
+//! admits or refuses INVITEs ([`crate::admission`]), rings, answers, starts one call task per
+//! answered call ([`crate::call::driver`]) and relays dialog events to it and its requests back.
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metrics::counter;
-use ontime_inference::InferencePool;
-use ontime_sender::Sender;
 use ontime_sip::{
-    Codec, Config as SipConfig, Direction, EndReason, Endpoint, Event, LocalMedia, Method,
-    SessionDescription,
+    Codec, Config as SipConfig, EndReason, Endpoint, Event, LocalMedia, Method, SessionDescription,
 };
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::agent::{Admission, Agent, CallInfo};
-use crate::call::{self, CallControl, CallMedia};
-use crate::cdr::EndCause;
+use crate::admission::{AdmittedCall, CallSlots, RejectReason, RETRY_AFTER_SECS};
+use crate::agent::{Admission, CallInfo};
+use crate::call::driver::{self, CallServices, CallStart, SipCall};
+use crate::call::{CallSettings, DialogEvent, SipRequest};
 use crate::config::Config;
-use crate::metrics as m;
-use crate::ports::PortPool;
+use crate::ops::metrics as m;
+use crate::records::cdr::{CallDetailRecord, EndCause};
 
 /// How long the SIP loop stays after the last call of a drain (RFC 3261 T4), absorbing
 /// retransmissions.
 const LINGER: Duration = Duration::from_secs(5);
 
-/// Seconds a refused caller is asked to wait (`Retry-After`).
-pub const RETRY_AFTER_SECS: u32 = 5;
-
-/// Counted reasons for refusing an INVITE (label values of `ontime_calls_rejected_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RejectReason {
-    /// The INVITE came from outside the trunk networks: 403.
-    NotTrunk,
-    /// At `max_calls`: 503 with Retry-After.
-    MaxCalls,
-    /// No RTP port pair free: 503 with Retry-After.
-    NoRtpPort,
-    /// Draining for shutdown: 503 with Retry-After.
-    Draining,
-    /// No codec in common (or no offer): 488.
-    NoCommonCodec,
-    /// The agent could not serve the call (e.g. its bot is unreachable): 503 with Retry-After,
-    /// sent after ringing.
-    AgentUnavailable,
-}
-
-impl RejectReason {
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            RejectReason::NotTrunk => "not_trunk",
-            RejectReason::MaxCalls => "max_calls",
-            RejectReason::NoRtpPort => "no_rtp_port",
-            RejectReason::Draining => "draining",
-            RejectReason::NoCommonCodec => "no_common_codec",
-            RejectReason::AgentUnavailable => "agent_unavailable",
-        }
-    }
-    /// The SIP status sent.
-    pub fn status(self) -> u16 {
-        match self {
-            RejectReason::NotTrunk => 403,
-            RejectReason::NoCommonCodec => 488,
-            _ => 503,
-        }
-    }
-}
-
-/// State shared by the SIP loop, the call tasks and the ops endpoint.
-#[derive(Debug)]
-pub struct Shared {
-    /// Accepting new calls (false while draining).
-    pub accepting: AtomicBool,
-    /// Calls in progress.
-    pub active_calls: AtomicUsize,
-    /// Admission limit.
-    pub max_calls: usize,
-    /// Free RTP ports (locked only at call set-up and tear-down).
-    pub ports: Mutex<PortPool>,
-}
-
-impl Shared {
-    /// Whether a new call would be admitted now (for `/readyz` and OPTIONS).
-    pub fn ready(&self) -> bool {
-        self.accepting.load(Ordering::Relaxed)
-            && self.active_calls.load(Ordering::Relaxed) < self.max_calls
-    }
-}
-
 /// Messages from call tasks (and the drain) to the SIP loop.
 #[derive(Debug)]
-pub enum SipCommand {
-    /// Hang up this call with BYE.
-    Hangup(ontime_sip::CallHandle),
+pub(crate) enum SipCommand {
     /// Stop accepting; OPTIONS and INVITEs get 503 from now on.
     StopAccepting,
     /// The ring time of a call is over: answer it.
     Answer(ontime_sip::CallHandle),
-    /// Hang up this call with a BYE carrying this RFC 3326 `Reason` header value.
-    HangupWithReason(ontime_sip::CallHandle, String),
     /// The agent prepared a ringing call ([`Agent::prepare_call`]): answer or refuse it.
     AgentReady {
         /// The call.
@@ -119,68 +48,42 @@ pub enum SipCommand {
 /// A call admitted and ringing, answered after `answer_delay`.
 struct PendingCall {
     answer: SessionDescription,
-    media: CallMedia,
+    admitted: AdmittedCall,
+    info: CallInfo,
+    negotiated: ontime_sip::NegotiatedMedia,
     local: LocalMedia,
     span: tracing::Span,
     start_unix_ms: u64,
 }
 
 struct CallEntry {
-    control: mpsc::UnboundedSender<CallControl>,
+    dialog: mpsc::UnboundedSender<DialogEvent>,
     local: LocalMedia,
 }
 
-/// What the SIP loop needs.
-pub struct SipLoop {
-    pub(crate) socket: UdpSocket,
-    pub(crate) endpoint: Endpoint,
-    pub(crate) config: Arc<Config>,
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) sender: Arc<Sender>,
-    pub(crate) pool: Arc<InferencePool>,
-    pub(crate) agent: Arc<dyn Agent>,
-    pub(crate) commands: mpsc::UnboundedReceiver<SipCommand>,
-    pub(crate) command_tx: mpsc::UnboundedSender<SipCommand>,
+/// The SIP loop's state.
+pub(crate) struct SipLoop {
+    socket: UdpSocket,
+    endpoint: Endpoint,
+    config: Arc<Config>,
+    slots: Arc<CallSlots>,
+    services: CallServices,
+    commands: mpsc::UnboundedReceiver<SipCommand>,
+    command_tx: mpsc::UnboundedSender<SipCommand>,
+    call_requests: mpsc::UnboundedReceiver<SipCall>,
     calls: HashMap<ontime_sip::CallHandle, CallEntry>,
     pending: HashMap<ontime_sip::CallHandle, PendingCall>,
     tasks: tokio::task::JoinSet<()>,
 }
 
-fn method_label(payload: &[u8]) -> &'static str {
-    // Label outgoing/incoming messages for `ontime_sip_messages_total` without a second parse:
-    // the start line says it all.
-    let line = payload.split(|b| *b == b'\r').next().unwrap_or(&[]);
-    if let Some(rest) = line.strip_prefix(b"SIP/2.0 ") {
-        return match rest.first() {
-            Some(b'1') => "1xx",
-            Some(b'2') => "2xx",
-            Some(b'3') => "3xx",
-            Some(b'4') => "4xx",
-            Some(b'5') => "5xx",
-            Some(b'6') => "6xx",
-            _ => "other",
-        };
-    }
-    for m in [
-        "INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO", "UPDATE",
-    ] {
-        if line.starts_with(m.as_bytes()) && line.get(m.len()) == Some(&b' ') {
-            return m;
-        }
-    }
-    "other"
-}
-
 impl SipLoop {
     /// Build the loop around a bound socket.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         socket: UdpSocket,
         config: Arc<Config>,
-        shared: Arc<Shared>,
-        sender: Arc<Sender>,
-        pool: Arc<InferencePool>,
-        agent: Arc<dyn Agent>,
+        slots: Arc<CallSlots>,
+        services: CallServices,
+        call_requests: mpsc::UnboundedReceiver<SipCall>,
     ) -> std::io::Result<SipLoop> {
         let local = socket.local_addr()?;
         let advertised = SocketAddr::new(config.public_ip, local.port());
@@ -192,25 +95,20 @@ impl SipLoop {
             socket,
             endpoint: Endpoint::new(sip_config),
             config,
-            shared,
-            sender,
-            pool,
-            agent,
+            slots,
+            services,
             commands,
             command_tx,
+            call_requests,
             calls: HashMap::new(),
             pending: HashMap::new(),
             tasks: tokio::task::JoinSet::new(),
         })
     }
 
-    /// A handle to send commands to the loop.
-    pub fn command_sender(&self) -> mpsc::UnboundedSender<SipCommand> {
-        self.command_tx.clone()
-    }
-
-    /// Run until `stop` resolves and every call has ended.
-    pub async fn run(mut self, mut drain: tokio::sync::watch::Receiver<Option<Instant>>) {
+    /// Run until a drain has been asked for (`drain` gets its deadline) and every call has
+    /// ended.
+    pub(crate) async fn run(mut self, mut drain: tokio::sync::watch::Receiver<Option<Instant>>) {
         let mut buf = vec![0u8; 65_536];
         let mut drain_deadline: Option<Instant> = None;
         let mut hung_up = false;
@@ -225,20 +123,13 @@ impl SipLoop {
             };
             tokio::select! {
                 r = self.socket.recv_from(&mut buf) => match r {
-                    Ok((n, src)) => {
-                        let bytes = &buf[..n];
-                        counter!(m::SIP_MESSAGES_TOTAL, "method" => method_label(bytes), "direction" => "in").increment(1);
-                        let before = self.endpoint.invalid_messages();
-                        self.endpoint.handle_datagram(bytes, src, Instant::now());
-                        let invalid = self.endpoint.invalid_messages() - before;
-                        if invalid > 0 {
-                            counter!(m::SIP_INVALID_MESSAGES_TOTAL).increment(invalid);
-                        }
-                    }
+                    // The endpoint counts what it reads and sends (`ontime_sip_*`).
+                    Ok((n, src)) => self.endpoint.handle_datagram(&buf[..n], src, Instant::now()),
                     Err(e) => warn!(error = %e, "SIP socket receive failed"),
                 },
                 _ = sleep => self.endpoint.handle_timeout(Instant::now()),
                 Some(cmd) = self.commands.recv() => self.command(cmd),
+                Some(req) = self.call_requests.recv() => self.call_request(req),
                 changed = drain.changed(), if drain_deadline.is_none() => {
                     if changed.is_ok() {
                         if let Some(deadline) = *drain.borrow() {
@@ -257,7 +148,7 @@ impl SipLoop {
                     // Grace period over: hang up whoever is left, once.
                     hung_up = true;
                     for entry in self.calls.values() {
-                        let _ = entry.control.send(CallControl::Hangup(EndCause::Drained));
+                        let _ = entry.dialog.send(DialogEvent::Hangup(EndCause::Drained));
                     }
                 }
                 if self.calls.is_empty() && self.pending.is_empty() {
@@ -276,25 +167,25 @@ impl SipLoop {
         info!("SIP loop stopped");
     }
 
+    fn call_request(&mut self, req: SipCall) {
+        let result = match req.request {
+            SipRequest::Hangup => self.endpoint.hangup(req.call, Instant::now()),
+            SipRequest::HangupWithReason(reason) => {
+                let headers = [("Reason".to_string(), reason)];
+                self.endpoint
+                    .hangup_with_headers(req.call, &headers, Instant::now())
+            }
+        };
+        if let Err(e) = result {
+            warn!(error = %e, "BYE could not be sent");
+        }
+    }
+
     fn command(&mut self, cmd: SipCommand) {
         match cmd {
-            SipCommand::Hangup(call) => {
-                if let Err(e) = self.endpoint.hangup(call, Instant::now()) {
-                    warn!(error = %e, "BYE could not be sent");
-                }
-            }
             SipCommand::Answer(call) => {
                 if let Some(p) = self.pending.remove(&call) {
                     self.answer(call, p);
-                }
-            }
-            SipCommand::HangupWithReason(call, reason) => {
-                let headers = [("Reason".to_string(), reason)];
-                if let Err(e) = self
-                    .endpoint
-                    .hangup_with_headers(call, &headers, Instant::now())
-                {
-                    warn!(error = %e, "BYE could not be sent");
                 }
             }
             SipCommand::AgentReady {
@@ -304,20 +195,16 @@ impl SipLoop {
             } => match (self.pending.remove(&call), admission) {
                 (Some(p), Admission::Answer) => self.answer(call, p),
                 (Some(p), Admission::Reject) => {
-                    let span = p.span.clone();
-                    let _enter = span.enter();
+                    let _enter = p.span.enter();
                     info!("agent unavailable: 503");
                     self.reject(call, RejectReason::AgentUnavailable);
-                    if let Ok(mut ports) = self.shared.ports.lock() {
-                        ports.release(p.media.port);
-                    }
-                    self.shared.active_calls.fetch_sub(1, Ordering::Relaxed);
+                    // dropping `p` gives its slot back
                 }
                 // The caller cancelled while the agent prepared: let it release what it holds.
-                (None, _) => self.agent.abandon_call(&info),
+                (None, _) => self.services.agent.abandon_call(&info),
             },
             SipCommand::StopAccepting => {
-                self.shared.accepting.store(false, Ordering::Relaxed);
+                self.slots.stop_accepting();
                 self.endpoint.set_accepting(false);
                 info!(calls = self.calls.len(), "draining: no new calls");
             }
@@ -327,7 +214,6 @@ impl SipLoop {
     async fn flush(&mut self) {
         loop {
             while let Some(t) = self.endpoint.poll_transmit() {
-                counter!(m::SIP_MESSAGES_TOTAL, "method" => method_label(&t.payload), "direction" => "out").increment(1);
                 if let Err(e) = self.socket.send_to(&t.payload, t.destination).await {
                     warn!(error = %e, to = %t.destination, "SIP send failed");
                 }
@@ -337,7 +223,7 @@ impl SipLoop {
             };
             self.event(event);
         }
-        self.endpoint.set_accepting(self.shared.ready());
+        self.endpoint.set_accepting(self.slots.ready());
     }
 
     fn reject(&mut self, call: ontime_sip::CallHandle, reason: RejectReason) {
@@ -358,21 +244,13 @@ impl SipLoop {
     fn event(&mut self, event: Event) {
         match event {
             Event::IncomingCall(incoming) => self.incoming(*incoming),
-            Event::Established { call } => {
-                if let Some(e) = self.calls.get(&call) {
-                    let _ = e.control.send(CallControl::Established);
-                }
-            }
+            Event::Established { call } => self.to_call(call, DialogEvent::Established),
             Event::OfferReceived {
                 call,
                 method,
                 offer,
             } => self.reoffer(call, method, offer),
-            Event::Dtmf { call, digit, .. } => {
-                if let Some(e) = self.calls.get(&call) {
-                    let _ = e.control.send(CallControl::Dtmf(digit));
-                }
-            }
+            Event::Dtmf { call, digit, .. } => self.to_call(call, DialogEvent::Dtmf(digit)),
             Event::Ended { call, reason } => {
                 if let Some(p) = self.pending.remove(&call) {
                     self.end_unanswered(p, reason);
@@ -384,10 +262,16 @@ impl SipLoop {
                         EndReason::SessionExpired => EndCause::SessionExpired,
                         _ => EndCause::SignallingFailure,
                     };
-                    let _ = e.control.send(CallControl::Ended(cause));
+                    let _ = e.dialog.send(DialogEvent::Ended(cause));
                 }
             }
             other => tracing::debug!(?other, "SIP event not used by the gateway"),
+        }
+    }
+
+    fn to_call(&self, call: ontime_sip::CallHandle, event: DialogEvent) {
+        if let Some(e) = self.calls.get(&call) {
+            let _ = e.dialog.send(event);
         }
     }
 
@@ -408,38 +292,15 @@ impl SipLoop {
             warn!(source = %incoming.source, "INVITE from outside the trunk networks: 403");
             return self.reject(call, RejectReason::NotTrunk);
         }
-        if !self.shared.accepting.load(Ordering::Relaxed) {
-            return self.reject(call, RejectReason::Draining);
-        }
-        if self.shared.active_calls.load(Ordering::Relaxed) >= self.shared.max_calls {
-            return self.reject(call, RejectReason::MaxCalls);
-        }
+        let admitted = match self.slots.admit(self.config.sip_listen.ip()) {
+            Ok(a) => a,
+            Err(reason) => return self.reject(call, reason),
+        };
         let Some(offer) = incoming.offer.clone() else {
             // Late offer (INVITE without SDP) is not supported: trunks send an offer.
             return self.reject(call, RejectReason::NoCommonCodec);
         };
-        // Try free ports until one binds (another process may hold a port of the range).
-        let mut sockets = None;
-        for _ in 0..8 {
-            let port = match self.shared.ports.lock() {
-                Ok(mut p) => p.allocate(),
-                Err(_) => None,
-            };
-            let Some(port) = port else { break };
-            match bind_pair(self.config.sip_listen.ip(), port) {
-                Ok(pair) => {
-                    sockets = Some((port, pair));
-                    break;
-                }
-                Err(e) => {
-                    warn!(port, error = %e, "RTP port busy, trying the next");
-                    if let Ok(mut p) = self.shared.ports.lock() {
-                        p.release(port);
-                    }
-                }
-            }
-        }
-        let Some((port, (rtp, rtcp))) = sockets else {
+        let Some(port) = admitted.slot.port() else {
             return self.reject(call, RejectReason::NoRtpPort);
         };
         let local = self.local_media(port);
@@ -447,13 +308,9 @@ impl SipLoop {
             Ok(ok) => ok,
             Err(e) => {
                 info!(error = %e, "no common codec: 488");
-                if let Ok(mut p) = self.shared.ports.lock() {
-                    p.release(port);
-                }
                 return self.reject(call, RejectReason::NoCommonCodec);
             }
         };
-        self.shared.active_calls.fetch_add(1, Ordering::Relaxed);
         let info = CallInfo {
             call_id: incoming.call_id.clone(),
             from: incoming.from.uri.clone(),
@@ -461,30 +318,23 @@ impl SipLoop {
             sip_headers: incoming.headers.clone(),
         };
         info!(from = %info.from, to = %info.to, source = %incoming.source, codec = ?negotiated.codec, rtp_port = port, "call admitted");
-        let media = CallMedia {
-            call,
-            info,
-            rtp,
-            rtcp,
-            port,
-            negotiated,
-            sdp_remote_ip: negotiated.remote_rtp.map(|a| a.ip()),
-        };
         let pending = PendingCall {
             answer,
-            media,
+            admitted,
+            info,
+            negotiated,
             local,
             span: span.clone(),
-            start_unix_ms: crate::cdr::unix_ms_now(),
+            start_unix_ms: crate::records::cdr::unix_ms_now(),
         };
         let delay = self.config.answer_delay;
-        if let Some(prepared) = self.agent.prepare_call(&pending.media.info) {
+        if let Some(prepared) = self.services.agent.prepare_call(&pending.info) {
             // Ring while the agent gets ready (e.g. connects to its bot) and the ring time
             // passes, then answer or refuse: the SIP loop never waits for it.
             if let Err(e) = self.endpoint.ring(call, Instant::now()) {
                 warn!(error = %e, "180 failed");
             }
-            let info = pending.media.info.clone();
+            let info = pending.info.clone();
             self.pending.insert(call, pending);
             let tx = self.command_tx.clone();
             tokio::spawn(async move {
@@ -511,6 +361,19 @@ impl SipLoop {
         }
     }
 
+    fn call_settings(&self) -> CallSettings {
+        CallSettings {
+            // 0 means no RTP timeout, not "hang up at once".
+            rtp_timeout: Some(self.config.rtp_timeout).filter(|t| !t.is_zero()),
+            max_call_duration: self.config.max_call_duration,
+            barge_in: self.config.barge_in,
+            max_buffered: self.config.max_buffered,
+            cname: format!("ontime@{}", self.config.public_ip),
+            record: false,
+            sender_origin: self.services.sender.origin(),
+        }
+    }
+
     fn answer(&mut self, call: ontime_sip::CallHandle, p: PendingCall) {
         let span = p.span.clone();
         let _enter = span.enter();
@@ -520,44 +383,41 @@ impl SipLoop {
             return;
         }
         info!("call answered");
-        let (control_tx, control_rx) = mpsc::unbounded_channel();
-        let ctx = call::CallContext {
-            config: self.config.clone(),
-            shared: self.shared.clone(),
-            sender: self.sender.clone(),
-            pool: self.pool.clone(),
-            agent: self.agent.clone(),
-            sip: self.command_tx.clone(),
-        };
+        let (dialog_tx, dialog_rx) = mpsc::unbounded_channel();
         self.calls.insert(
             call,
             CallEntry {
-                control: control_tx,
+                dialog: dialog_tx,
                 local: p.local,
             },
         );
-        self.tasks.spawn(
-            call::run(ctx, p.media, p.start_unix_ms, control_rx).instrument_span(p.span.clone()),
-        );
+        let start = CallStart {
+            call,
+            info: p.info,
+            admitted: p.admitted,
+            negotiated: p.negotiated,
+            start_unix_ms: p.start_unix_ms,
+            settings: self.call_settings(),
+        };
+        self.tasks.spawn(tracing::Instrument::instrument(
+            driver::run(self.services.clone(), start, dialog_rx),
+            span.clone(),
+        ));
     }
 
     /// A call that ended before it was answered (CANCEL while ringing): free it and record it.
     fn end_unanswered(&mut self, p: PendingCall, reason: EndReason) {
-        let span = p.span.clone();
-        let _enter = span.enter();
+        let _enter = p.span.enter();
         let cause = if reason == EndReason::Cancelled {
             EndCause::Cancelled
         } else {
             EndCause::SignallingFailure
         };
         // Whatever the agent prepared for it (a bot connection) will not be used.
-        self.agent.abandon_call(&p.media.info);
-        if let Ok(mut ports) = self.shared.ports.lock() {
-            ports.release(p.media.port);
-        }
-        self.shared.active_calls.fetch_sub(1, Ordering::Relaxed);
+        self.services.agent.abandon_call(&p.info);
         counter!(m::CALLS_TOTAL, "result" => cause.result_label()).increment(1);
-        crate::cdr::CallDetailRecord::unanswered(&p.media.info, p.start_unix_ms, cause).log();
+        CallDetailRecord::unanswered(&p.info, p.start_unix_ms, cause).log();
+        // dropping `p` gives its slot back
     }
 
     fn reoffer(&mut self, call: ontime_sip::CallHandle, method: Method, offer: SessionDescription) {
@@ -571,36 +431,12 @@ impl SipLoop {
                     warn!(error = %e, ?method, "answering the new offer failed");
                     return;
                 }
-                let _ = entry.control.send(CallControl::Media(negotiated));
+                let _ = entry.dialog.send(DialogEvent::Media(negotiated));
             }
             Err(e) => {
                 info!(error = %e, ?method, "new offer has no common codec: 488, session unchanged");
                 let _ = self.endpoint.reject_update(call, 488, Instant::now());
             }
         }
-    }
-}
-
-/// Bind the RTP socket on an even port and RTCP on the port above (RFC 3550 §11).
-fn bind_pair(ip: std::net::IpAddr, port: u16) -> std::io::Result<(StdUdpSocket, StdUdpSocket)> {
-    let rtp = StdUdpSocket::bind(SocketAddr::new(ip, port))?;
-    let rtcp = StdUdpSocket::bind(SocketAddr::new(ip, port + 1))?;
-    rtp.set_nonblocking(true)?;
-    rtcp.set_nonblocking(true)?;
-    Ok((rtp, rtcp))
-}
-
-/// Whether a direction lets us send.
-pub fn may_send(direction: Direction) -> bool {
-    matches!(direction, Direction::SendRecv | Direction::SendOnly)
-}
-
-trait InstrumentExt: Sized {
-    fn instrument_span(self, span: tracing::Span) -> tracing::instrument::Instrumented<Self>;
-}
-
-impl<F: std::future::Future> InstrumentExt for F {
-    fn instrument_span(self, span: tracing::Span) -> tracing::instrument::Instrumented<Self> {
-        tracing::Instrument::instrument(self, span)
     }
 }

@@ -37,11 +37,13 @@ impl PortPool {
         }
     }
 
+    #[cfg(test)]
     /// Ports free now.
     pub fn available(&self) -> usize {
         self.free.len()
     }
 
+    #[cfg(test)]
     /// RTP ports in the range.
     pub fn capacity(&self) -> usize {
         self.capacity

@@ -2,7 +2,8 @@
 //! send (RR on hold) with a reception block from the RFC 3550 statistics, SDES CNAME, and an
 //! RFC 3611 XR VoIP-metrics block filled from the live jitter buffer — and the caller's SR/RR
 //! parsed: LSR/DLSR for our next block, and round-trip time, loss and jitter of our stream
-//! exported as metrics. Sans-IO apart from reading the wall clock for NTP timestamps.
+//! exported as metrics. Sans-IO: NTP timestamps come from the wall time given at creation plus
+//! the `Instant`s fed in, so simulated time gives consistent reports.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -15,8 +16,8 @@ use ontime_rtp::rtcp::{
 };
 use ontime_rtp::{FRAME_BYTES, SAMPLE_RATE_HZ};
 
-use crate::inbound::InboundMedia;
-use crate::metrics as m;
+use super::inbound::InboundMedia;
+use crate::ops::metrics as m;
 
 /// RFC 3550 §6.2: with one sender and one receiver at 64 kbit/s the computed interval is below
 /// the 5 s minimum, so reports go every 5 s.
@@ -64,25 +65,22 @@ pub struct RtcpSession {
     /// LSR (middle 32 bits of the caller's last SR NTP time) and when it arrived.
     last_sr: Option<(u32, Instant)>,
     peer: PeerView,
-}
-
-fn ntp_now() -> NtpTimestamp {
-    NtpTimestamp::from_unix(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default(),
-    )
+    /// One instant and the wall time at it, to turn `Instant`s into NTP timestamps.
+    clock: (Instant, Duration),
 }
 
 impl RtcpSession {
-    /// A session sending to `remote` (the caller's RTP port + 1), reporting as `our_ssrc`.
+    /// A session sending to `remote` (the caller's RTP port + 1), reporting as `our_ssrc`;
+    /// `wall` is the wall-clock time at `now`.
     pub fn new(
         remote: Option<SocketAddr>,
         our_ssrc: u32,
         cname: String,
         now: Instant,
+        wall: SystemTime,
     ) -> RtcpSession {
         RtcpSession {
+            clock: (now, wall.duration_since(UNIX_EPOCH).unwrap_or_default()),
             remote,
             next_report: now + REPORT_INTERVAL,
             our_ssrc,
@@ -91,6 +89,11 @@ impl RtcpSession {
             last_sr: None,
             peer: PeerView::default(),
         }
+    }
+
+    fn ntp(&self, at: Instant) -> NtpTimestamp {
+        let (origin, unix) = self.clock;
+        NtpTimestamp::from_unix(unix + at.saturating_duration_since(origin))
     }
 
     /// The caller's RTCP address changed (latching).
@@ -106,6 +109,7 @@ impl RtcpSession {
         self.outgoing = outgoing;
     }
 
+    #[cfg(test)]
     /// What the caller reported about our stream.
     pub fn peer(&self) -> PeerView {
         self.peer
@@ -130,7 +134,7 @@ impl RtcpSession {
                 return;
             }
         };
-        let arrival = ntp_now();
+        let arrival = self.ntp(now);
         for p in &packets {
             let blocks = match p {
                 RtcpPacket::SenderReport(sr) => {
@@ -179,7 +183,7 @@ impl RtcpSession {
         inbound: &mut InboundMedia,
         packets_sent: Option<u64>,
     ) -> Option<Vec<u8>> {
-        let ntp = ntp_now();
+        let ntp = self.ntp(now);
         let (last_sr, dlsr) = match self.last_sr {
             Some((lsr, at)) => (lsr, to_dlsr_units(now.saturating_duration_since(at))),
             None => (0, 0),
@@ -282,8 +286,8 @@ mod tests {
             remote_maxptime_ms: None,
             local_direction: Direction::SendRecv,
         };
-        let mut inbound = InboundMedia::new(media, Some(caller.ip()));
         let t0 = Instant::now();
+        let mut inbound = InboundMedia::new(media, Some(caller.ip()), t0);
         let mut p = Packetizer::with_initial(PT_PCMU, 0xCA11, 1, 0);
         let mut buf = [0u8; 200];
         for i in 0..50u32 {
@@ -300,6 +304,7 @@ mod tests {
             0x5E0D,
             "ontime@test".into(),
             t0,
+            SystemTime::now(),
         );
         s.set_outgoing(Some(OutgoingStream {
             ssrc: 0x5E0D,
@@ -350,22 +355,29 @@ mod tests {
         });
         let mut out = [0u8; 200];
         let n = ontime_rtp::rtcp::write_compound(&[rr], &mut out).unwrap();
+        // The RR arrives 30 ms (simulated) after our SR left.
+        let rr_at = t0 + Duration::from_millis(1030);
         s.handle_packet(
             &out[..n],
             "127.0.0.1:40001".parse().unwrap(),
-            Instant::now(),
+            rr_at,
             Some(caller.ip()),
         );
         let peer = s.peer();
         assert_eq!(peer.reports, 1);
         assert!((peer.fraction_lost - 0.25).abs() < 1e-9);
         assert_eq!(peer.jitter, Duration::from_millis(10));
-        assert!(peer.rtt.is_some());
+        let rtt = peer.rtt.expect("an RTT from the RR");
+        // NTP short format resolves 1/65536 s.
+        assert!(
+            rtt.abs_diff(Duration::from_millis(30)) < Duration::from_micros(50),
+            "{rtt:?}"
+        );
         // From a stranger: ignored.
         s.handle_packet(
             &out[..n],
             "127.0.0.9:40001".parse().unwrap(),
-            Instant::now(),
+            rr_at,
             Some(caller.ip()),
         );
         assert_eq!(s.peer().reports, 1);

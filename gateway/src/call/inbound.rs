@@ -9,12 +9,11 @@
 //! address is accepted. Everything else is dropped and counted as `wrong_source`.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use metrics::counter;
 
-use ontime_jitter::{JitterBuffer, JitterConfig, JitterCounters, Playout, RtpPacketInfo};
+use ontime_jitter::{JitterBuffer, JitterConfig, Playout, RtpPacketInfo};
 use ontime_rtp::dtmf::DtmfTracker;
 use ontime_rtp::g711::Law;
 use ontime_rtp::stats::ReceiverStats;
@@ -23,10 +22,6 @@ use ontime_rtp::{
     SAMPLE_RATE_HZ,
 };
 use ontime_sip::NegotiatedMedia;
-
-/// Sum over calls of the inbound jitter-buffer depth in µs; `ontime_jitter_depth_seconds` is this
-/// over the number of calls (published once a second by the app).
-pub static JITTER_DEPTH_US_SUM: AtomicI64 = AtomicI64::new(0);
 
 /// What one datagram was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,28 +72,21 @@ pub struct InboundMedia {
     published: Published,
 }
 
-/// What this call already added to the global counters and the depth sum.
+/// What this call already added to the global counters.
 #[derive(Debug, Default)]
 struct Published {
     discarded: u64,
     lost: u64,
-    depth_us: i64,
-}
-
-impl Drop for InboundMedia {
-    fn drop(&mut self) {
-        JITTER_DEPTH_US_SUM.fetch_sub(self.published.depth_us, Ordering::Relaxed);
-    }
 }
 
 impl InboundMedia {
-    /// Media for a call whose SDP named `sdp_ip`.
-    pub fn new(media: NegotiatedMedia, sdp_ip: Option<IpAddr>) -> InboundMedia {
+    /// Media for a call whose SDP named `sdp_ip`, starting at `now`.
+    pub fn new(media: NegotiatedMedia, sdp_ip: Option<IpAddr>, now: Instant) -> InboundMedia {
         InboundMedia {
             media,
             sdp_ip,
             latched: None,
-            origin: Instant::now(),
+            origin: now,
             first_audio: None,
             frames_played: 0,
             // ok: the default configuration is valid by construction (tested in ontime-jitter).
@@ -115,23 +103,21 @@ impl InboundMedia {
         }
     }
 
-    /// Add this call's new discards and losses to `ontime_jitter_*` and its depth to the sum.
-    /// The buffer's `lost` can fall (a concealed packet that turns up late becomes a discard), so
-    /// only increases are published.
+    /// Add this call's new discards and losses to `ontime_jitter_*`. The buffer's `lost` can
+    /// fall (a concealed packet that turns up late becomes a discard), so only increases are
+    /// published.
     pub fn publish_metrics(&mut self) {
         let j = self.jitter.counters();
         if j.discarded() > self.published.discarded {
-            counter!(crate::metrics::JITTER_DISCARDED_TOTAL)
+            counter!(crate::ops::metrics::JITTER_DISCARDED_TOTAL)
                 .increment(j.discarded() - self.published.discarded);
             self.published.discarded = j.discarded();
         }
         if j.lost > self.published.lost {
-            counter!(crate::metrics::JITTER_LOST_TOTAL).increment(j.lost - self.published.lost);
+            counter!(crate::ops::metrics::JITTER_LOST_TOTAL)
+                .increment(j.lost - self.published.lost);
             self.published.lost = j.lost;
         }
-        let depth_us = self.jitter.depth().as_micros() as i64;
-        JITTER_DEPTH_US_SUM.fetch_add(depth_us - self.published.depth_us, Ordering::Relaxed);
-        self.published.depth_us = depth_us;
     }
 
     /// New negotiated media after a re-INVITE.
@@ -146,14 +132,14 @@ impl InboundMedia {
         self.media = media;
     }
 
+    /// The address the source was latched to, once the caller has sent.
+    pub fn latched(&self) -> Option<SocketAddr> {
+        self.latched
+    }
+
     /// The IP the caller's SDP named (RTCP is accepted from it too).
     pub fn sdp_ip(&self) -> Option<IpAddr> {
         self.sdp_ip
-    }
-
-    /// Whether caller audio has started (playout runs from then on).
-    pub fn started(&self) -> bool {
-        self.first_audio.is_some()
     }
 
     fn since_origin(&self, t: Instant) -> Duration {
@@ -312,8 +298,9 @@ impl InboundMedia {
         }
     }
 
+    #[cfg(test)]
     /// The jitter buffer's counters.
-    pub fn jitter_counters(&self) -> JitterCounters {
+    pub fn jitter_counters(&self) -> ontime_jitter::JitterCounters {
         self.jitter.counters()
     }
 
@@ -340,12 +327,10 @@ impl InboundMedia {
     }
 }
 
-fn law_of(payload_type: u8) -> Law {
-    if payload_type == PT_PCMA {
-        Law::Alaw
-    } else {
-        Law::Ulaw
-    }
+/// The law of a negotiated G.711 payload type (µ-law for anything else: only PCMU and PCMA are
+/// ever negotiated).
+pub(crate) fn law_of(payload_type: u8) -> Law {
+    Law::from_payload_type(payload_type).unwrap_or(Law::Ulaw)
 }
 
 #[cfg(test)]
@@ -369,7 +354,7 @@ mod tests {
     #[test]
     fn source_policy_latches_once_and_drops_strangers() {
         let sdp: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()));
+        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()), Instant::now());
         let mut p = Packetizer::with_initial(PT_PCMU, 7, 100, 0);
         let mut buf = [0u8; 200];
         let t0 = Instant::now();
@@ -401,7 +386,7 @@ mod tests {
     #[test]
     fn plays_frames_then_keeps_the_clock_with_silence() {
         let sdp: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()));
+        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()), Instant::now());
         let mut p = Packetizer::with_initial(PT_PCMU, 7, 65530, 0);
         let mut buf = [0u8; 200];
         let t0 = Instant::now();
@@ -427,7 +412,7 @@ mod tests {
     #[test]
     fn dtmf_digit_reported_once_with_repeated_end_packets() {
         let sdp: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()));
+        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()), Instant::now());
         let mut p = Packetizer::with_initial(101, 9, 1, 1000);
         let mut buf = [0u8; 64];
         let t0 = Instant::now();

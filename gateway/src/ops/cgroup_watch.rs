@@ -5,7 +5,7 @@ use metrics::{counter, gauge};
 use ontime_cgroup::{CpuCgroup, CpuStat};
 use tracing::{info, warn};
 
-use crate::metrics as m;
+use super::metrics as m;
 
 /// Publish the process's CFS quota as `ontime_cgroup_quota_cores` (0 = unlimited) and log it.
 pub fn publish_quota() {

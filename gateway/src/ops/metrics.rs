@@ -57,15 +57,6 @@ pub const AGENT_BUFFERED_AUDIO_SECONDS: &str = "ontime_agent_buffered_audio_seco
 pub const AGENT_BUFFERED_AUDIO_BUCKETS_SECONDS: &[f64] =
     &[0.02, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0];
 
-/// Reasons an INVITE is refused (label values of [`CALLS_REJECTED_TOTAL`]).
-pub const REJECT_REASONS: &[&str] = &[
-    "not_trunk",
-    "max_calls",
-    "no_rtp_port",
-    "draining",
-    "no_common_codec",
-    "agent_unavailable",
-];
 /// Results of ended calls (label values of [`CALLS_TOTAL`]).
 pub const CALL_RESULTS: &[&str] = &["completed", "cancelled", "failed"];
 /// Reasons a datagram on an RTP port is dropped besides the parser's own.
@@ -88,8 +79,8 @@ pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
         Unit::Count,
         "INVITEs refused, by reason."
     );
-    for r in REJECT_REASONS {
-        counter!(CALLS_REJECTED_TOTAL, "reason" => *r).absolute(0);
+    for r in crate::admission::RejectReason::ALL {
+        counter!(CALLS_REJECTED_TOTAL, "reason" => r.label()).absolute(0);
     }
     describe_counter!(
         BARGE_INS_TOTAL,
@@ -219,5 +210,105 @@ pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
         "Agent audio queued for a call after each chunk arrives."
     );
     let _ = metrics::histogram!(AGENT_BUFFERED_AUDIO_SECONDS);
-    crate::ws_agent::describe_metrics();
+}
+
+/// `ontime_jitter_depth_seconds`: each call adds its inbound jitter-buffer depth through a
+/// [`JitterDepthShare`]; [`JitterDepthGauge::publish`] sets the gauge to the mean over calls.
+#[derive(Debug, Default)]
+pub struct JitterDepthGauge {
+    sum_us: std::sync::atomic::AtomicI64,
+    calls: std::sync::atomic::AtomicI64,
+}
+
+impl JitterDepthGauge {
+    /// A share for one call (counted until dropped).
+    pub fn share(self: &std::sync::Arc<Self>) -> JitterDepthShare {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        JitterDepthShare {
+            gauge: std::sync::Arc::clone(self),
+            us: 0,
+        }
+    }
+
+    /// The mean depth over the calls holding a share (zero without calls).
+    pub fn mean(&self) -> std::time::Duration {
+        use std::sync::atomic::Ordering::Relaxed;
+        let calls = self.calls.load(Relaxed);
+        let sum = self.sum_us.load(Relaxed);
+        if calls <= 0 || sum <= 0 {
+            return std::time::Duration::ZERO;
+        }
+        std::time::Duration::from_micros((sum / calls) as u64)
+    }
+
+    /// Set the gauge to the mean.
+    pub fn publish(&self) {
+        gauge!(JITTER_DEPTH_SECONDS).set(self.mean().as_secs_f64());
+    }
+}
+
+/// One call's part of [`JitterDepthGauge`].
+#[derive(Debug)]
+pub struct JitterDepthShare {
+    gauge: std::sync::Arc<JitterDepthGauge>,
+    us: i64,
+}
+
+impl JitterDepthShare {
+    /// This call's depth now.
+    pub fn set(&mut self, depth: std::time::Duration) {
+        let us = i64::try_from(depth.as_micros()).unwrap_or(i64::MAX);
+        self.gauge
+            .sum_us
+            .fetch_add(us - self.us, std::sync::atomic::Ordering::Relaxed);
+        self.us = us;
+    }
+}
+
+impl Drop for JitterDepthShare {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.gauge.sum_us.fetch_sub(self.us, Relaxed);
+        self.gauge.calls.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Which histograms a bucket layout is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HistogramMatch {
+    /// The histogram with exactly this name.
+    Full(&'static str),
+    /// Every histogram whose name starts with this.
+    Prefix(&'static str),
+}
+
+/// Bucket bounds (seconds) that fit the gateway's histograms, for a host's Prometheus recorder:
+/// the sender's lateness around the 20 ms threshold, inference work in ms, queued agent audio
+/// and bot connection times in seconds.
+pub fn histogram_buckets() -> Vec<(HistogramMatch, Vec<f64>)> {
+    vec![
+        (
+            HistogramMatch::Full("ontime_sender_tick_lateness_seconds"),
+            ontime_sender::LATENESS_BUCKET_BOUNDS
+                .iter()
+                .map(|d| d.as_secs_f64())
+                .collect(),
+        ),
+        (
+            HistogramMatch::Prefix("ontime_inference_"),
+            vec![
+                0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0,
+            ],
+        ),
+        (
+            HistogramMatch::Full(AGENT_BUFFERED_AUDIO_SECONDS),
+            AGENT_BUFFERED_AUDIO_BUCKETS_SECONDS.to_vec(),
+        ),
+        (
+            HistogramMatch::Full(super::ws_metrics::WS_CONNECT_SECONDS),
+            super::ws_metrics::CONNECT_BUCKETS_SECONDS.to_vec(),
+        ),
+    ]
 }

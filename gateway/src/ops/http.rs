@@ -16,8 +16,8 @@ use tokio::net::TcpListener;
 
 /// What the endpoint needs from the gateway.
 pub trait OpsState: Send + Sync + 'static {
-    /// The Prometheus text exposition.
-    fn render_metrics(&self) -> String;
+    /// The Prometheus text exposition, if the host gave the gateway a way to render it.
+    fn render_metrics(&self) -> Option<String>;
     /// Whether new calls are accepted now.
     fn ready(&self) -> bool;
 }
@@ -40,11 +40,16 @@ fn route<S: OpsState>(state: &S, req: &Request<hyper::body::Incoming>) -> Respon
         );
     }
     match req.uri().path() {
-        "/metrics" => reply(
-            StatusCode::OK,
-            "text/plain; version=0.0.4",
-            state.render_metrics(),
-        ),
+        "/metrics" => match state.render_metrics() {
+            Some(text) => reply(StatusCode::OK, "text/plain; version=0.0.4", text),
+            None => reply(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                "no metrics renderer configured
+"
+                .into(),
+            ),
+        },
         "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
         "/readyz" if state.ready() => reply(StatusCode::OK, "text/plain", "ready\n".into()),
         "/readyz" => reply(

@@ -1,0 +1,193 @@
+//! Admission: whether a new call may start (accepting, `max_calls`, a free RTP port pair) and the
+//! one place a call's resources are given back. A [`CallSlot`] is taken when an INVITE is
+//! admitted and released when it is dropped — rejected after ringing, cancelled, or ended — so
+//! "free the port and count the call out" is written once, in [`Drop`].
+
+mod ports;
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tracing::warn;
+
+use crate::config::PortRange;
+use ports::PortPool;
+
+/// Seconds a refused caller is asked to wait (`Retry-After`).
+pub const RETRY_AFTER_SECS: u32 = 5;
+
+/// How many ports of the pool to try before giving up (another process may hold some).
+const BIND_ATTEMPTS: usize = 8;
+
+/// Counted reasons for refusing an INVITE (label values of `ontime_calls_rejected_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The INVITE came from outside the trunk networks: 403.
+    NotTrunk,
+    /// At `max_calls`: 503 with Retry-After.
+    MaxCalls,
+    /// No RTP port pair free: 503 with Retry-After.
+    NoRtpPort,
+    /// Draining for shutdown: 503 with Retry-After.
+    Draining,
+    /// No codec in common (or no offer): 488.
+    NoCommonCodec,
+    /// The agent could not serve the call (e.g. its bot is unreachable): 503 with Retry-After,
+    /// sent after ringing.
+    AgentUnavailable,
+}
+
+impl RejectReason {
+    /// Every reason, for registering the metric's labels at zero.
+    pub const ALL: [RejectReason; 6] = [
+        RejectReason::NotTrunk,
+        RejectReason::MaxCalls,
+        RejectReason::NoRtpPort,
+        RejectReason::Draining,
+        RejectReason::NoCommonCodec,
+        RejectReason::AgentUnavailable,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            RejectReason::NotTrunk => "not_trunk",
+            RejectReason::MaxCalls => "max_calls",
+            RejectReason::NoRtpPort => "no_rtp_port",
+            RejectReason::Draining => "draining",
+            RejectReason::NoCommonCodec => "no_common_codec",
+            RejectReason::AgentUnavailable => "agent_unavailable",
+        }
+    }
+    /// The SIP status sent.
+    pub fn status(self) -> u16 {
+        match self {
+            RejectReason::NotTrunk => 403,
+            RejectReason::NoCommonCodec => 488,
+            _ => 503,
+        }
+    }
+}
+
+/// The gateway's call capacity, shared by the SIP loop, the calls and the ops endpoint.
+#[derive(Debug)]
+pub struct CallSlots {
+    accepting: AtomicBool,
+    active: AtomicUsize,
+    max_calls: usize,
+    ports: Mutex<PortPool>,
+}
+
+impl CallSlots {
+    /// Room for `max_calls` calls on the RTP ports of `ports`.
+    pub fn new(max_calls: usize, ports: PortRange) -> Arc<CallSlots> {
+        Arc::new(CallSlots {
+            accepting: AtomicBool::new(true),
+            active: AtomicUsize::new(0),
+            max_calls,
+            ports: Mutex::new(PortPool::new(ports)),
+        })
+    }
+
+    /// Whether a new call would be admitted now (for `/readyz` and OPTIONS).
+    pub fn ready(&self) -> bool {
+        self.accepting.load(Ordering::Relaxed) && self.active() < self.max_calls
+    }
+
+    /// Calls holding a slot (ringing or up).
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Whether new calls are still accepted.
+    pub fn accepting(&self) -> bool {
+        self.accepting.load(Ordering::Relaxed)
+    }
+
+    /// Refuse new calls from now on (drain).
+    pub fn stop_accepting(&self) {
+        self.accepting.store(false, Ordering::Relaxed);
+    }
+
+    /// Take a slot for a new call and bind its RTP/RTCP sockets on `ip`.
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<AdmittedCall, RejectReason> {
+        if !self.accepting() {
+            return Err(RejectReason::Draining);
+        }
+        // Counted before the check so two admissions cannot both take the last slot.
+        if self.active.fetch_add(1, Ordering::Relaxed) >= self.max_calls {
+            self.active.fetch_sub(1, Ordering::Relaxed);
+            return Err(RejectReason::MaxCalls);
+        }
+        let mut slot = CallSlot {
+            slots: Arc::clone(self),
+            port: None,
+        };
+        for _ in 0..BIND_ATTEMPTS {
+            let Some(port) = self.pool().allocate() else {
+                break;
+            };
+            match bind_pair(ip, port) {
+                Ok((rtp, rtcp)) => {
+                    slot.port = Some(port);
+                    return Ok(AdmittedCall { slot, rtp, rtcp });
+                }
+                Err(e) => {
+                    warn!(port, error = %e, "RTP port busy, trying the next");
+                    self.pool().release(port);
+                }
+            }
+        }
+        Err(RejectReason::NoRtpPort) // dropping `slot` counts the call out
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, PortPool> {
+        // The pool holds plain data: a panic elsewhere cannot leave it inconsistent.
+        self.ports.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One admitted call's hold on the capacity: its RTP port pair and its place in `max_calls`.
+/// Dropping it gives both back.
+#[derive(Debug)]
+pub struct CallSlot {
+    slots: Arc<CallSlots>,
+    port: Option<u16>,
+}
+
+/// A call slot with its bound sockets.
+#[derive(Debug)]
+pub struct AdmittedCall {
+    /// The slot (keep it as long as the call lives).
+    pub slot: CallSlot,
+    /// RTP socket, non-blocking, on an even port.
+    pub rtp: UdpSocket,
+    /// RTCP socket on the port above.
+    pub rtcp: UdpSocket,
+}
+
+impl CallSlot {
+    /// The RTP port held.
+    pub fn port(&self) -> Option<u16> {
+        self.port
+    }
+}
+
+impl Drop for CallSlot {
+    fn drop(&mut self) {
+        if let Some(port) = self.port.take() {
+            self.slots.pool().release(port);
+        }
+        self.slots.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Bind the RTP socket on an even port and RTCP on the port above (RFC 3550 §11).
+fn bind_pair(ip: IpAddr, port: u16) -> std::io::Result<(UdpSocket, UdpSocket)> {
+    let rtp = UdpSocket::bind(SocketAddr::new(ip, port))?;
+    let rtcp = UdpSocket::bind(SocketAddr::new(ip, port + 1))?;
+    rtp.set_nonblocking(true)?;
+    rtcp.set_nonblocking(true)?;
+    Ok((rtp, rtcp))
+}

@@ -1,0 +1,131 @@
+//! Agents: what answers the caller. The gateway turns a call into [`AgentEvent`]s and plays the
+//! [`AgentAction`]s it gets back through the real-time sender. Built in: [`StubAgent`], which
+//! plays a fixed reply after each completed turn (like a test harness's stub STT/LLM/TTS), and
+//! [`WsAgent`], which bridges each call to a bot over a Twilio-compatible WebSocket.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+mod stub;
+pub(crate) mod ws;
+
+pub use stub::{StubAgent, StubReplyError};
+pub use ws::{WsAgent, WsAgentConfig, WsAgentError};
+
+/// Facts about a call an agent may want.
+#[derive(Debug, Clone)]
+pub struct CallInfo {
+    /// SIP Call-ID.
+    pub call_id: String,
+    /// From URI.
+    pub from: String,
+    /// To URI.
+    pub to: String,
+    /// Every header of the INVITE (name, value), for agents that forward some (the WebSocket
+    /// agent's `ws_forward_headers`).
+    pub sip_headers: Vec<(String, String)>,
+}
+
+/// What happens on a call, as the agent sees it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AgentEvent<'a> {
+    /// Caller audio after the jitter buffer, 8 kHz PCM, one 20 ms frame at a time.
+    CallerAudio(&'a [i16]),
+    /// Local VAD heard the caller start speaking.
+    SpeechStarted,
+    /// Local VAD heard the caller stop.
+    SpeechStopped,
+    /// The caller's turn ended (Smart Turn said complete, or the stop timeout passed).
+    TurnEnded {
+        /// Smart Turn's probability of completion (None when the timeout decided).
+        probability: Option<f32>,
+    },
+    /// The caller's speech cleared queued agent audio (local barge-in).
+    BargeIn,
+    /// A DTMF digit.
+    Dtmf(char),
+    /// A mark the agent queued has been played (its last frame sent).
+    MarkPlayed(&'a str),
+    /// The call ended.
+    Ended,
+}
+
+/// What an agent asks the gateway to do.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AgentAction {
+    /// Queue 8 kHz PCM to play, paced by the sender.
+    Play(Arc<[i16]>),
+    /// The current utterance is complete (an empty queue after this is not an underrun).
+    EndOfUtterance,
+    /// Report back when everything queued so far has been played.
+    Mark(String),
+    /// Drop everything queued, at once.
+    Clear,
+    /// Hang up.
+    Hangup,
+    /// Hang up with this RFC 3326 `Reason` header value on the BYE (e.g.
+    /// `Q.850;cause=41;text="agent disconnected"`).
+    HangupWithReason(String),
+}
+
+/// An agent's verdict on a call before it is answered (see [`Agent::prepare_call`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Answer the call; [`Agent::start_call`] follows.
+    Answer,
+    /// Refuse it with 503 (the agent cannot serve it, e.g. a remote bot is unreachable).
+    Reject,
+}
+
+/// What [`Agent::prepare_call`] returns: resolves once the agent is ready (or not).
+pub type AdmissionFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Admission> + Send + 'static>>;
+
+/// Where an agent sends its actions for one call. Cheap to clone; usable from any thread or
+/// task (an agent may answer from its own runtime), and never blocks.
+#[derive(Debug, Clone)]
+pub struct AgentOutput(UnboundedSender<AgentAction>);
+
+impl AgentOutput {
+    pub(crate) fn new(tx: UnboundedSender<AgentAction>) -> AgentOutput {
+        AgentOutput(tx)
+    }
+
+    /// Send an action; a call that has ended drops it.
+    pub fn send(&self, action: AgentAction) {
+        let _ = self.0.send(action);
+    }
+}
+
+/// An agent: makes one [`AgentCall`] per call.
+pub trait Agent: Send + Sync + 'static {
+    /// Start serving a call.
+    fn start_call(&self, info: &CallInfo, output: AgentOutput) -> Box<dyn AgentCall>;
+
+    /// Get ready for a call before it is answered (e.g. connect to a remote bot). The SIP loop
+    /// rings (180) while the future runs, then answers or rejects as it says; it runs on tokio
+    /// and must be bounded in time. `None` (the default): nothing to prepare, answer at once.
+    fn prepare_call(&self, _info: &CallInfo) -> Option<AdmissionFuture> {
+        None
+    }
+
+    /// A call [`Agent::prepare_call`] was run for will not start (the caller cancelled while
+    /// it ran): release what was prepared.
+    fn abandon_call(&self, _info: &CallInfo) {}
+}
+
+/// One call's conversation with an agent.
+pub trait AgentCall: Send {
+    /// Something happened on the call.
+    ///
+    /// Contract: this runs on the call's own tokio task, in order, once per event — caller
+    /// audio arrives every 20 ms — so it must return at once: it must not block, sleep, wait
+    /// on a lock another thread holds long, or do model work. Hand slow work to another task
+    /// or thread and answer through the [`AgentOutput`] given to [`Agent::start_call`]. The
+    /// outgoing audio stays on time whatever this does (the real-time sender has its own
+    /// thread), but a slow `on_event` delays the caller's audio to the VAD and the agent.
+    fn on_event(&mut self, event: AgentEvent<'_>);
+}

@@ -1,0 +1,696 @@
+//! One call, sans-IO: [`CallCore`] is fed the caller's datagrams, dialog events from the SIP
+//! loop, the inference thread's events, the agent's actions and the time, and answers with
+//! [`CallOutput`]s — what to send, what to tell the agent and the VAD, what to record, what to
+//! ask of SIP — and [`CallCore::poll_timeout`], when to call [`CallCore::handle_timeout`] next.
+//! It reads no clock and touches no socket: [`super::driver`] does, and tests drive it on
+//! simulated time.
+//!
+//! Every decision about the call lives here: the 20 ms playout of caller audio, turn-taking
+//! (a turn counts when Smart Turn calls it complete while the caller is quiet; local barge-in
+//! clears the reply when the caller starts speaking over it), hold (no sending, no RTP
+//! timeout), the end of the call and its record.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant, SystemTime};
+
+use metrics::{counter, histogram};
+use ontime_inference::InferenceEvent;
+use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_HZ};
+use ontime_sender::{StreamEvent, StreamId, StreamProducer};
+use ontime_sip::{Direction, NegotiatedMedia};
+use tracing::info;
+
+use super::inbound::{law_of, InboundMedia, InboundOutcome};
+use super::outbound::Outbound;
+use super::rtcp::{OutgoingStream, RtcpSession};
+use crate::agent::{AgentAction, AgentEvent, CallInfo};
+use crate::config::BargeIn;
+use crate::ops::metrics as m;
+use crate::records::cdr::{CallDetailRecord, EndCause};
+use crate::records::recording::Track;
+
+/// How long to wait for the dialog to end after we asked SIP to hang up, before the call is
+/// closed anyway (a BYE's transaction gives up after 64·T1 = 32 s; a little more).
+pub const HANGUP_WAIT: Duration = Duration::from_secs(40);
+
+/// Most playout ticks caught up at once after the driver was late; beyond that the schedule
+/// restarts from now (the jitter buffer's own clock bounds the audio catch-up).
+const MAX_CATCH_UP: Duration = Duration::from_millis(200);
+
+/// What a call needs to know that does not change during the call.
+#[derive(Debug, Clone)]
+pub struct CallSettings {
+    /// Hang up after this long without caller RTP while the caller should be sending (`None`:
+    /// never).
+    pub rtp_timeout: Option<Duration>,
+    /// Hang up after this long.
+    pub max_call_duration: Duration,
+    /// Who clears the reply when the caller talks over it.
+    pub barge_in: BargeIn,
+    /// Queued agent audio beyond this is dropped, oldest first.
+    pub max_buffered: Duration,
+    /// RTCP SDES CNAME.
+    pub cname: String,
+    /// Emit [`CallOutput::Record`] for both sides.
+    pub record: bool,
+    /// The sender's schedule origin (`ontime_sender::Sender::origin`): sent frames carry their
+    /// slot time from it, which places them on the recording's timeline.
+    pub sender_origin: Instant,
+}
+
+/// What the SIP side tells a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DialogEvent {
+    /// The ACK arrived.
+    Established,
+    /// New negotiated media after a re-INVITE/UPDATE (hold, resume, new address, new codec).
+    Media(NegotiatedMedia),
+    /// A DTMF digit from SIP INFO.
+    Dtmf(char),
+    /// The dialog ended (BYE, CANCEL, session timer, failure).
+    Ended(EndCause),
+    /// Hang up now with this cause (drain timeout, operator).
+    Hangup(EndCause),
+}
+
+/// What the call asks of the SIP side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SipRequest {
+    /// Send BYE.
+    Hangup,
+    /// Send BYE with this RFC 3326 `Reason` header value.
+    HangupWithReason(String),
+}
+
+/// An agent event the call produced, owned (the driver lends it as [`AgentEvent`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentNotice {
+    /// A 20 ms frame of caller audio.
+    CallerAudio(Box<[i16; SAMPLES_PER_FRAME]>),
+    /// Local VAD heard the caller start.
+    SpeechStarted,
+    /// Local VAD heard the caller stop.
+    SpeechStopped,
+    /// The caller's turn ended.
+    TurnEnded {
+        /// Smart Turn's probability (None when the stop timeout decided).
+        probability: Option<f32>,
+    },
+    /// Local barge-in cleared the reply.
+    BargeIn,
+    /// A DTMF digit.
+    Dtmf(char),
+    /// A mark was played.
+    MarkPlayed(String),
+    /// The call ended.
+    Ended,
+}
+
+impl AgentNotice {
+    /// The event as [`crate::AgentCall::on_event`] takes it.
+    pub fn as_event(&self) -> AgentEvent<'_> {
+        match self {
+            AgentNotice::CallerAudio(pcm) => AgentEvent::CallerAudio(&pcm[..]),
+            AgentNotice::SpeechStarted => AgentEvent::SpeechStarted,
+            AgentNotice::SpeechStopped => AgentEvent::SpeechStopped,
+            AgentNotice::TurnEnded { probability } => AgentEvent::TurnEnded {
+                probability: *probability,
+            },
+            AgentNotice::BargeIn => AgentEvent::BargeIn,
+            AgentNotice::Dtmf(d) => AgentEvent::Dtmf(*d),
+            AgentNotice::MarkPlayed(name) => AgentEvent::MarkPlayed(name),
+            AgentNotice::Ended => AgentEvent::Ended,
+        }
+    }
+}
+
+/// Something for the driver to do.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CallOutput {
+    /// Start an outgoing stream with this packetizer to `remote`, then hand the producer to
+    /// [`CallCore::attach_stream`].
+    StartStream {
+        /// The stream's RTP state (random SSRC, sequence and timestamp).
+        packetizer: Packetizer,
+        /// Where to send.
+        remote: SocketAddr,
+    },
+    /// Send the stream's packets to a new address (latching, re-INVITE).
+    SetStreamRemote {
+        /// The stream.
+        stream: StreamId,
+        /// The new address.
+        remote: SocketAddr,
+    },
+    /// Send an RTCP compound packet from the RTCP socket.
+    Rtcp {
+        /// The packet.
+        bytes: Vec<u8>,
+        /// Where.
+        destination: SocketAddr,
+    },
+    /// A frame of caller audio for the VAD and Smart Turn.
+    Inference(Box<[i16; SAMPLES_PER_FRAME]>),
+    /// An event for the agent.
+    Agent(AgentNotice),
+    /// Audio for the recording, at a sample position of the call's timeline (0 = answer).
+    Record {
+        /// Which side.
+        track: Track,
+        /// Sample index of the first sample.
+        at: u64,
+        /// One frame.
+        pcm: Box<[i16; SAMPLES_PER_FRAME]>,
+    },
+    /// Ask SIP to do something.
+    Sip(SipRequest),
+    /// The call is over: log the record, close the recording at `recording_end` samples and
+    /// give the resources back. Nothing follows.
+    Ended {
+        /// The call detail record.
+        cdr: Box<CallDetailRecord>,
+        /// The timeline's length in samples (both recording tracks end here).
+        recording_end: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Up,
+    /// We asked SIP to hang up; waiting for the dialog to end (or `give_up_at`).
+    HangingUp {
+        cause: EndCause,
+        give_up_at: Instant,
+    },
+    Ended,
+}
+
+/// One call's media and turn-taking state.
+pub struct CallCore {
+    settings: CallSettings,
+    info: CallInfo,
+    start_unix_ms: u64,
+    answer_unix_ms: u64,
+    answered: Instant,
+    wall_at_answer: SystemTime,
+    negotiated: NegotiatedMedia,
+    inbound: InboundMedia,
+    rtcp: RtcpSession,
+    out: Outbound,
+    next_tick: Instant,
+    last_rtp: Instant,
+    caller_cursor: Option<u64>,
+    speaking: bool,
+    turns: u64,
+    barge_ins: u64,
+    dtmf: String,
+    phase: Phase,
+    outputs: VecDeque<CallOutput>,
+}
+
+fn sends(d: Direction) -> bool {
+    d.flags().0
+}
+
+fn receives(d: Direction) -> bool {
+    d.flags().1
+}
+
+fn rtcp_address(rtp: SocketAddr) -> SocketAddr {
+    SocketAddr::new(rtp.ip(), rtp.port().wrapping_add(1))
+}
+
+/// Samples of 8 kHz audio in `d`, rounded to the nearest.
+fn samples_in(d: Duration) -> u64 {
+    ((d.as_nanos() * u128::from(SAMPLE_RATE_HZ) + 500_000_000) / 1_000_000_000) as u64
+}
+
+impl CallCore {
+    /// A call answered at `now` (`wall`: the wall-clock time at `now`, for RTCP and the CDR),
+    /// with the media negotiated in the answer. The first outputs (the outgoing stream) are
+    /// ready at once.
+    pub fn new(
+        settings: CallSettings,
+        info: CallInfo,
+        negotiated: NegotiatedMedia,
+        start_unix_ms: u64,
+        now: Instant,
+        wall: SystemTime,
+    ) -> CallCore {
+        let sdp_ip: Option<IpAddr> = negotiated.remote_rtp.map(|a| a.ip());
+        let max_buffered_bytes =
+            (settings.max_buffered.as_secs_f64() * f64::from(SAMPLE_RATE_HZ)) as usize;
+        let rtcp = RtcpSession::new(
+            negotiated.remote_rtp.map(rtcp_address),
+            rand::random(),
+            settings.cname.clone(),
+            now,
+            wall,
+        );
+        let mut core = CallCore {
+            inbound: InboundMedia::new(negotiated, sdp_ip, now),
+            out: Outbound::new(law_of(negotiated.payload_type), max_buffered_bytes),
+            rtcp,
+            settings,
+            info,
+            start_unix_ms,
+            answer_unix_ms: unix_ms(wall),
+            answered: now,
+            wall_at_answer: wall,
+            negotiated,
+            next_tick: now + FRAME,
+            last_rtp: now,
+            caller_cursor: None,
+            speaking: false,
+            turns: 0,
+            barge_ins: 0,
+            dtmf: String::new(),
+            phase: Phase::Up,
+            outputs: VecDeque::new(),
+        };
+        core.start_stream_if_sending();
+        core
+    }
+
+    /// The call's facts.
+    pub fn info(&self) -> &CallInfo {
+        &self.info
+    }
+
+    /// The next output, if any.
+    pub fn poll_output(&mut self) -> Option<CallOutput> {
+        self.outputs.pop_front()
+    }
+
+    /// When to call [`CallCore::handle_timeout`] next (`None` once the call has ended).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Up => Some(self.next_tick),
+            Phase::HangingUp { give_up_at, .. } => Some(self.next_tick.min(give_up_at)),
+            Phase::Ended => None,
+        }
+    }
+
+    /// The call has ended ([`CallOutput::Ended`] was emitted).
+    pub fn is_ended(&self) -> bool {
+        self.phase == Phase::Ended
+    }
+
+    /// The inbound jitter buffer's current depth (for `ontime_jitter_depth_seconds`).
+    pub fn jitter_depth(&self) -> Duration {
+        self.inbound.jitter().depth()
+    }
+
+    /// The stream asked for by [`CallOutput::StartStream`] is running.
+    pub fn attach_stream(
+        &mut self,
+        producer: StreamProducer,
+        packetizer: &Packetizer,
+        now: Instant,
+    ) {
+        if self.phase == Phase::Ended {
+            return; // dropping the producer removes the stream
+        }
+        self.rtcp.set_outgoing(Some(OutgoingStream {
+            ssrc: packetizer.ssrc(),
+            first_timestamp: packetizer.next_timestamp(),
+            started: now,
+        }));
+        self.out.attach(producer);
+    }
+
+    /// A datagram on the RTP port.
+    pub fn handle_rtp(&mut self, bytes: &[u8], src: SocketAddr, now: Instant) {
+        if self.phase == Phase::Ended {
+            return;
+        }
+        match self.inbound.handle_datagram(bytes, src, now) {
+            InboundOutcome::Audio => {
+                self.last_rtp = now;
+                counter!(m::RTP_PACKETS_RECEIVED_TOTAL).increment(1);
+            }
+            InboundOutcome::Latched(addr) => {
+                self.last_rtp = now;
+                counter!(m::RTP_PACKETS_RECEIVED_TOTAL).increment(1);
+                if let Some(p) = self.out.producer() {
+                    self.outputs.push_back(CallOutput::SetStreamRemote {
+                        stream: p.id(),
+                        remote: addr,
+                    });
+                }
+                self.rtcp.set_remote(rtcp_address(addr));
+            }
+            InboundOutcome::Dtmf(digit) => {
+                self.last_rtp = now;
+                counter!(m::RTP_PACKETS_RECEIVED_TOTAL).increment(1);
+                if let Some(d) = digit {
+                    self.digit(d);
+                }
+            }
+            InboundOutcome::Dropped(reason) => {
+                counter!(m::RTP_INVALID_PACKETS_TOTAL, "reason" => reason).increment(1);
+            }
+            InboundOutcome::Rtcp => {}
+        }
+    }
+
+    /// A datagram on the RTCP port.
+    pub fn handle_rtcp(&mut self, bytes: &[u8], src: SocketAddr, now: Instant) {
+        if self.phase != Phase::Ended {
+            self.rtcp
+                .handle_packet(bytes, src, now, self.inbound.sdp_ip());
+        }
+    }
+
+    /// Something from the SIP side.
+    pub fn handle_dialog(&mut self, event: DialogEvent, now: Instant) {
+        match event {
+            DialogEvent::Established => {}
+            DialogEvent::Media(n) => self.media_changed(n, now),
+            DialogEvent::Dtmf(d) => self.digit(d),
+            DialogEvent::Ended(cause) => {
+                let cause = match self.phase {
+                    // Our BYE's cause is the call's cause, whatever ended the dialog.
+                    Phase::HangingUp { cause, .. } => cause,
+                    _ => cause,
+                };
+                self.finish(cause, now);
+            }
+            DialogEvent::Hangup(cause) => self.hang_up(cause, SipRequest::Hangup, now),
+        }
+    }
+
+    /// An event from the inference thread. The turn-taking decision is made here and only here.
+    pub fn handle_inference(&mut self, event: InferenceEvent, _now: Instant) {
+        if self.phase != Phase::Up {
+            return;
+        }
+        match event {
+            InferenceEvent::SpeechStarted { .. } => {
+                self.speaking = true;
+                if self.settings.barge_in == BargeIn::Local && self.out.queued() {
+                    // Barge-in: the caller talks over the reply; drop it at once.
+                    self.out.clear();
+                    self.barge_ins += 1;
+                    counter!(m::BARGE_INS_TOTAL).increment(1);
+                    self.notify(AgentNotice::BargeIn);
+                }
+                self.notify(AgentNotice::SpeechStarted);
+            }
+            InferenceEvent::SpeechStopped { .. } => {
+                self.speaking = false;
+                self.notify(AgentNotice::SpeechStopped);
+            }
+            InferenceEvent::TurnEnded {
+                probability,
+                complete,
+                timed_out,
+                latency,
+                ..
+            } => {
+                // A verdict on audio the caller has since continued is stale.
+                if complete && !self.speaking {
+                    self.turns += 1;
+                    counter!(m::TURNS_TOTAL).increment(1);
+                    info!(
+                        probability,
+                        timed_out,
+                        latency_ms = latency.as_secs_f64() * 1e3,
+                        "turn ended"
+                    );
+                    self.notify(AgentNotice::TurnEnded {
+                        probability: (!timed_out).then_some(probability),
+                    });
+                }
+            }
+        }
+    }
+
+    /// An action from the agent.
+    pub fn handle_agent(&mut self, action: AgentAction, now: Instant) {
+        if self.phase != Phase::Up {
+            return;
+        }
+        match action {
+            AgentAction::Play(samples) => {
+                let dropped = self.out.play(&samples);
+                if dropped > 0 {
+                    counter!(m::AGENT_AUDIO_DROPPED_FRAMES_TOTAL)
+                        .increment(dropped.div_ceil(FRAME_BYTES) as u64);
+                }
+                histogram!(m::AGENT_BUFFERED_AUDIO_SECONDS)
+                    .record(self.out.queued_bytes() as f64 / f64::from(SAMPLE_RATE_HZ));
+            }
+            AgentAction::EndOfUtterance => self.out.end_utterance(),
+            AgentAction::Mark(name) => self.out.mark(name),
+            AgentAction::Clear => self.out.clear(),
+            AgentAction::Hangup => self.hang_up(EndCause::GatewayBye, SipRequest::Hangup, now),
+            AgentAction::HangupWithReason(reason) => self.hang_up(
+                EndCause::GatewayBye,
+                SipRequest::HangupWithReason(reason),
+                now,
+            ),
+        }
+    }
+
+    /// Time passed: play caller audio due, feed the sender, report marks, send RTCP, check the
+    /// timeouts.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        match self.phase {
+            Phase::Ended => return,
+            Phase::HangingUp { cause, give_up_at } if now >= give_up_at => {
+                return self.finish(cause, now);
+            }
+            _ => {}
+        }
+        if now < self.next_tick {
+            return;
+        }
+        self.next_tick = if now.duration_since(self.next_tick) > MAX_CATCH_UP {
+            now + FRAME
+        } else {
+            self.next_tick + FRAME
+        };
+        self.play_caller_audio(now);
+        self.out.feed();
+        self.inbound.publish_metrics();
+        self.collect_stream_events();
+        self.collect_sent_audio();
+        let packets_sent = self.out.producer().map(|p| p.stats().packets_sent);
+        if let Some(r) = self.rtcp.poll_report(now, &mut self.inbound, packets_sent) {
+            self.outputs.push_back(CallOutput::Rtcp {
+                bytes: r.bytes,
+                destination: r.destination,
+            });
+        }
+        if self.phase != Phase::Up {
+            return;
+        }
+        if let Some(timeout) = self.settings.rtp_timeout {
+            // Only while the caller should be sending: on hold (we receive nothing by
+            // agreement) the clock is paused, and restarts at resume.
+            if receives(self.negotiated.local_direction)
+                && now.duration_since(self.last_rtp) >= timeout
+            {
+                counter!(m::RTP_TIMEOUTS_TOTAL).increment(1);
+                info!(
+                    timeout_s = timeout.as_secs_f64(),
+                    "no RTP from the caller: hanging up"
+                );
+                return self.hang_up(EndCause::RtpTimeout, SipRequest::Hangup, now);
+            }
+        }
+        if now.duration_since(self.answered) >= self.settings.max_call_duration {
+            info!("maximum call length reached: hanging up");
+            self.hang_up(EndCause::MaxDuration, SipRequest::Hangup, now);
+        }
+    }
+
+    fn notify(&mut self, notice: AgentNotice) {
+        self.outputs.push_back(CallOutput::Agent(notice));
+    }
+
+    fn digit(&mut self, d: char) {
+        counter!(m::DTMF_DIGITS_TOTAL).increment(1);
+        self.dtmf.push(d);
+        self.notify(AgentNotice::Dtmf(d));
+    }
+
+    fn samples_since_answer(&self, t: Instant) -> u64 {
+        samples_in(t.saturating_duration_since(self.answered))
+    }
+
+    fn play_caller_audio(&mut self, now: Instant) {
+        let record = self.settings.record;
+        let start = self.samples_since_answer(now);
+        let mut frames: Vec<[i16; SAMPLES_PER_FRAME]> = Vec::new();
+        self.inbound.pop(now, |frame| frames.push(*frame));
+        for frame in frames {
+            self.outputs
+                .push_back(CallOutput::Inference(Box::new(frame)));
+            if record {
+                // The caller's track runs on from its first frame, one frame per frame played:
+                // the jitter buffer's playout clock is the caller's timeline.
+                let at = *self.caller_cursor.get_or_insert(start);
+                self.caller_cursor = Some(at + SAMPLES_PER_FRAME as u64);
+                self.outputs.push_back(CallOutput::Record {
+                    track: Track::Caller,
+                    at,
+                    pcm: Box::new(frame),
+                });
+            }
+            self.notify(AgentNotice::CallerAudio(Box::new(frame)));
+        }
+    }
+
+    fn collect_stream_events(&mut self) {
+        let mut played = Vec::new();
+        if let Some(p) = self.out.producer_mut() {
+            while let Some(ev) = p.try_event() {
+                if let StreamEvent::Mark { id, cleared } = ev {
+                    played.push((id, cleared));
+                }
+            }
+        }
+        for (id, cleared) in played {
+            if let Some(name) = self.out.take_mark(id) {
+                if !cleared {
+                    self.notify(AgentNotice::MarkPlayed(name));
+                }
+            }
+        }
+    }
+
+    /// The agent's track: exactly what the sender sent, placed by each slot's time.
+    fn collect_sent_audio(&mut self) {
+        let law = law_of(self.negotiated.payload_type);
+        let origin = self.settings.sender_origin;
+        let mut sent = Vec::new();
+        if let Some(p) = self.out.producer_mut() {
+            while let Some(f) = p.try_sent_frame() {
+                sent.push(f);
+            }
+        }
+        for f in sent {
+            let mut pcm = [0i16; SAMPLES_PER_FRAME];
+            law.decode_slice(&f.payload, &mut pcm);
+            let at = self.samples_since_answer(origin + f.scheduled);
+            self.outputs.push_back(CallOutput::Record {
+                track: Track::Agent,
+                at,
+                pcm: Box::new(pcm),
+            });
+        }
+    }
+
+    fn start_stream_if_sending(&mut self) {
+        let Some(remote) = self.negotiated.remote_rtp else {
+            return;
+        };
+        if !sends(self.negotiated.local_direction) {
+            return;
+        }
+        // After the caller's first packet its real address is known (latching).
+        let remote = self.inbound.latched().unwrap_or(remote);
+        // Random SSRC, sequence and timestamp (RFC 3550 §5.1).
+        let packetizer = Packetizer::new(self.negotiated.payload_type);
+        self.outputs
+            .push_back(CallOutput::StartStream { packetizer, remote });
+    }
+
+    fn media_changed(&mut self, n: NegotiatedMedia, now: Instant) {
+        if self.phase != Phase::Up {
+            return;
+        }
+        let old = self.negotiated;
+        let codec_changed = n.payload_type != old.payload_type;
+        if !receives(old.local_direction) && receives(n.local_direction) {
+            // Resume: the RTP timeout counts from now, not from before the hold.
+            self.last_rtp = now;
+        }
+        self.negotiated = n;
+        self.inbound.update(n);
+        self.out.set_law(law_of(n.payload_type));
+        let send_to = n.remote_rtp.filter(|_| sends(n.local_direction));
+        if send_to.is_none() || codec_changed {
+            // Hold (we must not send, RFC 3264 §8.4) or a new codec: the stream stops, its
+            // counts stay with the call.
+            self.out.retire();
+            self.rtcp.set_outgoing(None);
+        }
+        if let Some(remote) = send_to {
+            match self.out.producer() {
+                Some(p) if Some(remote) != old.remote_rtp => {
+                    self.outputs.push_back(CallOutput::SetStreamRemote {
+                        stream: p.id(),
+                        remote,
+                    });
+                }
+                Some(_) => {}
+                // Resume or codec change: a new stream (new SSRC, RFC 3550 §8).
+                None => self.start_stream_if_sending(),
+            }
+        }
+        info!(direction = ?n.local_direction, remote = ?n.remote_rtp, "media updated");
+    }
+
+    fn hang_up(&mut self, cause: EndCause, request: SipRequest, now: Instant) {
+        if self.phase != Phase::Up {
+            return;
+        }
+        self.outputs.push_back(CallOutput::Sip(request));
+        self.phase = Phase::HangingUp {
+            cause,
+            give_up_at: now + HANGUP_WAIT,
+        };
+    }
+
+    fn finish(&mut self, cause: EndCause, now: Instant) {
+        if self.phase == Phase::Ended {
+            return;
+        }
+        self.notify(AgentNotice::Ended);
+        // Sent audio not yet collected still belongs in the recording.
+        if self.settings.record {
+            self.collect_sent_audio();
+        }
+        let totals = self.out.totals();
+        self.out.retire();
+        let jitter = self.inbound.counters();
+        let end_unix_ms =
+            unix_ms(self.wall_at_answer + now.saturating_duration_since(self.answered));
+        let cdr = CallDetailRecord {
+            call_id: self.info.call_id.clone(),
+            from: self.info.from.clone(),
+            to: self.info.to.clone(),
+            start_unix_ms: self.start_unix_ms,
+            answer_unix_ms: Some(self.answer_unix_ms),
+            end_unix_ms,
+            cause,
+            packets_in: jitter.received,
+            packets_out: totals.packets_sent,
+            late_ticks: totals.late_ticks,
+            underruns: totals.underruns,
+            discards: jitter.discarded,
+            lost: jitter.lost,
+            turns: self.turns,
+            barge_ins: self.barge_ins,
+            dtmf: std::mem::take(&mut self.dtmf),
+        };
+        counter!(m::CALLS_TOTAL, "result" => cause.result_label()).increment(1);
+        self.outputs.push_back(CallOutput::Ended {
+            cdr: Box::new(cdr),
+            recording_end: self.samples_since_answer(now),
+        });
+        self.phase = Phase::Ended;
+    }
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

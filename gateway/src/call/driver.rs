@@ -1,0 +1,215 @@
+//! The thin tokio task around a [`CallCore`]: it owns the call's sockets, its inference
+//! registration, its agent and its recording, feeds the core what arrives with the time it
+//! arrived, and carries out what the core asks. No decision is made here.
+//!
+//! Nothing here is on the 20 ms send clock: the sender thread is. The core's 20 ms playout only
+//! drains the inbound jitter buffer, where a few ms of tokio lateness are absorbed by its depth.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use ontime_inference::InferencePool;
+use ontime_sender::{Sender, StreamConfig, StreamOutput};
+use ontime_sip::{CallHandle, NegotiatedMedia};
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use super::core::{CallCore, CallOutput, CallSettings, DialogEvent, SipRequest};
+use crate::admission::AdmittedCall;
+use crate::agent::{Agent, AgentOutput, CallInfo};
+use crate::ops::metrics::JitterDepthGauge;
+use crate::records::recording::CallRecording;
+
+/// Sent frames the sender keeps for a recording call: the driver drains them every 20 ms, so a
+/// second leaves room for a stalled task.
+const SENT_TAP_FRAMES: usize = 50;
+
+/// What a call asks of the SIP loop.
+#[derive(Debug)]
+pub struct SipCall {
+    /// The dialog.
+    pub call: CallHandle,
+    /// The request.
+    pub request: SipRequest,
+}
+
+/// Shared services a call uses.
+#[derive(Clone)]
+pub struct CallServices {
+    /// The media clock.
+    pub sender: Arc<Sender>,
+    /// The inference pool.
+    pub pool: Arc<InferencePool>,
+    /// The agent.
+    pub agent: Arc<dyn Agent>,
+    /// Requests back to the SIP loop.
+    pub sip: mpsc::UnboundedSender<SipCall>,
+    /// Where the call's jitter depth is summed.
+    pub jitter_depth: Arc<JitterDepthGauge>,
+    /// Where recordings go, if anywhere.
+    pub record_dir: Option<std::path::PathBuf>,
+}
+
+/// What the SIP loop hands a new call.
+pub struct CallStart {
+    /// The dialog.
+    pub call: CallHandle,
+    /// Facts for the agent and the CDR.
+    pub info: CallInfo,
+    /// The admitted slot and its sockets (released when the call task ends).
+    pub admitted: AdmittedCall,
+    /// The negotiated media.
+    pub negotiated: NegotiatedMedia,
+    /// Unix ms of the INVITE.
+    pub start_unix_ms: u64,
+    /// Settings of the call core.
+    pub settings: CallSettings,
+}
+
+/// Run one call to its end.
+pub async fn run(
+    services: CallServices,
+    start: CallStart,
+    mut dialog: mpsc::UnboundedReceiver<DialogEvent>,
+) {
+    let CallStart {
+        call,
+        info,
+        admitted,
+        negotiated,
+        start_unix_ms,
+        mut settings,
+    } = start;
+    let (rtp_async, rtcp_async) = match (
+        admitted.rtp.try_clone().and_then(UdpSocket::from_std),
+        admitted.rtcp.try_clone().and_then(UdpSocket::from_std),
+    ) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => {
+            warn!(error = %e, "RTP sockets unusable; hanging up");
+            let _ = services.sip.send(SipCall {
+                call,
+                request: SipRequest::Hangup,
+            });
+            return; // dropping `admitted` releases the slot
+        }
+    };
+
+    // Inference events come from the pool's thread; a tokio channel wakes this task.
+    let (inference_tx, mut inference_rx) = mpsc::unbounded_channel();
+    let inference = match services.pool.register_call_with_sink(move |e| {
+        let _ = inference_tx.send(e);
+    }) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            warn!(error = %e, "inference pool refused the call: no VAD or turn detection");
+            None
+        }
+    };
+    let mut recording = services.record_dir.as_ref().and_then(|dir| {
+        CallRecording::create(dir, &info.call_id)
+            .map_err(|e| warn!(error = %e, "recording disabled for this call"))
+            .ok()
+    });
+    settings.record = recording.is_some();
+    settings.sender_origin = services.sender.origin();
+
+    let (agent_tx, mut agent_rx) = mpsc::unbounded_channel();
+    let mut agent = services.agent.start_call(&info, AgentOutput::new(agent_tx));
+    let mut core = CallCore::new(
+        settings,
+        info,
+        negotiated,
+        start_unix_ms,
+        Instant::now(),
+        SystemTime::now(),
+    );
+    let mut depth = services.jitter_depth.share();
+    let mut rtp_buf = vec![0u8; 2048];
+    let mut rtcp_buf = vec![0u8; 2048];
+
+    loop {
+        // Carry out everything the core asked for.
+        while let Some(output) = core.poll_output() {
+            match output {
+                CallOutput::StartStream { packetizer, remote } => {
+                    let socket = match admitted.rtp.try_clone() {
+                        Ok(s) => Arc::new(s),
+                        Err(e) => {
+                            warn!(error = %e, "cannot share the RTP socket with the sender");
+                            continue;
+                        }
+                    };
+                    let mut config =
+                        StreamConfig::new(packetizer.clone(), StreamOutput::Udp { socket, remote });
+                    if recording.is_some() {
+                        config.sent_tap_frames = SENT_TAP_FRAMES;
+                    }
+                    match services.sender.add_stream(config) {
+                        Ok(p) => core.attach_stream(p, &packetizer, Instant::now()),
+                        Err(e) => warn!(error = %e, "sender refused the stream"),
+                    }
+                }
+                CallOutput::SetStreamRemote { stream, remote } => {
+                    let _ = services.sender.set_remote(stream, remote);
+                }
+                CallOutput::Rtcp { bytes, destination } => {
+                    let _ = admitted.rtcp.send_to(&bytes, destination);
+                }
+                CallOutput::Inference(frame) => {
+                    if let Some(c) = inference.as_ref() {
+                        let _ = c.push_pcm(&frame[..]);
+                    }
+                }
+                CallOutput::Agent(notice) => agent.on_event(notice.as_event()),
+                CallOutput::Record { track, at, pcm } => {
+                    if let Some(r) = recording.as_mut() {
+                        r.write_at(track, at, &pcm[..]);
+                    }
+                }
+                CallOutput::Sip(request) => {
+                    let _ = services.sip.send(SipCall { call, request });
+                }
+                CallOutput::Ended { cdr, recording_end } => {
+                    cdr.log();
+                    if let Some(r) = recording.take() {
+                        if let Err(e) = r.finish(recording_end) {
+                            warn!(error = %e, "recording could not be finalised");
+                        }
+                    }
+                }
+            }
+        }
+        depth.set(core.jitter_depth());
+        let Some(wake) = core.poll_timeout() else {
+            break;
+        };
+        tokio::select! {
+            r = rtp_async.recv_from(&mut rtp_buf) => {
+                if let Ok((n, src)) = r {
+                    core.handle_rtp(&rtp_buf[..n], src, Instant::now());
+                }
+            }
+            r = rtcp_async.recv_from(&mut rtcp_buf) => {
+                if let Ok((n, src)) = r {
+                    core.handle_rtcp(&rtcp_buf[..n], src, Instant::now());
+                }
+            }
+            _ = tokio::time::sleep_until(wake.into()) => core.handle_timeout(Instant::now()),
+            Some(ev) = inference_rx.recv() => core.handle_inference(ev, Instant::now()),
+            Some(action) = agent_rx.recv() => core.handle_agent(action, Instant::now()),
+            ev = dialog.recv() => match ev {
+                Some(ev) => core.handle_dialog(ev, Instant::now()),
+                // The SIP loop is gone: nothing will end the dialog for us.
+                None => core.handle_dialog(
+                    DialogEvent::Ended(crate::records::cdr::EndCause::SignallingFailure),
+                    Instant::now(),
+                ),
+            },
+        }
+    }
+    drop(inference); // unregisters from the pool
+    drop(core); // removes the stream at the next tick
+    drop(admitted); // the slot: port back to the pool, one call fewer
+}

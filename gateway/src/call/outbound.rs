@@ -1,0 +1,261 @@
+//! The agent's side of the outgoing audio: G.711 queued in order with utterance ends and marks,
+//! handed to the real-time sender's ring a bounded horizon ahead, with the oldest audio dropped
+//! beyond `max_buffered_seconds`. Streams come and go with hold, resume and codec changes; the
+//! call's counts add up across all of them.
+
+use std::collections::VecDeque;
+
+use ontime_rtp::g711::Law;
+use ontime_sender::{StreamProducer, StreamStats};
+
+/// Counts of a call's outgoing streams, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamTotals {
+    /// Packets sent.
+    pub packets_sent: u64,
+    /// Slots served late.
+    pub late_ticks: u64,
+    /// Underruns mid-utterance.
+    pub underruns: u64,
+}
+
+impl StreamTotals {
+    fn add(&mut self, s: StreamStats) {
+        self.packets_sent += s.packets_sent;
+        self.late_ticks += s.late_ticks;
+        self.underruns += s.underruns;
+    }
+}
+
+/// Agent audio waiting for room in the sender's ring, in order with marks and utterance ends.
+enum Queued {
+    Audio(Vec<u8>, usize),
+    EndOfUtterance,
+    Mark(u64),
+}
+
+pub(crate) struct Outbound {
+    producer: Option<StreamProducer>,
+    queue: VecDeque<Queued>,
+    law: Law,
+    mark_names: Vec<(u64, String)>,
+    next_mark: u64,
+    /// `max_buffered_seconds` in G.711 bytes: more queued agent audio than this drops the oldest.
+    max_buffered_bytes: usize,
+    /// Counts of the streams this call already retired (hold, codec change).
+    retired: StreamTotals,
+}
+
+/// How far ahead agent audio is handed to the sender's ring. The rest waits in the call's
+/// queue, where the oldest can still be dropped when a bot sends more than
+/// `max_buffered_seconds`; two seconds absorb any tokio delay in refilling (every 20 ms).
+const RING_HORIZON_BYTES: usize = 100 * ontime_rtp::FRAME_BYTES;
+
+impl Outbound {
+    pub(crate) fn new(law: Law, max_buffered_bytes: usize) -> Outbound {
+        Outbound {
+            producer: None,
+            queue: VecDeque::new(),
+            law,
+            mark_names: Vec::new(),
+            next_mark: 1,
+            max_buffered_bytes,
+            retired: StreamTotals::default(),
+        }
+    }
+
+    /// Start sending through `producer` (a new stream: first, after hold, after a codec change).
+    pub(crate) fn attach(&mut self, producer: StreamProducer) {
+        self.retire();
+        self.producer = Some(producer);
+    }
+
+    /// Stop the current stream (hold, codec change, end of call): its counts are kept, its
+    /// queued audio dropped; dropping the producer removes it from the tick.
+    pub(crate) fn retire(&mut self) {
+        if let Some(p) = self.producer.take() {
+            self.retired.add(p.stats());
+        }
+        self.queue.clear();
+    }
+
+    /// The current stream, if sending.
+    pub(crate) fn producer(&self) -> Option<&StreamProducer> {
+        self.producer.as_ref()
+    }
+
+    /// The current stream, mutably.
+    pub(crate) fn producer_mut(&mut self) -> Option<&mut StreamProducer> {
+        self.producer.as_mut()
+    }
+
+    /// Counts of every stream of the call, the current one included.
+    pub(crate) fn totals(&self) -> StreamTotals {
+        let mut t = self.retired;
+        if let Some(p) = self.producer.as_ref() {
+            t.add(p.stats());
+        }
+        t
+    }
+
+    /// Encode and queue agent PCM; returns the bytes dropped beyond `max_buffered_bytes`.
+    pub(crate) fn play(&mut self, samples: &[i16]) -> usize {
+        let mut bytes = vec![0u8; samples.len()];
+        self.law.encode_slice(samples, &mut bytes);
+        self.queue.push_back(Queued::Audio(bytes, 0));
+        let dropped = self.drop_oldest_beyond_max();
+        self.feed();
+        dropped
+    }
+
+    /// The current utterance is complete.
+    pub(crate) fn end_utterance(&mut self) {
+        self.queue.push_back(Queued::EndOfUtterance);
+        self.feed();
+    }
+
+    /// Queue a mark; its name comes back from [`Outbound::take_mark`] when played or cleared.
+    pub(crate) fn mark(&mut self, name: String) {
+        let id = self.next_mark;
+        self.next_mark += 1;
+        self.mark_names.push((id, name));
+        self.queue.push_back(Queued::Mark(id));
+        self.feed();
+    }
+
+    /// The name of a mark the sender reported.
+    pub(crate) fn take_mark(&mut self, id: u64) -> Option<String> {
+        let i = self.mark_names.iter().position(|(m, _)| *m == id)?;
+        Some(self.mark_names.swap_remove(i).1)
+    }
+
+    /// Change the codec of audio queued from now on.
+    pub(crate) fn set_law(&mut self, law: Law) {
+        self.law = law;
+    }
+
+    pub(crate) fn queued(&self) -> bool {
+        !self.queue.is_empty() || self.producer.as_ref().is_some_and(|p| p.queued_bytes() > 0)
+    }
+
+    /// Move queued items into the ring as far as it has room.
+    pub(crate) fn feed(&mut self) {
+        let Some(p) = self.producer.as_mut() else {
+            return;
+        };
+        while let Some(front) = self.queue.front_mut() {
+            match front {
+                Queued::Audio(bytes, offset) => {
+                    let horizon = RING_HORIZON_BYTES.min(self.max_buffered_bytes);
+                    let room = horizon.saturating_sub(p.queued_bytes());
+                    let end = bytes.len().min(*offset + room);
+                    *offset += p.push(&bytes[*offset..end]);
+                    if *offset < bytes.len() {
+                        return;
+                    }
+                }
+                Queued::EndOfUtterance => p.end_utterance(),
+                Queued::Mark(id) => {
+                    if p.mark(*id).is_err() {
+                        return; // mark ring full: retry next tick
+                    }
+                }
+            }
+            self.queue.pop_front();
+        }
+    }
+
+    /// Agent audio queued here and in the sender's ring, in G.711 bytes (= samples).
+    pub(crate) fn queued_bytes(&self) -> usize {
+        let ring = self.producer.as_ref().map_or(0, |p| p.queued_bytes());
+        let here: usize = self
+            .queue
+            .iter()
+            .map(|q| match q {
+                Queued::Audio(bytes, offset) => bytes.len() - *offset,
+                _ => 0,
+            })
+            .sum();
+        ring + here
+    }
+
+    /// Drop the oldest queued audio (not yet in the ring) beyond `max_buffered_bytes`; returns
+    /// the bytes dropped. Marks and utterance ends stay in order.
+    fn drop_oldest_beyond_max(&mut self) -> usize {
+        let mut excess = self.queued_bytes().saturating_sub(self.max_buffered_bytes);
+        let mut dropped = 0;
+        for item in self.queue.iter_mut() {
+            if excess == 0 {
+                break;
+            }
+            if let Queued::Audio(bytes, offset) = item {
+                let n = (bytes.len() - *offset).min(excess);
+                *offset += n;
+                excess -= n;
+                dropped += n;
+            }
+        }
+        dropped
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.queue.clear();
+        if let Some(p) = self.producer.as_mut() {
+            p.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn outbound(max_buffered_bytes: usize) -> Outbound {
+        Outbound::new(Law::Ulaw, max_buffered_bytes)
+    }
+
+    proptest! {
+        /// `max_buffered_seconds`: after every chunk the queue holds at most the limit, the
+        /// bytes dropped plus the bytes kept are the bytes pushed, the oldest go first, and
+        /// marks keep their order.
+        #[test]
+        fn overflow_drops_the_oldest_and_accounts_for_every_byte(
+            max in 1usize..20_000,
+            chunks in proptest::collection::vec((1usize..8_000, any::<bool>()), 1..40),
+        ) {
+            let mut out = outbound(max);
+            let mut pushed = 0usize;
+            let mut dropped = 0usize;
+            let mut next = 0u8;
+            for (len, mark) in chunks {
+                // Each chunk's bytes count up so the survivors show which were dropped.
+                let bytes: Vec<u8> = (0..len).map(|_| { next = next.wrapping_add(1); next }).collect();
+                out.queue.push_back(Queued::Audio(bytes, 0));
+                pushed += len;
+                dropped += out.drop_oldest_beyond_max();
+                if mark {
+                    out.queue.push_back(Queued::Mark(out.next_mark));
+                    out.next_mark += 1;
+                }
+                prop_assert!(out.queued_bytes() <= max);
+                prop_assert_eq!(out.queued_bytes() + dropped, pushed);
+            }
+            // What is left is the newest audio, in order.
+            let kept: Vec<u8> = out.queue.iter().flat_map(|q| match q {
+                Queued::Audio(b, o) => b[*o..].to_vec(),
+                _ => Vec::new(),
+            }).collect();
+            let expected: Vec<u8> = (0..pushed)
+                .map(|i| (i + 1) as u8)
+                .skip(dropped)
+                .collect();
+            prop_assert_eq!(kept, expected);
+            let marks: Vec<u64> = out.queue.iter().filter_map(|q| match q {
+                Queued::Mark(id) => Some(*id),
+                _ => None,
+            }).collect();
+            prop_assert!(marks.windows(2).all(|w| w[0] < w[1]));
+        }
+    }
+}

@@ -1,0 +1,578 @@
+//! The call core on simulated time: a real `TickEngine` (the sender's tick, sans-IO) serves the
+//! call's outgoing stream into a counting sink, caller RTP is written by a real packetizer, and
+//! the clock is an `Instant` the test moves. No sockets, no sleeps, no threads.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use ontime_inference::InferenceEvent;
+use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, PT_PCMA, PT_PCMU, SAMPLES_PER_FRAME};
+use ontime_sender::{
+    Controller, EngineConfig, PacketInfo, PacketSink, StreamConfig, StreamOutput, TickEngine,
+};
+use ontime_sip::{Codec, Direction, NegotiatedMedia};
+
+use super::{
+    AgentNotice, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest, HANGUP_WAIT,
+};
+use crate::agent::{AgentAction, CallInfo};
+use crate::config::BargeIn;
+use crate::records::cdr::{CallDetailRecord, EndCause};
+use crate::records::recording::Track;
+
+const CALLER: &str = "192.0.2.10:30000";
+
+/// Counts the packets the tick sent, by payload type.
+struct CountingSink(Arc<AtomicU64>);
+
+impl PacketSink for CountingSink {
+    fn send_packet(&mut self, _packet: &[u8], _info: PacketInfo) -> std::io::Result<()> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+fn media(direction: Direction, payload_type: u8) -> NegotiatedMedia {
+    NegotiatedMedia {
+        remote_rtp: Some(CALLER.parse().unwrap()),
+        codec: if payload_type == PT_PCMA {
+            Codec::Pcma
+        } else {
+            Codec::Pcmu
+        },
+        payload_type,
+        telephone_event_pt: Some(101),
+        remote_ptime_ms: None,
+        remote_maxptime_ms: None,
+        local_direction: direction,
+    }
+}
+
+fn settings(origin: Instant) -> CallSettings {
+    CallSettings {
+        rtp_timeout: Some(Duration::from_secs(2)),
+        max_call_duration: Duration::from_secs(3600),
+        barge_in: BargeIn::Local,
+        max_buffered: Duration::from_secs(30),
+        cname: "ontime@test".into(),
+        record: false,
+        sender_origin: origin,
+    }
+}
+
+/// One simulated call with everything it produced.
+struct Sim {
+    origin: Instant,
+    now: Instant,
+    core: CallCore,
+    engine: TickEngine,
+    controller: Controller,
+    sent: Arc<AtomicU64>,
+    notices: Vec<AgentNotice>,
+    sip: Vec<SipRequest>,
+    ended: Option<(CallDetailRecord, u64)>,
+    streams_started: usize,
+    inference_frames: usize,
+    caller_track: Vec<i16>,
+    agent_track: Vec<i16>,
+    /// The caller's RTP: the packetizer and when its next packet is due (None: silent).
+    caller: Packetizer,
+    caller_next: Option<Instant>,
+    caller_byte: u8,
+    /// Echo every caller frame back to the caller as agent audio.
+    echo: bool,
+}
+
+impl Sim {
+    fn new(settings_of: impl FnOnce(Instant) -> CallSettings) -> Sim {
+        let (engine, controller) = TickEngine::new(EngineConfig {
+            metrics: false,
+            ..EngineConfig::default()
+        });
+        let origin = Instant::now();
+        // Answered 7 ms into the sender's 20 ms grid: the recording must still line up.
+        let answered = origin + Duration::from_millis(7);
+        let info = CallInfo {
+            call_id: "sim-call".into(),
+            from: "sip:caller@example.com".into(),
+            to: "sip:bot@example.com".into(),
+            sip_headers: Vec::new(),
+        };
+        let core = CallCore::new(
+            settings_of(origin),
+            info,
+            media(Direction::SendRecv, PT_PCMU),
+            0,
+            answered,
+            SystemTime::now(),
+        );
+        let mut sim = Sim {
+            origin,
+            now: answered,
+            core,
+            engine,
+            controller,
+            sent: Arc::new(AtomicU64::new(0)),
+            notices: Vec::new(),
+            sip: Vec::new(),
+            ended: None,
+            streams_started: 0,
+            inference_frames: 0,
+            caller_track: Vec::new(),
+            agent_track: Vec::new(),
+            caller: Packetizer::with_initial(PT_PCMU, 0xCA11E5, 100, 0),
+            caller_next: None,
+            caller_byte: 0xFF,
+            echo: false,
+        };
+        sim.drain();
+        sim
+    }
+
+    fn drain(&mut self) {
+        while let Some(out) = self.core.poll_output() {
+            match out {
+                CallOutput::StartStream {
+                    packetizer,
+                    remote: _,
+                } => {
+                    let config = {
+                        let mut c = StreamConfig::new(
+                            packetizer.clone(),
+                            StreamOutput::Sink(Box::new(CountingSink(self.sent.clone()))),
+                        );
+                        c.sent_tap_frames = 50;
+                        c
+                    };
+                    let p = self.controller.add_stream(config).unwrap();
+                    self.streams_started += 1;
+                    self.core.attach_stream(p, &packetizer, self.now);
+                }
+                CallOutput::SetStreamRemote { .. } | CallOutput::Rtcp { .. } => {}
+                CallOutput::Inference(_) => self.inference_frames += 1,
+                CallOutput::Agent(n) => {
+                    if let (true, AgentNotice::CallerAudio(pcm)) = (self.echo, &n) {
+                        let pcm: Arc<[i16]> = pcm.to_vec().into();
+                        self.core.handle_agent(AgentAction::Play(pcm), self.now);
+                    }
+                    if !matches!(n, AgentNotice::CallerAudio(_)) {
+                        self.notices.push(n);
+                    }
+                }
+                CallOutput::Record { track, at, pcm } => {
+                    let t = match track {
+                        Track::Caller => &mut self.caller_track,
+                        Track::Agent => &mut self.agent_track,
+                    };
+                    let at = at as usize;
+                    if t.len() < at {
+                        t.resize(at, 0);
+                    }
+                    let skip = t.len() - at;
+                    t.extend_from_slice(&pcm[skip.min(pcm.len())..]);
+                }
+                CallOutput::Sip(r) => self.sip.push(r),
+                CallOutput::Ended { cdr, recording_end } => {
+                    assert!(self.ended.is_none(), "ended twice");
+                    self.ended = Some((*cdr, recording_end));
+                }
+            }
+        }
+    }
+
+    /// Move the clock to `until`, serving the sender's slots, the core's timer and the caller's
+    /// packets in time order.
+    fn run_until(&mut self, until: Instant) {
+        loop {
+            let engine_at = self.origin + self.engine.poll_timeout();
+            let mut next = engine_at;
+            if let Some(t) = self.core.poll_timeout() {
+                next = next.min(t);
+            }
+            if let Some(t) = self.caller_next {
+                next = next.min(t);
+            }
+            if next > until {
+                break;
+            }
+            self.now = next.max(self.now);
+            if self.caller_next.is_some_and(|t| t <= self.now) {
+                let mut buf = [0u8; 200];
+                let n = self
+                    .caller
+                    .write_frame(&[self.caller_byte; FRAME_BYTES], &mut buf)
+                    .unwrap();
+                self.core
+                    .handle_rtp(&buf[..n], CALLER.parse().unwrap(), self.now);
+                self.caller_next = self.caller_next.map(|t| t + FRAME);
+            }
+            if engine_at <= self.now {
+                let t = self.now - self.origin;
+                self.engine.run_due(&mut || t);
+            }
+            if self.core.poll_timeout().is_some_and(|t| t <= self.now) {
+                self.core.handle_timeout(self.now);
+            }
+            self.drain();
+        }
+        self.now = until;
+    }
+
+    fn run_for(&mut self, d: Duration) {
+        self.run_until(self.now + d);
+    }
+
+    fn caller_talks(&mut self, byte: u8) {
+        self.caller_byte = byte;
+        if self.caller_next.is_none() {
+            self.caller_next = Some(self.now);
+        }
+    }
+
+    fn caller_stops(&mut self) {
+        self.caller_next = None;
+    }
+
+    fn dialog(&mut self, ev: DialogEvent) {
+        self.core.handle_dialog(ev, self.now);
+        self.drain();
+    }
+
+    fn agent(&mut self, action: AgentAction) {
+        self.core.handle_agent(action, self.now);
+        self.drain();
+    }
+
+    fn inference(&mut self, ev: InferenceEvent) {
+        self.core.handle_inference(ev, self.now);
+        self.drain();
+    }
+
+    fn cdr(&self) -> &CallDetailRecord {
+        &self.ended.as_ref().expect("the call has ended").0
+    }
+}
+
+fn seconds(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+fn tone(seconds: f64) -> Arc<[i16]> {
+    let n = (seconds * 8000.0) as usize;
+    (0..n)
+        .map(|i| if (i / 8) % 2 == 0 { 8000 } else { -8000 })
+        .collect::<Vec<i16>>()
+        .into()
+}
+
+fn speech_started() -> InferenceEvent {
+    InferenceEvent::SpeechStarted {
+        onset: Duration::ZERO,
+        detected: Duration::ZERO,
+    }
+}
+
+fn speech_stopped() -> InferenceEvent {
+    InferenceEvent::SpeechStopped {
+        end: Duration::ZERO,
+        detected: Duration::ZERO,
+    }
+}
+
+fn turn_ended(complete: bool) -> InferenceEvent {
+    InferenceEvent::TurnEnded {
+        probability: 0.9,
+        complete,
+        timed_out: false,
+        at: Duration::ZERO,
+        audio: Duration::ZERO,
+        latency: Duration::from_millis(60),
+    }
+}
+
+#[test]
+fn hold_longer_than_the_rtp_timeout_keeps_the_call_and_resume_restarts_the_clock() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(1.0));
+    // The caller holds us (a=sendonly from them: we only receive, they send nothing we need).
+    sim.caller_stops();
+    sim.dialog(DialogEvent::Media(media(Direction::Inactive, PT_PCMU)));
+    sim.run_for(seconds(10.0)); // five RTP timeouts long
+    assert!(sim.sip.is_empty(), "hold ended the call: {:?}", sim.sip);
+    // Resume; the caller stays silent: the timeout counts from the resume.
+    sim.dialog(DialogEvent::Media(media(Direction::SendRecv, PT_PCMU)));
+    sim.run_for(seconds(1.9));
+    assert!(sim.sip.is_empty());
+    sim.run_for(seconds(0.2));
+    assert_eq!(sim.sip, vec![SipRequest::Hangup]);
+    sim.dialog(DialogEvent::Ended(EndCause::GatewayBye));
+    assert_eq!(sim.cdr().cause, EndCause::RtpTimeout);
+}
+
+#[test]
+fn an_rtp_timeout_of_none_never_hangs_up() {
+    let mut sim = Sim::new(|o| CallSettings {
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    sim.run_for(seconds(30.0));
+    assert!(sim.sip.is_empty());
+    assert!(sim.ended.is_none());
+}
+
+#[test]
+fn per_call_counters_add_up_across_hold_resume_and_codec_change() {
+    let mut sim = Sim::new(|o| CallSettings {
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.agent(AgentAction::EndOfUtterance);
+    sim.run_for(seconds(1.5));
+    // Hold: the stream stops.
+    sim.dialog(DialogEvent::Media(media(Direction::Inactive, PT_PCMU)));
+    sim.run_for(seconds(1.0));
+    let on_hold = sim.sent.load(Ordering::Relaxed);
+    sim.run_for(seconds(1.0));
+    assert_eq!(
+        sim.sent.load(Ordering::Relaxed),
+        on_hold,
+        "nothing sent on hold"
+    );
+    // Resume with A-law: a new stream.
+    sim.dialog(DialogEvent::Media(media(Direction::SendRecv, PT_PCMA)));
+    sim.agent(AgentAction::Play(tone(0.5)));
+    sim.run_for(seconds(1.0));
+    // Hold again and end there: the old code reported 0 packets out.
+    sim.dialog(DialogEvent::Media(media(Direction::Inactive, PT_PCMA)));
+    sim.run_for(seconds(0.5));
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    let cdr = sim.cdr();
+    assert_eq!(sim.streams_started, 2);
+    assert_eq!(cdr.cause, EndCause::CallerBye);
+    assert_eq!(cdr.packets_out, sim.sent.load(Ordering::Relaxed));
+    assert!(cdr.packets_out > 0);
+    assert_eq!(cdr.late_ticks, 0, "simulated time is never late");
+}
+
+#[test]
+fn marks_come_back_once_when_played_and_never_when_cleared_by_barge_in() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.agent(AgentAction::Play(tone(2.0)));
+    sim.agent(AgentAction::Mark("long".into()));
+    sim.run_for(seconds(0.5));
+    // The caller talks over the reply: local barge-in clears it.
+    sim.inference(speech_started());
+    sim.run_for(seconds(0.1));
+    sim.inference(speech_stopped());
+    sim.agent(AgentAction::Play(tone(0.2)));
+    sim.agent(AgentAction::Mark("short".into()));
+    sim.run_for(seconds(1.0));
+    let marks: Vec<&str> = sim
+        .notices
+        .iter()
+        .filter_map(|n| match n {
+            AgentNotice::MarkPlayed(m) => Some(m.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(marks, vec!["short"]);
+    let barge_ins = sim
+        .notices
+        .iter()
+        .filter(|n| **n == AgentNotice::BargeIn)
+        .count();
+    assert_eq!(barge_ins, 1);
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.cdr().barge_ins, 1);
+}
+
+#[test]
+fn barge_in_is_left_to_the_bot_when_configured() {
+    let mut sim = Sim::new(|o| CallSettings {
+        barge_in: BargeIn::Bot,
+        ..settings(o)
+    });
+    sim.caller_talks(0xFF);
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.run_for(seconds(0.2));
+    sim.inference(speech_started());
+    assert!(!sim.notices.contains(&AgentNotice::BargeIn));
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.cdr().barge_ins, 0);
+}
+
+#[test]
+fn a_turn_counts_only_when_complete_and_the_caller_is_quiet() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.inference(speech_started());
+    // A verdict that arrives while the caller speaks again is stale.
+    sim.inference(turn_ended(true));
+    sim.inference(speech_stopped());
+    sim.inference(turn_ended(false));
+    sim.inference(turn_ended(true));
+    sim.run_for(seconds(0.1));
+    let turns: Vec<&AgentNotice> = sim
+        .notices
+        .iter()
+        .filter(|n| matches!(n, AgentNotice::TurnEnded { .. }))
+        .collect();
+    assert_eq!(
+        turns,
+        vec![&AgentNotice::TurnEnded {
+            probability: Some(0.9)
+        }]
+    );
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.cdr().turns, 1);
+}
+
+#[test]
+fn dtmf_from_rtp_events_and_sip_info_reaches_agent_and_cdr() {
+    let mut sim = Sim::new(settings);
+    let mut p = Packetizer::with_initial(101, 0xCA11E5, 500, 16000);
+    let mut buf = [0u8; 64];
+    for (i, (duration, end)) in [(160u16, false), (320, false), (480, true), (480, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let ev = ontime_rtp::dtmf::TelephoneEvent {
+            event: 5,
+            end,
+            volume: 10,
+            duration,
+        };
+        let mut payload = [0u8; 4];
+        ev.write(&mut payload).unwrap();
+        let n = p
+            .write_event(101, i == 0, 16000, &payload, &mut buf)
+            .unwrap();
+        sim.core
+            .handle_rtp(&buf[..n], CALLER.parse().unwrap(), sim.now);
+        sim.run_for(FRAME);
+    }
+    sim.dialog(DialogEvent::Dtmf('#'));
+    let digits: Vec<char> = sim
+        .notices
+        .iter()
+        .filter_map(|n| match n {
+            AgentNotice::Dtmf(d) => Some(*d),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(digits, vec!['5', '#']);
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.cdr().dtmf, "5#");
+}
+
+#[test]
+fn an_expired_session_timer_ends_the_call_with_its_cause() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(1.0));
+    sim.dialog(DialogEvent::Ended(EndCause::SessionExpired));
+    assert_eq!(sim.cdr().cause, EndCause::SessionExpired);
+    assert!(sim.sip.is_empty(), "the endpoint already sent the BYE");
+    assert_eq!(sim.core.poll_timeout(), None);
+}
+
+#[test]
+fn drain_hangs_up_once_and_closes_the_call_when_sip_never_confirms() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    sim.dialog(DialogEvent::Hangup(EndCause::Drained));
+    sim.dialog(DialogEvent::Hangup(EndCause::Drained));
+    assert_eq!(sim.sip, vec![SipRequest::Hangup]);
+    // Agent hang-ups after ours change nothing.
+    sim.agent(AgentAction::Hangup);
+    assert_eq!(sim.sip.len(), 1);
+    sim.run_for(HANGUP_WAIT - seconds(0.1));
+    assert!(sim.ended.is_none());
+    sim.run_for(seconds(0.2));
+    assert_eq!(sim.cdr().cause, EndCause::Drained);
+    let ended = sim
+        .notices
+        .iter()
+        .filter(|n| **n == AgentNotice::Ended)
+        .count();
+    assert_eq!(ended, 1);
+}
+
+#[test]
+fn an_agent_hangup_with_a_reason_is_the_calls_cause() {
+    let mut sim = Sim::new(settings);
+    sim.agent(AgentAction::HangupWithReason("Q.850;cause=16".into()));
+    assert_eq!(
+        sim.sip,
+        vec![SipRequest::HangupWithReason("Q.850;cause=16".into())]
+    );
+    // The caller's BYE crossing ours: still our cause.
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.cdr().cause, EndCause::GatewayBye);
+}
+
+#[test]
+fn caller_audio_reaches_the_vad_one_frame_per_20_ms() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(2.0));
+    sim.caller_stops();
+    // Silence keeps the VAD's clock going after the caller stops sending.
+    sim.run_for(seconds(1.0));
+    let frames = sim.inference_frames;
+    // 3 s of 20 ms frames, less the jitter buffer's start-up depth (a few frames).
+    assert!((140..=150).contains(&frames), "{frames} frames");
+}
+
+/// The two recording tracks share one timeline: an agent that echoes each caller frame at once
+/// is heard in the agent track within one sender slot of where the caller's track has it.
+#[test]
+fn recordings_line_up_sample_for_sample() {
+    let mut sim = Sim::new(|o| CallSettings {
+        record: true,
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    sim.echo = true;
+    sim.run_for(seconds(0.5));
+    // 0.3 s of loud µ-law (0x80 decodes to +32124) between silence.
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.4));
+    sim.caller_talks(0x80);
+    sim.run_for(seconds(0.3));
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.6));
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    let end = sim.ended.as_ref().unwrap().1 as usize;
+    let onset = |t: &[i16]| {
+        t.iter()
+            .position(|s| s.abs() > 20_000)
+            .expect("a loud part")
+    };
+    let loud = |t: &[i16]| t.iter().filter(|s| s.abs() > 20_000).count();
+    let caller_onset = onset(&sim.caller_track);
+    let agent_onset = onset(&sim.agent_track);
+    // The echo leaves at the next sender slot after the frame was played: 0 to 20 ms later.
+    let lag = agent_onset as i64 - caller_onset as i64;
+    assert!(
+        (0..=SAMPLES_PER_FRAME as i64).contains(&lag),
+        "caller onset {caller_onset}, agent onset {agent_onset}"
+    );
+    // Every loud sample the caller sent is in both tracks, once.
+    assert_eq!(loud(&sim.caller_track), 15 * SAMPLES_PER_FRAME);
+    assert_eq!(loud(&sim.agent_track), 15 * SAMPLES_PER_FRAME);
+    // Both tracks cover the call to its end (a frame sent or played at time t covers
+    // t..t + 20 ms, so a track may run one frame past the end).
+    for track in [&sim.caller_track, &sim.agent_track] {
+        assert!(
+            track.len().abs_diff(end) <= 2 * SAMPLES_PER_FRAME,
+            "track of {} samples, call of {end}",
+            track.len()
+        );
+    }
+}

@@ -1,0 +1,270 @@
+//! The embeddable gateway: [`Gateway::builder`] takes a [`Config`] and an [`Agent`],
+//! [`Gateway::bind`] starts the real-time sender and the inference thread and binds the sockets,
+//! and [`Gateway::run`] serves calls until the shutdown future resolves, then drains.
+//!
+//! What belongs to the host program stays there: the global metrics recorder (the gateway only
+//! emits through the `metrics` facade; pass [`GatewayBuilder::metrics_renderer`] to serve it on
+//! `/metrics`), signal handling (the binary turns SIGTERM into the shutdown future), logging and
+//! the command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ontime_inference::{InferencePool, ModelPaths, PoolConfig};
+use ontime_sender::{Sender, SenderConfig};
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::admission::CallSlots;
+use crate::agent::Agent;
+use crate::call::driver::CallServices;
+use crate::config::Config;
+use crate::ops::cgroup_watch::{self, CgroupWatch};
+use crate::ops::http::{self, OpsState};
+use crate::ops::metrics::{self as m, JitterDepthGauge};
+use crate::sip_loop::SipLoop;
+
+/// Folder searched for the runtime and models when neither flag nor env names one.
+pub const DEFAULT_MODELS_DIR: &str = ".cache/models";
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The real-time sender thread could not start.
+    #[error("starting the real-time sender: {0}")]
+    Sender(#[from] ontime_sender::Error),
+    /// The inference pool (ONNX Runtime, models) could not start.
+    #[error("starting the inference pool: {0}")]
+    Inference(#[from] ontime_inference::Error),
+    /// A listening socket could not be bound.
+    #[error("binding {what} on {addr}: {source}")]
+    Bind {
+        /// Which socket (`SIP`, `metrics`).
+        what: &'static str,
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The builder was not given an agent.
+    #[error("no agent: call GatewayBuilder::agent")]
+    NoAgent,
+}
+
+/// Renders the metrics the host's recorder collected (Prometheus text) for `/metrics`.
+pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Addresses the gateway listens on, once bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Bound {
+    /// SIP (UDP).
+    pub sip: SocketAddr,
+    /// Metrics and health (HTTP).
+    pub ops: SocketAddr,
+}
+
+/// Builds a [`Gateway`].
+#[must_use]
+pub struct GatewayBuilder {
+    config: Config,
+    agent: Option<Arc<dyn Agent>>,
+    renderer: Option<MetricsRenderer>,
+}
+
+impl GatewayBuilder {
+    /// The agent that answers every call.
+    pub fn agent(mut self, agent: Arc<dyn Agent>) -> Self {
+        self.agent = Some(agent);
+        self
+    }
+
+    /// What `/metrics` serves (e.g. a `metrics-exporter-prometheus` handle's `render`). Without
+    /// it, `/metrics` answers 404 and the host exposes its recorder its own way.
+    pub fn metrics_renderer(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Self {
+        self.renderer = Some(Arc::new(render));
+        self
+    }
+
+    /// Start the sender and inference threads and bind SIP and the ops endpoint; calls are
+    /// served once [`Gateway::run`] is awaited.
+    pub async fn bind(self) -> Result<Gateway, Error> {
+        let agent = self.agent.ok_or(Error::NoAgent)?;
+        Gateway::start(self.config, agent, self.renderer).await
+    }
+}
+
+struct Ops {
+    renderer: Option<MetricsRenderer>,
+    slots: Arc<CallSlots>,
+}
+
+impl OpsState for Ops {
+    fn render_metrics(&self) -> Option<String> {
+        self.renderer.as_ref().map(|r| r())
+    }
+    fn ready(&self) -> bool {
+        self.slots.ready()
+    }
+}
+
+/// A bound gateway, ready to [`run`](Gateway::run).
+pub struct Gateway {
+    config: Arc<Config>,
+    bound: Bound,
+    sender: Arc<Sender>,
+    slots: Arc<CallSlots>,
+    jitter_depth: Arc<JitterDepthGauge>,
+    sip_loop: SipLoop,
+    ops_task: tokio::task::JoinHandle<()>,
+}
+
+impl Gateway {
+    /// A builder for a gateway with this configuration.
+    pub fn builder(config: Config) -> GatewayBuilder {
+        GatewayBuilder {
+            config,
+            agent: None,
+            renderer: None,
+        }
+    }
+
+    async fn start(
+        config: Config,
+        agent: Arc<dyn Agent>,
+        renderer: Option<MetricsRenderer>,
+    ) -> Result<Gateway, Error> {
+        let config = Arc::new(config);
+        m::describe_and_zero(ontime_rtp::packet::RtpError::REASONS);
+        crate::ops::ws_metrics::describe_ws_metrics(crate::agent::ws::SENT_EVENTS);
+        ontime_sender::describe_metrics();
+        ontime_inference::metrics::describe_metrics();
+
+        let sender = Arc::new(Sender::start(SenderConfig {
+            core: config.sender_core,
+            ..SenderConfig::default()
+        })?);
+        // The sender logs whether it got SCHED_FIFO (and why not) itself.
+        let pool = Arc::new(InferencePool::start(pool_config(&config))?);
+
+        let slots = CallSlots::new(config.max_calls, config.rtp_ports);
+        let sip_socket =
+            UdpSocket::bind(config.sip_listen)
+                .await
+                .map_err(|source| Error::Bind {
+                    what: "SIP",
+                    addr: config.sip_listen,
+                    source,
+                })?;
+        let sip = sip_socket.local_addr().map_err(|source| Error::Bind {
+            what: "SIP",
+            addr: config.sip_listen,
+            source,
+        })?;
+        let (ops, ops_task) = http::serve(
+            config.metrics_listen,
+            Arc::new(Ops {
+                renderer,
+                slots: slots.clone(),
+            }),
+        )
+        .await
+        .map_err(|source| Error::Bind {
+            what: "metrics",
+            addr: config.metrics_listen,
+            source,
+        })?;
+        let jitter_depth = Arc::new(JitterDepthGauge::default());
+        let (sip_tx, sip_rx) = mpsc::unbounded_channel();
+        let services = CallServices {
+            sender: sender.clone(),
+            pool,
+            agent,
+            sip: sip_tx,
+            jitter_depth: jitter_depth.clone(),
+            record_dir: config.record_dir.clone(),
+        };
+        let sip_loop = SipLoop::new(sip_socket, config.clone(), slots.clone(), services, sip_rx)
+            .map_err(|source| Error::Bind {
+                what: "SIP",
+                addr: config.sip_listen,
+                source,
+            })?;
+        info!(%sip, metrics = %ops, rtp_ports = ?config.rtp_ports, max_calls = config.max_calls, "ontime-gateway ready");
+        Ok(Gateway {
+            config,
+            bound: Bound { sip, ops },
+            sender,
+            slots,
+            jitter_depth,
+            sip_loop,
+            ops_task,
+        })
+    }
+
+    /// The addresses bound.
+    pub fn local_addrs(&self) -> Bound {
+        self.bound
+    }
+
+    /// Serve calls until `shutdown` resolves, then drain: no new calls (503), calls in progress
+    /// get `drain_timeout` to end, then a BYE; returns once every call has ended.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) {
+        let (drain_tx, drain_rx) = tokio::sync::watch::channel(None);
+        let drain_timeout = self.config.drain_timeout;
+        let waiter = tokio::spawn(async move {
+            shutdown.await;
+            info!(grace_s = drain_timeout.as_secs_f64(), "shutdown: draining");
+            let _ = drain_tx.send(Some(Instant::now() + drain_timeout));
+        });
+        let publisher = {
+            let sender = self.sender.clone();
+            let slots = self.slots.clone();
+            let depth = self.jitter_depth.clone();
+            tokio::spawn(async move {
+                let mut cgroup = CgroupWatch::new();
+                let mut every = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    every.tick().await;
+                    sender.publish_metrics();
+                    metrics::gauge!(m::CALLS_ACTIVE).set(slots.active() as f64);
+                    depth.publish();
+                    cgroup.publish();
+                }
+            })
+        };
+        self.sip_loop.run(drain_rx).await;
+        publisher.abort();
+        waiter.abort();
+        self.sender.publish_metrics();
+        self.ops_task.abort();
+        info!("ontime-gateway stopped");
+    }
+}
+
+fn pool_config(config: &Config) -> PoolConfig {
+    // The flag wins over the environment, which wins over the default folder.
+    let mut paths = match &config.models_dir {
+        Some(dir) => ModelPaths::in_dir(dir.clone()),
+        None => ModelPaths::from_env_or(PathBuf::from(DEFAULT_MODELS_DIR)),
+    };
+    if let Some(dylib) = &config.ort_dylib_path {
+        paths.ort_dylib = dylib.clone();
+    }
+    let mut pool_config = PoolConfig::new(paths);
+    pool_config.turn.incomplete_timeout = config.turn_stop_timeout;
+    // The inference budget keeps model work inside the container's CFS quota: a throttled
+    // period would freeze the sender too.
+    cgroup_watch::publish_quota();
+    match pool_config.clone().with_cgroup_quota() {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(error = %e, "CPU quota unreadable: inference runs without a CPU budget");
+            pool_config
+        }
+    }
+}
