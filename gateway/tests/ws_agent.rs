@@ -508,7 +508,7 @@ fn unreachable_bot_gets_503_after_ringing_within_the_connect_timeout() {
     // Accepts TCP and never answers the upgrade: only the connect timeout ends the wait.
     let silent = SilentListener::start();
     let gw = start_gateway(&["--agent", &silent.url(), "--ws-connect-timeout", "1s"]);
-    // Every WebSocket-agent series is there at zero before any call (design.md §7).
+    // Every WebSocket-agent series is there at zero before any call: a dashboard sees 0, not an absent series.
     let before = gw.metrics_text();
     for series in [
         "ontime_ws_messages_sent_total{event=\"media\"}",

@@ -46,6 +46,10 @@ use crate::burst_gap::{rfc3611_fraction, BurstGapCounter, BurstGapMetrics, GMIN_
 use crate::error::{Error, Result};
 use crate::seq::{SeqExtender, MAX_DROPOUT, MAX_MISORDER};
 
+/// Starting depth of the live buffer and depth of the replay model's fixed buffer unless
+/// configured: 40 ms (two frames), one default for every model so that reports compare.
+pub const DEFAULT_REPLAY_DEPTH: Duration = Duration::from_millis(40);
+
 /// Largest RTP payload a slot holds: 40 ms of G.711 (a peer may send ptime up to 40).
 pub const MAX_PAYLOAD_BYTES: usize = 2 * ontime_rtp::FRAME_BYTES;
 
@@ -91,7 +95,7 @@ impl Default for JitterConfig {
         Self {
             min_depth: Duration::from_millis(20),
             max_depth: Duration::from_millis(200),
-            initial_depth: crate::replay::DEFAULT_REPLAY_DEPTH,
+            initial_depth: DEFAULT_REPLAY_DEPTH,
             margin: Duration::from_millis(20),
             window_packets: 250,
             percentile: 97,

@@ -14,9 +14,7 @@ use ontime_rtp::{FRAME, FRAME_MS};
 
 use crate::burst_gap::{rfc3611_fraction, BurstGapCounter, BurstGapMetrics, GMIN_DEFAULT};
 
-/// Depth of the replay model's fixed jitter buffer unless configured: 40 ms (two frames), one
-/// default for every replay so that reports compare.
-pub const DEFAULT_REPLAY_DEPTH: Duration = Duration::from_millis(40);
+pub use crate::live::DEFAULT_REPLAY_DEPTH;
 
 /// What happened to one received (unique) packet in a replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -44,8 +44,9 @@ pub use packet::{
     classify, parse_rtp, sequence_delta, timestamp_delta, PacketKind, Packetizer, RtpError,
     RtpExtension, RtpPacketView,
 };
+pub use rtcp::ReceptionReport;
 pub use rtcp::{
     parse_compound, parse_rtcp, round_trip_time, write_compound, NtpTimestamp, ReportBlock,
     RtcpError, RtcpPacket,
 };
-pub use stats::{ReceiverStats, ReceptionReport, SequenceVerdict, StreamAnalysis};
+pub use stats::{ReceiverStats, SequenceVerdict, StreamAnalysis};

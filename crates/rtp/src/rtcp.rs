@@ -9,8 +9,20 @@
 
 use std::time::Duration;
 
-use crate::stats::ReceptionReport;
 use crate::{Error, Result};
+
+/// Reception figures for one RTCP report block (RFC 3550 §6.4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceptionReport {
+    /// Fraction lost since the previous report, in 1/256.
+    pub fraction_lost: u8,
+    /// Cumulative lost, clamped to 24 bits signed.
+    pub cumulative_lost: i32,
+    /// Extended highest sequence number received.
+    pub extended_highest_sequence: u32,
+    /// Interarrival jitter in timestamp units.
+    pub jitter: u32,
+}
 
 /// Packet type of a sender report (RFC 3550 §6.4.1).
 pub const PT_SR: u8 = 200;

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use crate::packet::timestamp_delta;
+use crate::rtcp::ReceptionReport;
 
 /// RFC 3550 A.1: a forward jump of at least this many sequence numbers is not accepted at once.
 pub const MAX_DROPOUT: u16 = 3000;
@@ -237,19 +238,6 @@ impl ReceiverStats {
         };
         crate::rtcp::ReportBlock::from_reception(ssrc, reception, last_sr, dlsr)
     }
-}
-
-/// Reception figures for one RTCP report block (RFC 3550 §6.4.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReceptionReport {
-    /// Fraction lost since the previous report, in 1/256.
-    pub fraction_lost: u8,
-    /// Cumulative lost, clamped to 24 bits signed.
-    pub cumulative_lost: i32,
-    /// Extended highest sequence number received.
-    pub extended_highest_sequence: u32,
-    /// Interarrival jitter in timestamp units.
-    pub jitter: u32,
 }
 
 /// RTP clock rate of a static payload type (RFC 3551 §6 table), `None` for dynamic or unknown.

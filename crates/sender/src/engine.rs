@@ -329,7 +329,7 @@ impl Controller {
         n
     }
 
-    /// Copy the atomics into the `metrics` facade (design.md §7 `sender_*`, and
+    /// Copy the atomics into the `metrics` facade (the `ontime_sender_*` series and
     /// `rtp_packets_sent_total`). Call it about once a second from any thread but the tick; it
     /// also drains the tick trace into the lateness histogram.
     pub fn publish_metrics(&self) {

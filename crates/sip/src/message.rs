@@ -8,7 +8,7 @@
 //! bracketed IPv6 hosts (`sip:[2001:db8::10]:5070`). So this module frames the message
 //! (Content-Length, limits), unfolds continuation lines and the LWS the RFC allows, expands
 //! compact header names, and checks the grammar of every header field the transaction and dialog
-//! layers read (RFC 3261 §25). `rsip` serialises what we send ([`crate::build`]) and reads `sip:`
+//! layers read (RFC 3261 §25). `rsip` serialises what we send (the request and response builders) and reads `sip:`
 //! URIs for applications that want its typed form ([`parse_sip_uri`]). The torture table in
 //! `tests/torture.rs` is the judge.
 
@@ -285,7 +285,7 @@ pub enum Framing {
     /// One datagram: the body runs to its end when Content-Length is absent; bytes past
     /// Content-Length are discarded.
     Datagram,
-    /// One message cut from a stream by [`StreamFramer`](crate::StreamFramer): Content-Length
+    /// One message cut from a stream by [`StreamFramer`]: Content-Length
     /// was already applied.
     Stream,
 }
@@ -585,7 +585,7 @@ pub fn parse_sip_uri(uri: &str) -> Option<rsip::Uri> {
     rsip::Uri::try_from(uri).ok()
 }
 
-/// Whether `uri` is a `sip:`/`sips:` URI with a readable host[:port] (IPv6 in brackets), no
+/// Whether `uri` is a `sip:`/`sips:` URI with a readable `host[:port]` (IPv6 in brackets), no
 /// whitespace and no angle brackets: what we accept as a target to send to.
 pub fn is_valid_sip_uri(uri: &str) -> bool {
     is_sip_uri(uri)
@@ -641,7 +641,7 @@ impl Via {
         self.branch()
             .is_some_and(|b| b.starts_with(MAGIC_COOKIE) && b.len() > MAGIC_COOKIE.len())
     }
-    /// sent-by as written: host[:port].
+    /// sent-by as written: `host[:port]`.
     pub fn sent_by(&self) -> String {
         match self.port {
             Some(p) => format!("{}:{p}", self.host),

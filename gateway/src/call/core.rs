@@ -2,7 +2,7 @@
 //! loop, the inference thread's events, the agent's actions and the time, and answers with
 //! [`CallOutput`]s — what to send, what to tell the agent and the VAD, what to record, what to
 //! ask of SIP — and [`CallCore::poll_timeout`], when to call [`CallCore::handle_timeout`] next.
-//! It reads no clock and touches no socket: [`super::driver`] does, and tests drive it on
+//! It reads no clock and touches no socket: the driver task does, and tests drive it on
 //! simulated time.
 //!
 //! Every decision about the call lives here: the 20 ms playout of caller audio, turn-taking

@@ -1,5 +1,5 @@
 //! One call: the sans-IO [`CallCore`] (every per-call decision) and the thin tokio task that
-//! drives it ([`driver`]), with the caller's inbound media, the agent's outbound queue and RTCP.
+//! drives it (`driver`), with the caller's inbound media, the agent's outbound queue and RTCP.
 
 mod core;
 pub(crate) mod driver;

@@ -1,4 +1,4 @@
-//! The gateway's own metric names (design.md §7: calls, RTP, jitter, cgroup, SIP), described and
+//! The gateway's own metric names (calls, RTP, jitter, cgroup, RTCP, agents), described and
 //! registered at zero at start-up so dashboards see 0, not an absent series. The sender's and the
 //! inference pool's names live in their crates.
 

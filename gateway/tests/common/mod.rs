@@ -114,6 +114,12 @@ pub struct Gateway {
 
 /// Start `ontime-gateway` with free ports and extra flags; waits for `/readyz`.
 pub fn start_gateway(extra: &[&str]) -> Gateway {
+    start_program(Path::new(env!("CARGO_BIN_EXE_ontime-gateway")), extra)
+}
+
+/// Start a program that takes the gateway's flags (the binary, or a program embedding the
+/// library) with free ports and extra flags; waits for `/readyz`.
+pub fn start_program(program: &Path, extra: &[&str]) -> Gateway {
     let sip: SocketAddr = format!("127.0.0.1:{}", free_udp_port()).parse().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
     let rtp_ports = free_port_range(80);
@@ -121,7 +127,7 @@ pub fn start_gateway(extra: &[&str]) -> Gateway {
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("gateway.log");
     let models = workspace().join(".cache/models");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ontime-gateway"));
+    let mut cmd = Command::new(program);
     cmd.args([
         "--sip-listen",
         &sip.to_string(),
@@ -143,7 +149,9 @@ pub fn start_gateway(extra: &[&str]) -> Gateway {
     if std::env::var_os("ONTIME_MODELS_DIR").is_none() {
         cmd.env("ONTIME_MODELS_DIR", &models);
     }
-    let child = cmd.spawn().expect("spawn ontime-gateway");
+    let child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
     let mut gw = Gateway {
         proc: Proc {
             child,
