@@ -14,6 +14,8 @@ command -v kamailio >/dev/null || need_apt+=(kamailio)
 # native-tls (wss:// agents) builds against the system OpenSSL.
 dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+# scripts/fuzz.sh: libfuzzer-sys compiles libFuzzer from its C++ source.
+command -v c++ >/dev/null || need_apt+=(g++)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -18,8 +18,8 @@ cargo package --workspace --allow-dirty --no-verify
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo deny --workspace check licenses bans sources
 deploy/ci/check.sh
-# Bounded fuzzing of the SIP parser, endpoint and SDP (skips with a reason without cargo-fuzz and a
-# nightly toolchain, which a fresh machine lacks: only the pinned stable toolchain can be fetched).
-crates/sip/fuzz/run.sh 20
+# Bounded coverage-guided fuzzing on the stable toolchain (libFuzzer, no nightly): the SIP parser,
+# endpoint and SDP, and the RTP and RTCP parsers, 20 s each; a crash fails the run.
+scripts/fuzz.sh 20
 cargo test --workspace --all-targets
 cargo test --workspace --doc
