@@ -3,8 +3,8 @@
 //! to `--to`) and paced out at one packet per 20 ms by the sender thread.
 //!
 //! ```text
-//! cargo run --example send_wav -- fixtures/agent/stub_reply.wav --to 127.0.0.1:40000
-//! cargo run --example send_wav -- fixtures/agent/stub_reply.wav --to 127.0.0.1:40000 \
+//! cargo run --example send_wav -- gateway/assets/stub_reply.wav --to 127.0.0.1:40000
+//! cargo run --example send_wav -- gateway/assets/stub_reply.wav --to 127.0.0.1:40000 \
 //!     --listen 127.0.0.1:40000 [--codec pcma] [--json]
 //! ```
 //!

@@ -9,13 +9,9 @@ export ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$root/.cache/models/libonnxruntime.so.1.
 export ONTIME_MODELS_DIR=${ONTIME_MODELS_DIR:-$root/.cache/models}
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
-# Every crate stays publishable: package them all through cargo's local overlay registry (path
-# dependencies resolve to the packages being built), and build each library crate from its .crate.
-# Two are packaged without that build: the gateway's sources embed fixtures/agent/*.wav from outside
-# gateway/, which its .crate does not carry, and the root facade dev-depends on the gateway (for
-# examples/custom_agent), so it cannot be resolved while the gateway is left out.
-cargo package --workspace --allow-dirty --exclude ontime-gateway --exclude ontime
-cargo package --workspace --allow-dirty --no-verify
+# Every crate stays publishable: package them all and build each from its .crate, through cargo's
+# local overlay registry (path dependencies resolve to the packages being built).
+cargo package --workspace --allow-dirty
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo deny --workspace check licenses bans sources
 deploy/ci/check.sh

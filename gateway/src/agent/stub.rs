@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use super::{Agent, AgentAction, AgentCall, AgentEvent, AgentOutput, CallInfo};
 
-/// The built-in reply: an espeak-ng sentence at 8 kHz (see `fixtures/README.md`), embedded so the
+/// The built-in reply: an espeak-ng sentence at 8 kHz (made as `fixtures/README.md` says), embedded so the
 /// default gateway needs no files.
-const BUILT_IN_REPLY_WAV: &[u8] = include_bytes!("../../../fixtures/agent/stub_reply.wav");
+const BUILT_IN_REPLY_WAV: &[u8] = include_bytes!("../../assets/stub_reply.wav");
 
 /// Plays a fixed reply after every completed turn.
 #[derive(Debug, Clone)]

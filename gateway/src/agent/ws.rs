@@ -87,8 +87,8 @@ pub const REASON_BOT_UNREACHABLE: &str = "Q.850;cause=41;text=\"agent unreachabl
 /// The mark name the fallback message is queued with (the call hangs up when it is played).
 const FALLBACK_MARK: &str = "ontime-fallback";
 
-/// The built-in fallback message (espeak-ng, 8 kHz; see `fixtures/README.md`).
-const FALLBACK_WAV: &[u8] = include_bytes!("../../../fixtures/agent/ws_fallback.wav");
+/// The built-in fallback message (espeak-ng, 8 kHz; made as `fixtures/README.md` says).
+const FALLBACK_WAV: &[u8] = include_bytes!("../../assets/ws_fallback.wav");
 
 /// Errors building the WebSocket agent.
 #[derive(Debug, thiserror::Error)]

@@ -302,7 +302,7 @@ impl Drop for SilentListener {
 
 /// The stub's reply sentence (espeak-ng, 8 kHz) as µ-law: the bot's "TTS".
 pub fn reply_ulaw() -> Vec<u8> {
-    let path = crate::common::workspace().join("fixtures/agent/stub_reply.wav");
+    let path = crate::common::workspace().join("gateway/assets/stub_reply.wav");
     let pcm: Vec<i16> = hound::WavReader::open(path)
         .unwrap()
         .into_samples::<i16>()
