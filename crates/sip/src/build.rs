@@ -1,5 +1,7 @@
 //! Outgoing messages, built as `rsip` requests and responses and serialised by `rsip`.
 
+use std::net::{IpAddr, SocketAddr};
+
 use rsip::{Header, Headers};
 
 use crate::error::{Error, Result};
@@ -119,6 +121,57 @@ pub(crate) fn response_to(
     body: &[u8],
 ) -> Vec<u8> {
     response(&req.headers, code, to_tag, extra, body)
+}
+
+/// RFC 3261 §18.2.1 and RFC 3581 §4: marks the top Via of a received request with where it
+/// really came from, so the responses built from these headers carry it: `received=<source IP>`
+/// when the sent-by host is not that IP, and when the Via has an empty `rport`, `rport=<source
+/// port>` and `received` in every case. Other Via values are left as written.
+pub(crate) fn stamp_top_via(headers: &mut [(String, String)], source: SocketAddr) {
+    let Some((_, value)) = headers.iter_mut().find(|(n, _)| n == "Via") else {
+        return;
+    };
+    let items = crate::message::split_list(value);
+    let Some(top) = items.first() else { return };
+    let Some(via) = crate::message::parse_via(top)
+        .ok()
+        .and_then(|v| v.into_iter().next())
+    else {
+        return;
+    };
+    let empty_rport = via.params.iter().any(|(n, v)| n == "rport" && v.is_none());
+    let host_ip = via
+        .host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+        .ok();
+    let add_received = empty_rport || host_ip != Some(source.ip());
+    if !add_received {
+        return;
+    }
+    let mut parts = top.split(';');
+    let mut out = parts.next().unwrap_or_default().to_string();
+    for p in parts {
+        let name = p.split('=').next().unwrap_or_default().trim();
+        if name.eq_ignore_ascii_case("received") {
+            continue;
+        }
+        out.push(';');
+        if name.eq_ignore_ascii_case("rport") && !p.contains('=') {
+            out.push_str(&format!("rport={}", source.port()));
+        } else {
+            out.push_str(p);
+        }
+    }
+    out.push_str(&format!(";received={}", source.ip()));
+    let rest: Vec<&str> = items[1..].to_vec();
+    let new = if rest.is_empty() {
+        out
+    } else {
+        format!("{out}, {}", rest.join(", "))
+    };
+    *value = new;
 }
 
 /// (name, value) shorthand.

@@ -40,8 +40,8 @@ pub mod message;
 pub mod sdp;
 
 pub use endpoint::{
-    CallHandle, CallParams, Config, EndReason, Endpoint, Event, IncomingCall, RequestHandle,
-    Timers, Transmit, Transport,
+    describe_metrics, stateless_response, Budget, CallHandle, CallParams, Config, EndReason,
+    Endpoint, Event, IncomingCall, RequestHandle, Timers, Transmit, Transport, TrustedPeer,
 };
 pub use error::{Error, Result};
 pub use message::{

@@ -24,9 +24,16 @@ pub struct Limits {
     pub max_headers: usize,
     /// Largest body.
     pub max_body_bytes: usize,
-    /// Most transactions (client and server) an endpoint holds; new requests beyond it get a
-    /// stateless 503 with Retry-After, so a flood cannot grow memory without bound.
+    /// Budget of server transactions for requests outside a live dialog (new INVITEs, OPTIONS,
+    /// CANCELs that match no pending INVITE, requests for unknown dialogs...). New requests
+    /// beyond it get a stateless 503 with Retry-After, so a flood cannot grow memory without
+    /// bound; they never take from [`Limits::max_in_dialog_transactions`].
     pub max_transactions: usize,
+    /// Budget reserved for server transactions of live dialogs: requests that match a dialog's
+    /// Call-ID and both tags and come from a source it trusts (BYE, re-INVITE, UPDATE, INFO,
+    /// OPTIONS), and CANCELs of pending INVITEs. No out-of-dialog flood can make the endpoint
+    /// refuse these; beyond this budget they get a stateless 503 too.
+    pub max_in_dialog_transactions: usize,
 }
 
 impl Default for Limits {
@@ -36,6 +43,7 @@ impl Default for Limits {
             max_headers: 128,
             max_body_bytes: 16 * 1024,
             max_transactions: 10_000,
+            max_in_dialog_transactions: 10_000,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! What an endpoint is configured with: transport, RFC 3261 timer values, limits, session timers.
 
-use std::net::SocketAddr;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::message::Limits;
@@ -53,15 +55,21 @@ impl Timers {
     }
 }
 
+/// Which source addresses an endpoint also accepts in-dialog requests from; see
+/// [`Config::trusted_peer`].
+pub type TrustedPeer = Arc<dyn Fn(IpAddr) -> bool + Send + Sync>;
+
 /// Endpoint configuration.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Config {
     /// The address we advertise in Via and Contact (the address our socket is reachable at).
     pub local_addr: SocketAddr,
     /// User part of our Contact and of the From of calls we place.
     pub user: String,
-    /// `User-Agent`/`Server` header value.
-    pub user_agent: String,
+    /// `User-Agent` (requests we send) and `Server` (responses) header value; `None` (the
+    /// default) sends neither header, so a peer learns no product or version from us. An
+    /// application that wants one sets it from its own configuration.
+    pub user_agent: Option<String>,
     /// RFC 3261 timer values.
     pub timers: Timers,
     /// Message limits.
@@ -73,6 +81,34 @@ pub struct Config {
     pub min_se: Duration,
     /// Seed for tags, branches and Call-IDs (`None`: from the OS).
     pub rng_seed: Option<u64>,
+    /// Also accept in-dialog requests from these sources (e.g. every address of the trunk).
+    ///
+    /// A request inside a dialog (BYE, re-INVITE, UPDATE, INFO, OPTIONS, ACK) is accepted only
+    /// when its Call-ID, To tag (ours) and From tag (theirs) match a live dialog (else 481) and
+    /// it comes from the IP the dialog's INVITE came from (or, for a call we placed, the IP we
+    /// sent the INVITE to), from the IP literal of the remote target or of the first route, or
+    /// from an IP this predicate returns `true` for; any other source gets 403 and changes
+    /// nothing. `None` (the default) trusts no other address.
+    pub trusted_peer: Option<TrustedPeer>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("local_addr", &self.local_addr)
+            .field("user", &self.user)
+            .field("user_agent", &self.user_agent)
+            .field("timers", &self.timers)
+            .field("limits", &self.limits)
+            .field("session_expires", &self.session_expires)
+            .field("min_se", &self.min_se)
+            .field("rng_seed", &self.rng_seed)
+            .field(
+                "trusted_peer",
+                &self.trusted_peer.as_ref().map(|_| "Fn(IpAddr) -> bool"),
+            )
+            .finish()
+    }
 }
 
 impl Config {
@@ -81,12 +117,13 @@ impl Config {
         Config {
             local_addr,
             user: "ontime".into(),
-            user_agent: concat!("ontime-sip/", env!("CARGO_PKG_VERSION")).into(),
+            user_agent: None,
             timers: Timers::default(),
             limits: Limits::default(),
             session_expires: Some(Duration::from_secs(1800)),
             min_se: Duration::from_secs(90),
             rng_seed: None,
+            trusted_peer: None,
         }
     }
 }

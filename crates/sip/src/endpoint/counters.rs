@@ -21,6 +21,76 @@ const MESSAGES_TOTAL: &str = "ontime_sip_messages_total";
 /// [`MESSAGES_TOTAL`] with `direction="in"`.
 const INVALID_MESSAGES_TOTAL: &str = "ontime_sip_invalid_messages_total";
 
+/// `ontime_sip_dialog_requests_refused_total{reason}`: requests inside a dialog refused
+/// because they do not belong to its peer (ACKs, which are never answered, are dropped):
+///
+/// - `reason="wrong_tag"`: the Call-ID and our To tag name a live dialog but the From tag is not
+///   the peer's; answered 481 like any request for a dialog that does not exist;
+/// - `reason="wrong_source"`: Call-ID and both tags match but the request comes from an address
+///   the dialog does not trust ([`super::Config::trusted_peer`]); answered 403.
+const DIALOG_REQUESTS_REFUSED_TOTAL: &str = "ontime_sip_dialog_requests_refused_total";
+
+/// `ontime_sip_budget_exhausted_total{budget}`: new requests answered with a stateless 503
+/// because their transaction budget was full (`budget="out_of_dialog"`: new INVITEs, OPTIONS
+/// and other requests outside a live dialog, bounded by [`crate::Limits::max_transactions`];
+/// `budget="in_dialog"`: requests of live dialogs and CANCELs of pending INVITEs, bounded by
+/// [`crate::Limits::max_in_dialog_transactions`]).
+const BUDGET_EXHAUSTED_TOTAL: &str = "ontime_sip_budget_exhausted_total";
+
+/// Why an in-dialog request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// The From tag is not the dialog's remote tag.
+    WrongTag,
+    /// The source is not one the dialog trusts.
+    WrongSource,
+}
+
+impl Refusal {
+    fn label(self) -> &'static str {
+        match self {
+            Refusal::WrongTag => "wrong_tag",
+            Refusal::WrongSource => "wrong_source",
+        }
+    }
+}
+
+/// Counts a refused in-dialog request.
+pub(super) fn count_refused(refusal: Refusal) {
+    metrics::counter!(DIALOG_REQUESTS_REFUSED_TOTAL, "reason" => refusal.label()).increment(1);
+}
+
+/// Counts a request refused because its budget was full.
+pub(super) fn count_budget_exhausted(budget: super::Budget) {
+    metrics::counter!(BUDGET_EXHAUSTED_TOTAL, "budget" => budget.label()).increment(1);
+}
+
+/// Describes the endpoint's counters and registers the ones that count trouble at zero, so a
+/// dashboard or an alert sees `0` rather than an absent series. [`super::Endpoint::new`] calls
+/// it (so it registers with the recorder installed at that time); calling it again is harmless.
+pub fn describe_metrics() {
+    metrics::describe_counter!(MESSAGES_TOTAL, "SIP messages received (in) and sent (out)");
+    metrics::describe_counter!(
+        INVALID_MESSAGES_TOTAL,
+        "SIP messages received that could not be parsed"
+    );
+    metrics::describe_counter!(
+        DIALOG_REQUESTS_REFUSED_TOTAL,
+        "In-dialog requests refused: wrong From tag (481) or untrusted source (403)"
+    );
+    metrics::describe_counter!(
+        BUDGET_EXHAUSTED_TOTAL,
+        "New requests answered 503 because their transaction budget was full"
+    );
+    metrics::counter!(INVALID_MESSAGES_TOTAL).increment(0);
+    for refusal in [Refusal::WrongTag, Refusal::WrongSource] {
+        metrics::counter!(DIALOG_REQUESTS_REFUSED_TOTAL, "reason" => refusal.label()).increment(0);
+    }
+    for budget in [super::Budget::OutOfDialog, super::Budget::InDialog] {
+        metrics::counter!(BUDGET_EXHAUSTED_TOTAL, "budget" => budget.label()).increment(0);
+    }
+}
+
 /// Label of messages whose method or status class has no label of its own.
 const OTHER: &str = "other";
 
@@ -184,6 +254,25 @@ mod tests {
         )
     }
 
+    /// Answers the incoming call the endpoint reported.
+    fn answer_incoming(uas: &mut Endpoint, now: Instant) {
+        let Some(Event::IncomingCall(call)) = uas.poll_event() else {
+            panic!("no call")
+        };
+        let local = crate::sdp::LocalMedia::new("127.0.0.1:20000".parse().unwrap(), 1);
+        let (answer, _) = crate::sdp::answer_offer(call.offer.as_ref().unwrap(), &local).unwrap();
+        uas.answer(call.call, &answer, now).unwrap();
+    }
+
+    /// `;tag=<our tag>` from the To of a response.
+    fn to_tag_param(payload: &[u8]) -> String {
+        String::from_utf8_lossy(payload)
+            .lines()
+            .find_map(|l| l.strip_prefix("To: ").map(str::to_string))
+            .and_then(|to| to.split_once(";tag=").map(|(_, t)| format!(";tag={t}")))
+            .unwrap()
+    }
+
     #[test]
     fn labels() {
         assert_eq!(start_line_label(b"INVITE sip:a@b SIP/2.0\r\n"), "INVITE");
@@ -211,13 +300,7 @@ mod tests {
             assert!(trying.payload.starts_with(b"SIP/2.0 100 Trying"));
             assert_eq!(recorder.get(&messages("1xx", "out")), 1);
 
-            let Some(Event::IncomingCall(call)) = uas.poll_event() else {
-                panic!("no call")
-            };
-            let local = crate::sdp::LocalMedia::new("127.0.0.1:20000".parse().unwrap(), 1);
-            let (answer, _) =
-                crate::sdp::answer_offer(call.offer.as_ref().unwrap(), &local).unwrap();
-            uas.answer(call.call, &answer, now).unwrap();
+            answer_incoming(&mut uas, now);
             let ok = uas.poll_transmit().unwrap();
             assert_eq!(recorder.get(&messages("2xx", "out")), 1);
             // The 2xx retransmission is on the wire too.
@@ -225,11 +308,7 @@ mod tests {
             assert_eq!(uas.poll_transmit().unwrap().payload, ok.payload);
             assert_eq!(recorder.get(&messages("2xx", "out")), 2);
 
-            let to_tag = String::from_utf8_lossy(&ok.payload)
-                .lines()
-                .find_map(|l| l.strip_prefix("To: ").map(str::to_string))
-                .and_then(|to| to.split_once(";tag=").map(|(_, t)| format!(";tag={t}")))
-                .unwrap();
+            let to_tag = to_tag_param(&ok.payload);
             uas.handle_datagram(request("ACK", 1, &to_tag, "").as_bytes(), peer, now);
             uas.handle_datagram(request("BYE", 2, &to_tag, "").as_bytes(), peer, now);
             while uas.poll_transmit().is_some() {}
@@ -279,5 +358,48 @@ mod tests {
         ];
         expected.sort();
         assert_eq!(all, expected);
+    }
+
+    #[test]
+    fn refusals_and_exhausted_budgets_count_from_zero() {
+        let recorder = Counters::default();
+        let refused = |r: &str| format!("{DIALOG_REQUESTS_REFUSED_TOTAL}{{reason=\"{r}\"}}");
+        let exhausted = |b: &str| format!("{BUDGET_EXHAUSTED_TOTAL}{{budget=\"{b}\"}}");
+        let peer = "127.0.0.1:5070".parse().unwrap();
+        let stranger = "127.0.0.9:5070".parse().unwrap();
+        let now = Instant::now();
+        metrics::with_local_recorder(&recorder, || {
+            let mut cfg = Config::new("127.0.0.1:5060".parse().unwrap());
+            cfg.limits.max_transactions = 2;
+            let mut uas = Endpoint::new(cfg);
+            // Registered at zero by Endpoint::new.
+            let map_has = |k: &str| recorder.0.lock().unwrap().contains_key(k);
+            for key in [
+                refused("wrong_tag"),
+                refused("wrong_source"),
+                exhausted("out_of_dialog"),
+                exhausted("in_dialog"),
+            ] {
+                assert!(map_has(&key), "{key}");
+                assert_eq!(recorder.get(&key), 0);
+            }
+            uas.handle_datagram(request("INVITE", 1, "", SDP).as_bytes(), peer, now);
+            answer_incoming(&mut uas, now);
+            let mut ok = None;
+            while let Some(t) = uas.poll_transmit() {
+                ok = Some(t);
+            }
+            let to_tag = to_tag_param(&ok.unwrap().payload);
+            let wrong_tag = request("INFO", 2, &to_tag, "").replace(";tag=a", ";tag=z");
+            uas.handle_datagram(wrong_tag.as_bytes(), peer, now);
+            uas.handle_datagram(request("ACK", 1, &to_tag, "").as_bytes(), stranger, now);
+            assert_eq!(recorder.get(&refused("wrong_tag")), 1);
+            assert_eq!(recorder.get(&refused("wrong_source")), 1);
+            // INVITE and INFO hold the out-of-dialog budget of 2: the next OPTIONS is refused.
+            uas.handle_datagram(request("OPTIONS", 3, "", "").as_bytes(), peer, now);
+            assert_eq!(recorder.get(&exhausted("out_of_dialog")), 1);
+            assert_eq!(recorder.get(&exhausted("in_dialog")), 0);
+            assert_eq!(uas.budget_exhausted_since(), Some(now));
+        });
     }
 }

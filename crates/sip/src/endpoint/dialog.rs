@@ -1,7 +1,7 @@
 //! Call and dialog state (RFC 3261 §12): the dialog's parties, route set, target and CSeq, the
 //! requests we build inside it, the 2xx retransmission and the session timer (RFC 4028).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::build::{self, h};
@@ -123,7 +123,73 @@ pub(super) fn sdp_body(msg: &Message) -> Option<std::result::Result<SessionDescr
     }
 }
 
+/// What an in-dialog request (one with a To tag) names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum DialogMatch {
+    /// No live dialog has this Call-ID and our To tag.
+    None,
+    /// A live dialog has this Call-ID and our To tag, but the From tag is not the peer's.
+    WrongTag,
+    /// Call-ID and both tags match, but the source is not one the dialog trusts.
+    WrongSource,
+    /// The request belongs to this call.
+    Found(CallHandle),
+}
+
+fn same_ip(a: IpAddr, b: IpAddr) -> bool {
+    a.to_canonical() == b.to_canonical()
+}
+
 impl Endpoint {
+    /// RFC 3261 §12.2.2: the dialog of a request is named by its Call-ID, its To tag (our local
+    /// tag) and its From tag (the remote tag); then the source must be one the dialog trusts.
+    pub(super) fn match_dialog(&self, msg: &Message, source: SocketAddr) -> DialogMatch {
+        let Some(to_tag) = msg.to().and_then(|t| t.tag().map(str::to_string)) else {
+            return DialogMatch::None;
+        };
+        let Some(call) = self
+            .dialogs
+            .get(&(msg.call_id().to_string(), to_tag))
+            .copied()
+        else {
+            return DialogMatch::None;
+        };
+        let Some(c) = self.calls.get(&call) else {
+            return DialogMatch::None;
+        };
+        let from = msg.from();
+        if c.remote_tag.as_deref() != from.as_ref().and_then(|f| f.tag()) {
+            return DialogMatch::WrongTag;
+        }
+        if !self.trusts(c, source.ip()) {
+            return DialogMatch::WrongSource;
+        }
+        DialogMatch::Found(call)
+    }
+
+    /// Whether a dialog accepts requests from `ip`: the address its INVITE came from (or went
+    /// to, for a call we placed), the IP literal of its remote target or first route, or one the
+    /// configuration trusts.
+    fn trusts(&self, c: &Call, ip: IpAddr) -> bool {
+        if same_ip(c.peer.ip(), ip) {
+            return true;
+        }
+        let first_route = c
+            .route_set
+            .first()
+            .and_then(|r| parse_name_addr(r).ok())
+            .and_then(|a| uri_socket_addr(&a.uri));
+        let target = uri_socket_addr(&c.remote_target);
+        if [first_route, target]
+            .into_iter()
+            .flatten()
+            .any(|a| same_ip(a.ip(), ip))
+        {
+            return true;
+        }
+        self.config.trusted_peer.as_ref().is_some_and(|f| f(ip))
+    }
+
     /// Remembers the peer's SDP version, so a later offer with the same `o=` version is known
     /// to be a refresh (RFC 3264 §8).
     pub(super) fn note_remote_sdp(&mut self, call: CallHandle, sdp: Option<&SessionDescription>) {

@@ -15,7 +15,8 @@
 //! - `uac`: requests we originate (INVITE, CANCEL, BYE, re-INVITE, OPTIONS, INFO, ACK) and what
 //!   their responses mean for the call;
 //! - `dtmf`: DTMF bodies of SIP INFO;
-//! - `counters`: the message counters.
+//! - `stateless`: stateless responses for requests the application keeps from the endpoint;
+//! - `counters`: the endpoint's counters.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -32,12 +33,15 @@ mod counters;
 mod dialog;
 mod dtmf;
 mod event;
+mod stateless;
 mod transaction;
 mod uac;
 mod uas;
 
-pub use config::{Config, Timers, Transport};
+pub use config::{Config, Timers, Transport, TrustedPeer};
+pub use counters::describe_metrics;
 pub use event::{CallHandle, CallParams, EndReason, Event, IncomingCall, RequestHandle, Transmit};
+pub use stateless::stateless_response;
 
 use counters::Direction;
 use dialog::{session_interval, Call};
@@ -47,6 +51,34 @@ use transaction::{ClientTx, ServerKey, ServerTx};
 const ALLOW: &str = "INVITE, ACK, BYE, CANCEL, OPTIONS, UPDATE, INFO";
 /// Option tags we support (RFC 3261 §20.37).
 const SUPPORTED: &str = "timer";
+
+/// The transaction budgets of [`crate::Limits`]: a new request takes a server transaction from
+/// one of them, and when that one is full it is answered 503 statelessly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Budget {
+    /// Requests outside a live dialog ([`crate::Limits::max_transactions`]).
+    OutOfDialog,
+    /// Requests of live dialogs and CANCELs of pending INVITEs
+    /// ([`crate::Limits::max_in_dialog_transactions`]).
+    InDialog,
+}
+
+impl Budget {
+    /// The `budget` label of `ontime_sip_budget_exhausted_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Budget::OutOfDialog => "out_of_dialog",
+            Budget::InDialog => "in_dialog",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Budget::OutOfDialog => 0,
+            Budget::InDialog => 1,
+        }
+    }
+}
 
 /// The SIP user agent: transactions, dialogs and calls for any number of calls.
 #[derive(Debug)]
@@ -62,6 +94,10 @@ pub struct Endpoint {
     next_id: u64,
     accepting: bool,
     invalid_messages: u64,
+    /// Server transactions held, by [`Budget::index`].
+    budget_in_use: [usize; 2],
+    /// When each budget last became full (cleared once it is back to 90 % or less).
+    exhausted_since: [Option<Instant>; 2],
 }
 
 impl Endpoint {
@@ -76,6 +112,7 @@ impl Endpoint {
         let max_interval = session_interval(u64::MAX);
         config.session_expires = config.session_expires.map(|d| d.min(max_interval));
         config.min_se = config.min_se.min(max_interval);
+        describe_metrics();
         let rng = match config.rng_seed {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_os_rng(),
@@ -92,6 +129,8 @@ impl Endpoint {
             next_id: 1,
             accepting: true,
             invalid_messages: 0,
+            budget_in_use: [0; 2],
+            exhausted_since: [None; 2],
         }
     }
 
@@ -114,6 +153,48 @@ impl Endpoint {
     /// Transactions alive (client and server), for tests and metrics.
     pub fn active_transactions(&self) -> usize {
         self.client.len() + self.server.len()
+    }
+
+    /// Server transactions held in `budget` (at most its limit in [`crate::Limits`]).
+    pub fn transactions_in_budget(&self, budget: Budget) -> usize {
+        self.budget_in_use[budget.index()]
+    }
+
+    /// Since when a transaction budget has been full: the `now` of the first request refused
+    /// (503) for a full budget, `None` again once every budget that was full is back to 90 % of
+    /// its limit or less. For a readiness check: an instance whose budget has been exhausted for
+    /// a while is flooded or stuck. The earliest of both budgets.
+    pub fn budget_exhausted_since(&self) -> Option<Instant> {
+        self.exhausted_since.iter().flatten().min().copied()
+    }
+
+    fn budget_limit(&self, budget: Budget) -> usize {
+        match budget {
+            Budget::OutOfDialog => self.config.limits.max_transactions,
+            Budget::InDialog => self.config.limits.max_in_dialog_transactions,
+        }
+    }
+
+    /// Whether `budget` has room for one more transaction; when not, counts and remembers it.
+    pub(super) fn take_budget(&mut self, budget: Budget, now: Instant) -> bool {
+        let i = budget.index();
+        if self.budget_in_use[i] < self.budget_limit(budget) {
+            self.budget_in_use[i] += 1;
+            return true;
+        }
+        counters::count_budget_exhausted(budget);
+        self.exhausted_since[i].get_or_insert(now);
+        false
+    }
+
+    /// Gives a transaction's place back to its budget.
+    pub(super) fn release_budget(&mut self, budget: Budget) {
+        let i = budget.index();
+        self.budget_in_use[i] = self.budget_in_use[i].saturating_sub(1);
+        let limit = self.budget_limit(budget);
+        if self.budget_in_use[i].saturating_mul(10) <= limit.saturating_mul(9) {
+            self.exhausted_since[i] = None;
+        }
     }
 
     /// Messages that could not be parsed (answered 400 or dropped) since start.
@@ -182,6 +263,14 @@ impl Endpoint {
         });
     }
 
+    /// `User-Agent`/`Server` with the configured product, if one is configured.
+    pub(super) fn product_header(&self, name: &str) -> Option<(String, String)> {
+        self.config
+            .user_agent
+            .as_ref()
+            .map(|ua| h(name, ua.clone()))
+    }
+
     pub(super) fn contact(&self, transport: Transport) -> String {
         let t = match transport {
             Transport::Udp => "",
@@ -239,7 +328,7 @@ impl Endpoint {
 
     /// RFC 3261 §8.2 / §16.3: a request we cannot read gets 400 (or 505...) with the reason in a
     /// Warning, when enough of it is readable to address a response.
-    fn answer_invalid(&mut self, e: ParseError, source: SocketAddr, transport: Transport) {
+    fn answer_invalid(&mut self, mut e: ParseError, source: SocketAddr, transport: Transport) {
         let Some(status) = e.status else { return };
         // Never answer an ACK.
         if e.headers
@@ -268,6 +357,7 @@ impl Endpoint {
             format!("399 {} \"{}\"", self.config.local_addr, reason),
         );
         let tag = self.random_token();
+        build::stamp_top_via(&mut e.headers, source);
         let bytes = build::response(&e.headers, status, Some(&tag), &[warning], b"");
         self.send(destination, transport, bytes);
     }

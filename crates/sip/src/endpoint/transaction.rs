@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use crate::build::{self, h, HeaderList};
 use crate::message::{parse_message, Framing, Limits, Message, Method};
 
-use super::{CallHandle, Endpoint, RequestHandle, Transport};
+use super::dialog::DialogMatch;
+use super::{Budget, CallHandle, Endpoint, RequestHandle, Transport};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ClientState {
@@ -94,6 +95,8 @@ pub(super) struct ServerTx {
     pub(super) timeout_at: Option<Instant>,
     pub(super) end_at: Option<Instant>,
     pub(super) to_tag: String,
+    /// The budget this transaction takes its place from.
+    pub(super) budget: Budget,
 }
 
 impl ServerTx {
@@ -102,6 +105,34 @@ impl ServerTx {
             .into_iter()
             .flatten()
             .min()
+    }
+}
+
+/// RFC 3261 §9.2: the INVITE server transaction a CANCEL matches: the same key but the method.
+pub(super) fn invite_key(key: &ServerKey) -> ServerKey {
+    match key.clone() {
+        ServerKey::Rfc3261 {
+            branch, sent_by, ..
+        } => ServerKey::Rfc3261 {
+            branch,
+            sent_by,
+            method: "INVITE".into(),
+        },
+        ServerKey::Rfc2543 {
+            request_uri,
+            from_tag,
+            call_id,
+            cseq,
+            via,
+            ..
+        } => ServerKey::Rfc2543 {
+            request_uri,
+            from_tag,
+            call_id,
+            cseq,
+            via,
+            method: "INVITE".into(),
+        },
     }
 }
 
@@ -119,6 +150,7 @@ pub(super) const UNLIMITED: Limits = Limits {
     max_headers: usize::MAX,
     max_body_bytes: usize::MAX,
     max_transactions: usize::MAX,
+    max_in_dialog_transactions: usize::MAX,
 };
 
 impl Endpoint {
@@ -195,7 +227,7 @@ impl Endpoint {
                     _ => {}
                 }
             }
-            self.on_dialog_ack(&msg);
+            self.on_dialog_ack(&msg, source);
             return;
         }
 
@@ -211,10 +243,26 @@ impl Endpoint {
             return;
         }
 
-        if self.client.len() + self.server.len() >= self.config.limits.max_transactions {
-            // Overloaded: answer statelessly (RFC 3261 §21.5.4) rather than grow without bound.
+        // The Via as the responses must echo it (RFC 3261 §18.2.1, RFC 3581 §4).
+        let mut stamped = msg.clone();
+        build::stamp_top_via(&mut stamped.headers, source);
+        // Requests of live dialogs (and CANCELs of pending INVITEs) have a budget of their own,
+        // which requests that merely name a dialog cannot take from.
+        let in_dialog = if method == Method::Cancel {
+            self.server.contains_key(&invite_key(&key))
+        } else {
+            matches!(self.match_dialog(&msg, source), DialogMatch::Found(_))
+        };
+        let budget = if in_dialog {
+            Budget::InDialog
+        } else {
+            Budget::OutOfDialog
+        };
+        if !self.take_budget(budget, now) {
+            // Full: answer statelessly (RFC 3261 §21.5.4) rather than grow without bound.
             let tag = self.random_token();
-            let bytes = build::response_to(&msg, 503, Some(&tag), &[h("Retry-After", "5")], b"");
+            let bytes =
+                build::response_to(&stamped, 503, Some(&tag), &[h("Retry-After", "5")], b"");
             self.send(destination, transport, bytes);
             return;
         }
@@ -226,7 +274,7 @@ impl Endpoint {
             key.clone(),
             ServerTx {
                 method: method.clone(),
-                request: msg.clone(),
+                request: stamped,
                 state: ServerState::Proceeding,
                 last_response: None,
                 final_code: None,
@@ -237,6 +285,7 @@ impl Endpoint {
                 timeout_at: None,
                 end_at: None,
                 to_tag,
+                budget,
             },
         );
         // The transaction exists; what the request means is the UAS's business.
@@ -462,7 +511,9 @@ impl Endpoint {
             };
             if tx.end_at.is_some_and(|d| d <= now) || tx.timeout_at.is_some_and(|d| d <= now) {
                 // Timer H (no ACK for our non-2xx) just ends the transaction (§17.2.1).
+                let budget = tx.budget;
                 self.server.remove(&key);
+                self.release_budget(budget);
                 continue;
             }
             if tx.retransmit_at.is_some_and(|d| d <= now) {

@@ -267,8 +267,8 @@ impl Endpoint {
             h("Contact", self.contact(params.transport)),
             h("Allow", ALLOW),
             h("Supported", SUPPORTED),
-            h("User-Agent", self.config.user_agent.clone()),
         ];
+        headers.extend(self.product_header("User-Agent"));
         if let Some(se) = self.config.session_expires {
             headers.push(h("Session-Expires", se.as_secs().to_string()));
             headers.push(h("Min-SE", self.config.min_se.as_secs().to_string()));
@@ -334,7 +334,7 @@ impl Endpoint {
         let branch = self.new_branch();
         let tag = self.random_token();
         let call_id = format!("{}@{}", self.random_token(), self.config.local_addr.ip());
-        let headers = vec![
+        let mut headers = vec![
             h(
                 "Via",
                 format!(
@@ -355,8 +355,8 @@ impl Endpoint {
             h("Call-ID", call_id),
             h("CSeq", "1 OPTIONS"),
             h("Accept", "application/sdp"),
-            h("User-Agent", self.config.user_agent.clone()),
         ];
+        headers.extend(self.product_header("User-Agent"));
         let bytes = build::request(&Method::Options, target, &headers, b"")?;
         self.start_client_tx(
             branch,

@@ -12,11 +12,12 @@ use crate::error::{Error, Result};
 use crate::message::{is_sip_uri, uri_scheme, Message, Method};
 use crate::sdp::SessionDescription;
 
+use super::counters::{self, Refusal};
 use super::dialog::{
-    parse_session_expires, sdp_body, session_interval, Call, CallState, Pending2xx,
+    parse_session_expires, sdp_body, session_interval, Call, CallState, DialogMatch, Pending2xx,
 };
 use super::dtmf::parse_dtmf;
-use super::transaction::ServerKey;
+use super::transaction::{invite_key, ServerKey};
 use super::{CallHandle, EndReason, Endpoint, Event, IncomingCall, Transport, ALLOW, SUPPORTED};
 
 impl Endpoint {
@@ -60,10 +61,20 @@ impl Endpoint {
             (Method::Options, None) => self.on_options(&key, now),
             (
                 Method::Invite | Method::Update | Method::Info | Method::Bye | Method::Options,
-                Some(tag),
-            ) => match self.dialogs.get(&(msg.call_id().to_string(), tag)).copied() {
-                Some(call) => self.on_in_dialog(call, key, msg, now),
-                None => self.respond(&key, 481, &[], b"", now),
+                Some(_),
+            ) => match self.match_dialog(&msg, source) {
+                DialogMatch::Found(call) => self.on_in_dialog(call, key, msg, now),
+                DialogMatch::None => self.respond(&key, 481, &[], b"", now),
+                // RFC 3261 §12.2.2: not the peer's dialog, so no such dialog.
+                DialogMatch::WrongTag => {
+                    counters::count_refused(Refusal::WrongTag);
+                    self.respond(&key, 481, &[], b"", now);
+                }
+                DialogMatch::WrongSource => {
+                    counters::count_refused(Refusal::WrongSource);
+                    tracing::debug!(%source, call_id = msg.call_id(), "in-dialog request from an untrusted source");
+                    self.respond(&key, 403, &[], b"", now);
+                }
             },
             (Method::Bye | Method::Update | Method::Info, None) => {
                 self.respond(&key, 481, &[], b"", now)
@@ -74,12 +85,13 @@ impl Endpoint {
     }
 
     fn capability_headers(&self) -> HeaderList {
-        vec![
+        let mut headers = vec![
             h("Allow", ALLOW),
             h("Accept", "application/sdp"),
             h("Supported", SUPPORTED),
-            h("Server", self.config.user_agent.clone()),
-        ]
+        ];
+        headers.extend(self.product_header("Server"));
+        headers
     }
 
     fn on_options(&mut self, key: &ServerKey, now: Instant) {
@@ -233,30 +245,7 @@ impl Endpoint {
     fn on_cancel(&mut self, key: &ServerKey, now: Instant) {
         // RFC 3261 §9.2: the CANCEL matches the INVITE's server transaction by everything but
         // the method.
-        let invite_key = match key.clone() {
-            ServerKey::Rfc3261 {
-                branch, sent_by, ..
-            } => ServerKey::Rfc3261 {
-                branch,
-                sent_by,
-                method: "INVITE".into(),
-            },
-            ServerKey::Rfc2543 {
-                request_uri,
-                from_tag,
-                call_id,
-                cseq,
-                via,
-                ..
-            } => ServerKey::Rfc2543 {
-                request_uri,
-                from_tag,
-                call_id,
-                cseq,
-                via,
-                method: "INVITE".into(),
-            },
-        };
+        let invite_key = invite_key(key);
         let pending = self
             .server
             .get(&invite_key)
@@ -280,12 +269,12 @@ impl Endpoint {
         }
     }
 
-    pub(super) fn on_dialog_ack(&mut self, msg: &Message) {
-        let Some(tag) = msg.to().and_then(|t| t.tag().map(str::to_string)) else {
-            return;
-        };
-        let Some(call) = self.dialogs.get(&(msg.call_id().to_string(), tag)).copied() else {
-            return;
+    pub(super) fn on_dialog_ack(&mut self, msg: &Message, source: SocketAddr) {
+        let call = match self.match_dialog(msg, source) {
+            DialogMatch::Found(call) => call,
+            DialogMatch::None => return,
+            DialogMatch::WrongTag => return counters::count_refused(Refusal::WrongTag),
+            DialogMatch::WrongSource => return counters::count_refused(Refusal::WrongSource),
         };
         let Some(c) = self.calls.get_mut(&call) else {
             return;
@@ -588,7 +577,7 @@ impl Endpoint {
     ) -> Result<()> {
         let transport = self.call_mut(call)?.transport;
         let contact = self.contact(transport);
-        let server_header = self.config.user_agent.clone();
+        let server_header = self.product_header("Server");
         let c = self.call_mut(call)?;
         if c.state != CallState::Incoming {
             return Err(Error::InvalidState {
@@ -607,8 +596,8 @@ impl Endpoint {
             h("Contact", contact),
             h("Allow", ALLOW),
             h("Supported", SUPPORTED),
-            h("Server", server_header),
         ];
+        extra.extend(server_header);
         // RFC 3261 §12.1.1: the 2xx copies the Record-Route of the INVITE.
         if let Some(tx) = self.server.get(&key) {
             for rr in tx.request.headers_named("Record-Route") {
