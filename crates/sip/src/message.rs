@@ -25,13 +25,13 @@ pub struct Limits {
     /// Largest body.
     pub max_body_bytes: usize,
     /// Budget of server transactions for requests outside a live dialog (new INVITEs, OPTIONS,
-    /// CANCELs that match no pending INVITE, requests for unknown dialogs...). New requests
+    /// CANCELs that match no INVITE transaction, requests for unknown dialogs...). New requests
     /// beyond it get a stateless 503 with Retry-After, so a flood cannot grow memory without
     /// bound; they never take from [`Limits::max_in_dialog_transactions`].
     pub max_transactions: usize,
     /// Budget reserved for server transactions of live dialogs: requests that match a dialog's
     /// Call-ID and both tags and come from a source it trusts (BYE, re-INVITE, UPDATE, INFO,
-    /// OPTIONS), and CANCELs of pending INVITEs. No out-of-dialog flood can make the endpoint
+    /// OPTIONS), and CANCELs of INVITE transactions we hold. No out-of-dialog flood can make the endpoint
     /// refuse these; beyond this budget they get a stateless 503 too.
     pub max_in_dialog_transactions: usize,
 }

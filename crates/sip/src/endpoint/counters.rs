@@ -33,7 +33,7 @@ const DIALOG_REQUESTS_REFUSED_TOTAL: &str = "ontime_sip_dialog_requests_refused_
 /// `ontime_sip_budget_exhausted_total{budget}`: new requests answered with a stateless 503
 /// because their transaction budget was full (`budget="out_of_dialog"`: new INVITEs, OPTIONS
 /// and other requests outside a live dialog, bounded by [`crate::Limits::max_transactions`];
-/// `budget="in_dialog"`: requests of live dialogs and CANCELs of pending INVITEs, bounded by
+/// `budget="in_dialog"`: requests of live dialogs and CANCELs of INVITE transactions we hold, bounded by
 /// [`crate::Limits::max_in_dialog_transactions`]).
 const BUDGET_EXHAUSTED_TOTAL: &str = "ontime_sip_budget_exhausted_total";
 

@@ -58,7 +58,7 @@ const SUPPORTED: &str = "timer";
 pub enum Budget {
     /// Requests outside a live dialog ([`crate::Limits::max_transactions`]).
     OutOfDialog,
-    /// Requests of live dialogs and CANCELs of pending INVITEs
+    /// Requests of live dialogs and CANCELs of INVITE transactions we hold
     /// ([`crate::Limits::max_in_dialog_transactions`]).
     InDialog,
 }

@@ -246,7 +246,7 @@ impl Endpoint {
         // The Via as the responses must echo it (RFC 3261 §18.2.1, RFC 3581 §4).
         let mut stamped = msg.clone();
         build::stamp_top_via(&mut stamped.headers, source);
-        // Requests of live dialogs (and CANCELs of pending INVITEs) have a budget of their own,
+        // Requests of live dialogs (and CANCELs of INVITE transactions we hold) have a budget of their own,
         // which requests that merely name a dialog cannot take from.
         let in_dialog = if method == Method::Cancel {
             self.server.contains_key(&invite_key(&key))
