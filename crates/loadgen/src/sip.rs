@@ -61,7 +61,7 @@ impl SipClient {
         })?;
         let mut config = Config::new(local);
         config.user = "ontime-load".into();
-        config.user_agent = concat!("ontime-load/", env!("CARGO_PKG_VERSION")).into();
+        config.user_agent = Some(concat!("ontime-load/", env!("CARGO_PKG_VERSION")).into());
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(drive(socket, Endpoint::new(config), rx));
         Ok(SipClient {
