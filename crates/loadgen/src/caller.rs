@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use ontime_rtp::{Packetizer, PT_PCMU};
 use ontime_sender::{Controller, PacketInfo, PacketSink, StreamConfig, StreamEvent, StreamOutput};
 use ontime_sip::sdp::{self, Codec, LocalMedia};
-use ontime_sip::{CallParams, Transport};
+use ontime_sip::{CallParams, EndReason, Transport};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, watch};
@@ -74,6 +74,8 @@ pub enum RecordKind {
     },
     /// The call could not be set up.
     Failed(String),
+    /// The gateway refused the call with 503 (at its admission limit, or draining).
+    Refused,
     /// The far end ended a running call.
     DroppedByGateway(String),
     /// A turn: last speech packet sent → first agent audio packet received.
@@ -210,6 +212,9 @@ pub async fn run_caller(
             e = events.recv() => match e {
                 Some(CallEvent::Answered(answer)) => break answer,
                 Some(CallEvent::Progress(_)) => {}
+                Some(CallEvent::Ended(EndReason::Refused { status: 503, .. })) => {
+                    return record(RecordKind::Refused);
+                }
                 Some(CallEvent::Ended(reason)) => return fail(format!("not answered: {reason:?}")),
                 None => return fail("SIP task stopped".into()),
             },

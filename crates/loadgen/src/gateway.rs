@@ -172,14 +172,25 @@ pub fn start(
     max_calls: usize,
     extra: &[String],
 ) -> Result<SpawnedGateway> {
+    start_with_limit(binary, placement, max_calls + 4, extra)
+}
+
+/// [`start`] with the gateway's admission limit (`--max-calls`) exactly `limit`: the soak's
+/// churn offers calls beyond it. RTP ports are reserved for `limit` + 4 calls.
+pub fn start_with_limit(
+    binary: &Path,
+    placement: Placement,
+    limit: usize,
+    extra: &[String],
+) -> Result<SpawnedGateway> {
     let sip = free_udp()?;
     let metrics_addr = free_tcp()?;
-    let ports = u16::try_from(max_calls + 8)
+    let ports = u16::try_from(limit + 4)
         .ok()
         .and_then(|n| n.checked_mul(PORTS_PER_CALL))
         .ok_or_else(|| Error::Invalid {
             what: "steps",
-            reason: format!("{max_calls} calls need more RTP ports than UDP has"),
+            reason: format!("{limit} calls need more RTP ports than UDP has"),
         })?;
     let (first, last) = free_port_range(ports)?;
     let log_dir =
@@ -200,7 +211,7 @@ pub fn start(
     cmd.args(["--sip-listen", &sip.to_string()])
         .args(["--metrics-listen", &metrics_addr.to_string()])
         .args(["--rtp-ports", &format!("{first}-{last}")])
-        .args(["--max-calls", &(max_calls + 4).to_string()])
+        .args(["--max-calls", &limit.to_string()])
         .args(["--log-format", "json"])
         .args(extra)
         .stdin(Stdio::null())

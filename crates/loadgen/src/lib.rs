@@ -13,7 +13,9 @@
 //! - [`sip`], [`caller`]: the callers (one `ontime-sip` endpoint, RTP paced by `ontime-sender`);
 //! - [`run`], [`stats`]: steps, windows, figures and the ok rule;
 //! - [`gateway`], [`procstat`], [`prom`], [`http`]: placing and observing the gateway;
-//! - [`report`]: table, JSON and plot.
+//! - [`report`]: table, JSON and plot;
+//! - [`soak`]: soak and churn — N calls kept up for hours, the gateway's memory, fds, sockets,
+//!   threads and late ticks sampled at intervals.
 //!
 //! ```
 //! use ontime_loadgen::listen::{AgentListener, Heard};
@@ -47,6 +49,7 @@ pub mod prom;
 pub mod report;
 pub mod run;
 pub mod sip;
+pub mod soak;
 pub mod stats;
 
 pub use error::{Error, Result};

@@ -1,6 +1,8 @@
 //! `ontime-load`: the capacity harness. Places N concurrent SIP calls per step to a gateway
 //! (spawned and confined like a pod, or already running), measures what callers hear, prints a
-//! table and writes JSON and a plot. See docs/capacity.md.
+//! table and writes JSON and a plot. See docs/capacity.md. With `--soak`, keeps N calls up for a
+//! long time and samples the gateway's memory, fds, sockets, threads and late ticks instead (see
+//! docs/reliability.md).
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -16,6 +18,7 @@ use ontime_loadgen::http::MetricsUrl;
 use ontime_loadgen::report::{self, JsonReport, Machine};
 use ontime_loadgen::run::{self, GatewayView, RunPlan, Windows};
 use ontime_loadgen::sip::SipClient;
+use ontime_loadgen::soak::{self, SoakPlan};
 use ontime_loadgen::{audio, os};
 use ontime_sender::{EngineConfig, Sender, SenderConfig};
 
@@ -77,6 +80,42 @@ struct Args {
     /// Plot turn latency and CPU against N here (PNG).
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Soak instead of steps: keep --calls calls up for --duration, each lasting --call-min to
+    /// --call-max and replaced when it ends; sample the gateway every --sample-interval.
+    #[arg(long)]
+    soak: bool,
+    /// Soak: concurrent calls (with --churn: the gateway's admission limit, unless --max-calls).
+    #[arg(long, default_value_t = 48)]
+    calls: usize,
+    /// Soak: how long calls are kept up (90s, 10m, 1h …).
+    #[arg(long, default_value = "1h", value_parser = soak::parse_duration)]
+    duration: Duration,
+    /// Soak: time between samples.
+    #[arg(long, default_value = "10s", value_parser = soak::parse_duration)]
+    sample_interval: Duration,
+    /// Soak: samples before this are warm-up ("RSS after warm-up" is the first one after it).
+    #[arg(long, default_value = "2m", value_parser = soak::parse_duration)]
+    soak_warmup: Duration,
+    /// Soak: shortest call.
+    #[arg(long, default_value = "20s", value_parser = soak::parse_duration)]
+    call_min: Duration,
+    /// Soak: longest call.
+    #[arg(long, default_value = "60s", value_parser = soak::parse_duration)]
+    call_max: Duration,
+    /// Soak at the admission limit: more callers than the gateway admits keep calling; its 503s
+    /// count as refused, not failed.
+    #[arg(long, requires = "soak")]
+    churn: bool,
+    /// Churn: callers beyond the admission limit (default: a quarter of it, at least 4).
+    #[arg(long, requires = "churn")]
+    churn_extra: Option<usize>,
+    /// Admission limit (--max-calls) of the spawned gateway. Default: the largest step + 4; soak:
+    /// --calls + 4; churn: --calls.
+    #[arg(long)]
+    max_calls: Option<usize>,
+    /// Soak: one JSON line per sample goes here.
+    #[arg(long, default_value = "soak-samples.jsonl")]
+    samples: PathBuf,
 }
 
 fn seconds(what: &str, v: f64) -> anyhow::Result<Duration> {
@@ -106,7 +145,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let started_utc = utc_now();
+    let started_utc = report::utc_now();
     if args.steps.is_empty() || args.steps.contains(&0) {
         bail!("--steps must list positive call counts, e.g. 1,4,8");
     }
@@ -125,6 +164,23 @@ fn main() -> anyhow::Result<()> {
         .with_context(|| "loading caller speech (run from the workspace root or pass --callers)")?
         .into();
     let max_calls = args.steps.iter().copied().max().unwrap_or(1);
+    if args.soak && args.calls == 0 {
+        bail!("--calls must be above 0");
+    }
+    if args.call_min > args.call_max {
+        bail!("--call-min must not exceed --call-max");
+    }
+    // The gateway's admission limit, and (soak) how many callers keep calling.
+    let limit = match (args.soak, args.churn) {
+        (false, _) => args.max_calls.unwrap_or(max_calls + 4),
+        (true, false) => args.max_calls.unwrap_or(args.calls + 4),
+        (true, true) => args.max_calls.unwrap_or(args.calls),
+    };
+    let soak_callers = if args.churn {
+        limit + args.churn_extra.unwrap_or((limit / 4).max(4))
+    } else {
+        args.calls
+    };
     let placement = match (args.cpu_quota, args.cpuset) {
         (Some(q), _) => Placement::Quota(q),
         (None, Some(c)) => Placement::Cpuset(c),
@@ -133,10 +189,10 @@ fn main() -> anyhow::Result<()> {
 
     // Spawn before any harness thread exists, so a cpuset leaves the harness on the other cores.
     let mut spawned: Option<SpawnedGateway> = match &args.gateway {
-        Some(path) => Some(gateway::start(
+        Some(path) => Some(gateway::start_with_limit(
             path,
             placement,
-            max_calls,
+            limit,
             &args.gateway_arg,
         )?),
         None => None,
@@ -194,6 +250,32 @@ fn main() -> anyhow::Result<()> {
             origin: Instant::now(),
             answer_timeout,
         });
+        let view = GatewayView {
+            metrics,
+            pid,
+            cgroup: spawned.as_ref().and_then(|g| g.cgroup.as_ref()),
+        };
+        if args.soak {
+            let plan = SoakPlan {
+                callers: soak_callers,
+                admission_limit: (spawned.is_some() || args.max_calls.is_some()).then_some(limit),
+                churn: args.churn,
+                duration_s: args.duration.as_secs_f64(),
+                sample_interval_s: args.sample_interval.as_secs_f64(),
+                warmup_s: args.soak_warmup.as_secs_f64(),
+                ramp_s: args.ramp,
+                call_min_s: args.call_min.as_secs_f64(),
+                call_max_s: args.call_max.as_secs_f64(),
+                seed: args.seed,
+            };
+            let outcome = run_soak(&args, &plan, setup, &view, &placement_text, &command, &started_utc).await;
+            if let Some(gw) = &spawned {
+                println!("gateway logs: {}", gw.log_dir.display());
+            }
+            drop(view);
+            drop(spawned);
+            return outcome;
+        }
         let plan = RunPlan {
             steps: args.steps.clone(),
             windows: Windows {
@@ -203,11 +285,6 @@ fn main() -> anyhow::Result<()> {
             },
             stop_on_degrade: args.stop_on_degrade,
             seed: args.seed,
-        };
-        let view = GatewayView {
-            metrics,
-            pid,
-            cgroup: spawned.as_ref().and_then(|g| g.cgroup.as_ref()),
         };
         let bar = ProgressBar::new_spinner();
         bar.set_style(ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
@@ -306,26 +383,73 @@ async fn interrupted() -> &'static str {
     }
 }
 
-/// Now as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, so no date crate is needed for one stamp).
-fn utc_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's days-to-civil algorithm.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+/// The soak mode: run it, write every sample as a JSON line to `--samples`, print the summary and
+/// write it (with plan, machine and commit) to `--json`.
+async fn run_soak(
+    args: &Args,
+    plan: &SoakPlan,
+    setup: Arc<CallerSetup>,
+    view: &GatewayView<'_>,
+    placement: &str,
+    command: &str,
+    started_utc: &str,
+) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let file = std::fs::File::create(&args.samples)
+        .with_context(|| format!("creating {}", args.samples.display()))?;
+    let mut out = std::io::LineWriter::new(file);
+    eprintln!(
+        "ontime-load soak: {} callers{}, {} s (warm-up {} s), calls {}–{} s, a sample every {} s, gateway {} ({placement}); samples in {}",
+        plan.callers,
+        plan.admission_limit
+            .map_or(String::new(), |l| format!(" against an admission limit of {l}")),
+        plan.duration_s,
+        plan.warmup_s,
+        plan.call_min_s,
+        plan.call_max_s,
+        plan.sample_interval_s,
+        setup.destination,
+        args.samples.display(),
+    );
+    let mut write_error = None;
+    let results = soak::run(plan, setup, view, interrupted(), |s| {
+        eprintln!("{}", soak::sample_line(s));
+        let written = serde_json::to_string(s)
+            .map_err(anyhow::Error::from)
+            .and_then(|line| Ok(writeln!(out, "{line}")?));
+        if let Err(e) = written {
+            write_error.get_or_insert(e);
+        }
+    })
+    .await;
+    print!("{}", soak::summary_text(&results.summary));
+    println!(
+        "ended by: {}; samples: {}",
+        results.ended_by,
+        args.samples.display()
+    );
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "mode": if plan.churn { "churn" } else { "soak" },
+            "plan": plan,
+            "summary": results.summary,
+            "ended_by": results.ended_by,
+            "samples_file": args.samples,
+            "placement": placement,
+            "command": command,
+            "started_utc": started_utc,
+            "ended_utc": report::utc_now(),
+            "machine": Machine::detect(),
+            "commit": report::git_commit(),
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(e) = write_error {
+        return Err(e.context(format!("writing {}", args.samples.display())));
+    }
+    if results.ended_by != "duration" {
+        bail!("the soak ended early: {}", results.ended_by);
+    }
+    Ok(())
 }

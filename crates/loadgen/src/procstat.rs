@@ -1,6 +1,7 @@
-//! CPU and memory of the gateway process from `/proc/<pid>` deltas (never lifetime averages).
+//! CPU and memory of the gateway process from `/proc/<pid>` deltas (never lifetime averages),
+//! and what it holds open (fds, sockets, threads) for the soak.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Instant;
 
@@ -25,6 +26,8 @@ pub struct ProcSample {
     pub rss_kib: u64,
     /// Peak resident memory over the process's life, KiB.
     pub hwm_kib: u64,
+    /// Threads (`Threads:` of `/proc/<pid>/status`).
+    pub thread_count: u64,
 }
 
 /// `(comm, utime + stime)` from a `/proc/.../stat` line. The name sits in parentheses and may
@@ -42,6 +45,11 @@ pub fn parse_stat(text: &str) -> Option<(String, u64)> {
 
 /// A `Key:   123 kB` line of `/proc/<pid>/status`, in KiB.
 pub fn parse_status_kib(text: &str, key: &str) -> Option<u64> {
+    parse_status_number(text, key)
+}
+
+/// The number of a `Key:  123 [unit]` line of `/proc/<pid>/status` (`Threads:`, `VmRSS:` …).
+pub fn parse_status_number(text: &str, key: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
         .split_whitespace()
@@ -76,6 +84,62 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
         threads,
         rss_kib: parse_status_kib(&status, "VmRSS").unwrap_or(0),
         hwm_kib: parse_status_kib(&status, "VmHWM").unwrap_or(0),
+        thread_count: parse_status_number(&status, "Threads").unwrap_or(0),
+    })
+}
+
+/// What a process holds open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenFiles {
+    /// Open file descriptors (`/proc/<pid>/fd` entries).
+    pub fds: usize,
+    /// Distinct sockets among them (any family).
+    pub sockets: usize,
+    /// Of those, UDP sockets (their inodes in `/proc/<pid>/net/udp` and `udp6`).
+    pub udp_sockets: usize,
+}
+
+/// The inode of an fd's link when it is a socket: `socket:[12345]`.
+pub fn socket_inode(link: &str) -> Option<u64> {
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// Socket inodes of a `/proc/net/{udp,udp6,tcp,tcp6}` table (the 10th column; the header line
+/// and malformed lines are skipped).
+pub fn net_table_inodes(text: &str) -> impl Iterator<Item = u64> + '_ {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(9)?.parse().ok())
+}
+
+/// Count process `pid`'s fds, sockets and UDP sockets; `None` once it has gone.
+pub fn open_files(pid: u32) -> Option<OpenFiles> {
+    let dir = Path::new("/proc").join(pid.to_string());
+    let mut fds = 0;
+    let mut inodes = HashSet::new();
+    for entry in std::fs::read_dir(dir.join("fd")).ok()?.flatten() {
+        fds += 1;
+        // An fd closed between the listing and the read is still counted (it was open).
+        if let Some(inode) = std::fs::read_link(entry.path())
+            .ok()
+            .and_then(|l| socket_inode(&l.to_string_lossy()))
+        {
+            inodes.insert(inode);
+        }
+    }
+    // The tables list the whole network namespace: only this process's inodes count.
+    let udp_sockets = ["net/udp", "net/udp6"]
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(dir.join(t)).ok())
+        .map(|t| net_table_inodes(&t).filter(|i| inodes.contains(i)).count())
+        .sum();
+    Some(OpenFiles {
+        fds,
+        sockets: inodes.len(),
+        udp_sockets,
     })
 }
 
@@ -136,6 +200,33 @@ mod tests {
         assert_eq!(parse_status_kib(s, "VmHWM"), Some(51234));
         assert_eq!(parse_status_kib(s, "VmRSS"), Some(40000));
         assert_eq!(parse_status_kib(s, "VmSwap"), None);
+        assert_eq!(parse_status_number("Threads:\t14\n", "Threads"), Some(14));
+    }
+
+    #[test]
+    fn sockets_and_net_tables() {
+        assert_eq!(socket_inode("socket:[4026531993]"), Some(4_026_531_993));
+        assert_eq!(socket_inode("pipe:[12]"), None);
+        assert_eq!(socket_inode("/dev/null"), None);
+        let udp = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+  123: 0100007F:13C4 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 55501 2 0000000000000000 0\n\
+  124: 0100007F:13C6 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 55502 2 0000000000000000 0\n\
+  garbage\n";
+        assert_eq!(
+            net_table_inodes(udp).collect::<Vec<_>>(),
+            vec![55501, 55502]
+        );
+    }
+
+    #[test]
+    fn counts_this_process_sockets() {
+        let before = open_files(std::process::id()).expect("own /proc entry");
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let after = open_files(std::process::id()).expect("own /proc entry");
+        // Other tests run in parallel threads and may open fds too: at least one more.
+        assert!(after.fds > before.fds || after.udp_sockets > before.udp_sockets);
+        assert!(after.udp_sockets >= 1 && after.sockets >= after.udp_sockets);
+        drop(s);
     }
 
     #[test]
@@ -143,6 +234,7 @@ mod tests {
         let me = sample(std::process::id()).expect("own /proc entry");
         assert!(me.rss_kib > 0 && me.hwm_kib >= me.rss_kib);
         assert!(!me.threads.is_empty());
+        assert!(me.thread_count >= 1);
     }
 
     proptest::proptest! {

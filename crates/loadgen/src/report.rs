@@ -60,12 +60,48 @@ impl Machine {
                 / 1024,
             os,
             kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
-            load_avg_1m: read("/proc/loadavg")
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok()),
+            load_avg_1m: load_average_1m(),
         }
     }
+}
+
+/// The machine's 1-minute load average now (`/proc/loadavg`).
+pub fn load_average_1m() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Now as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, so no date crate is needed for one stamp).
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc_from_unix(secs)
+}
+
+/// Unix seconds as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn utc_from_unix(secs: u64) -> String {
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// The git commit of the working directory (`unknown` outside a checkout), `-dirty` when it has

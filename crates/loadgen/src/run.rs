@@ -300,7 +300,10 @@ fn summarize(
     for r in records {
         match &r.kind {
             RecordKind::Answered { .. } => s.answered_calls += 1,
-            RecordKind::Failed(_) | RecordKind::DroppedByGateway(_) => s.failed_calls += 1,
+            // A step never offers more calls than the gateway admits: a 503 is a failure here.
+            RecordKind::Failed(_) | RecordKind::DroppedByGateway(_) | RecordKind::Refused => {
+                s.failed_calls += 1;
+            }
             _ => {}
         }
     }
@@ -378,15 +381,7 @@ pub fn rss_slope(steps: &[StepReport]) -> Option<f64> {
         .iter()
         .filter_map(|s| Some((s.calls as f64, s.rss_mb?)))
         .collect();
-    if points.len() < 2 {
-        return None;
-    }
-    let n = points.len() as f64;
-    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
-    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    (sxx > 0.0).then(|| sxy / sxx)
+    crate::stats::slope(&points)
 }
 
 /// Run every step of `plan`; `on_step` sees each report as it completes.

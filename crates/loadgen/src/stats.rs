@@ -9,6 +9,19 @@ pub const MAX_UNDERRUNS_PER_MIN: f64 = 1.0;
 /// How far p95 turn latency may rise above the first step's median and stay ok.
 pub const LATENCY_MARGIN_MS: f64 = 300.0;
 
+/// Least-squares slope of `(x, y)` points; `None` with fewer than two distinct x.
+pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
+    if points.len() < 2 {
+        return None;
+    }
+    let n = points.len() as f64;
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (sxx > 0.0).then(|| sxy / sxx)
+}
+
 /// Nearest-rank percentile (`q` in 0..=1) of unsorted values; `None` when empty.
 pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
     if values.is_empty() {
