@@ -9,7 +9,8 @@
 #   scripts/soak.sh 48 10m --churn  # the gateway's admission limit at 48, callers beyond it
 #
 # Environment: CORE (the gateway's core, default 1; "none": shared with the harness),
-# SAMPLE_INTERVAL (default 10s), CARGO_TARGET_DIR (where the binaries are built).
+# SAMPLE_INTERVAL (default 10s), CARGO_TARGET_DIR (where the binaries are built), GATEWAY (a
+# gateway binary to soak instead of building this checkout's).
 # Every process it starts is stopped on exit, Ctrl-C or SIGTERM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,7 @@ positional=0
 for arg in "$@"; do
     case "$arg" in
         --churn) mode=churn; flags+=(--churn) ;;
-        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         -*) flags+=("$arg") ;;
         *)
             case $positional in
@@ -36,9 +37,15 @@ done
 [[ $calls =~ ^[0-9]+$ && $calls -gt 0 ]] || { echo "soak.sh: CALLS must be a positive number, not '$calls'" >&2; exit 2; }
 
 target=${CARGO_TARGET_DIR:-target}
-cargo build --release -p ontime-gateway -p ontime-loadgen
 load="$target/release/ontime-load"
-gateway="$target/release/ontime-gateway"
+if [[ -n ${GATEWAY:-} ]]; then
+    # A gateway binary built elsewhere (another commit): only the harness is built here.
+    gateway=$GATEWAY
+    cargo build --release -p ontime-loadgen
+else
+    gateway="$target/release/ontime-gateway"
+    cargo build --release -p ontime-gateway -p ontime-loadgen
+fi
 
 core=${CORE:-1}
 placement=()
@@ -55,6 +62,7 @@ mkdir -p "$out"
 {
     echo "started_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "gateway: $gateway ($("$gateway" --version 2>/dev/null || echo 'no --version'))"
     echo "machine: $(nproc --all) CPUs, $(uname -sr), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
     echo "uptime before: $(uptime)"
 } > "$out/run.txt"
