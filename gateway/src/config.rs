@@ -97,7 +97,12 @@ impl FromStr for AgentKind {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s == "stub" {
             Ok(AgentKind::Stub)
-        } else if s.starts_with("ws://") || s.starts_with("wss://") {
+        } else if let Some(rest) = s.strip_prefix("ws://").or_else(|| s.strip_prefix("wss://")) {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+            let host = authority.rsplit('@').next().unwrap_or("");
+            if host.is_empty() || host.starts_with(':') {
+                return Err(format!("`{s}` has no host"));
+            }
             Ok(AgentKind::WebSocket(s.to_string()))
         } else {
             Err(format!("`{s}` is neither `stub` nor a ws:// or wss:// URL"))
@@ -124,6 +129,17 @@ pub enum AgentUnreachable {
     Reject,
     /// Answer, play the fallback message, hang up.
     Fallback,
+}
+
+/// What SIP from outside the trunk networks gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum UntrustedSip {
+    /// Nothing: dropped before any transaction exists, counted (the default: a public SIP port
+    /// is scanned within minutes, and every answer tells a scanner something).
+    Drop,
+    /// One stateless 403 per request, rate-limited, never retransmitted.
+    Reject,
 }
 
 /// Command-line flags; each has an environment twin. Unset flags fall back to the file, then defaults.
@@ -232,6 +248,19 @@ pub struct Args {
     /// PEM file of extra CA certificates trusted for `wss://` bots (besides the system's).
     #[arg(long, env = "ONTIME_WS_CA_FILE")]
     pub ws_ca_file: Option<PathBuf>,
+    /// SIP from outside the trunk networks: `drop` (silently, the default) or `reject`
+    /// (one stateless 403 per request, rate-limited).
+    #[arg(long, env = "ONTIME_UNTRUSTED_SIP", value_enum)]
+    pub untrusted_sip: Option<UntrustedSip>,
+    /// Messages per second one trusted source may send before the excess is dropped.
+    #[arg(long, env = "ONTIME_SIP_RATE_LIMIT")]
+    pub sip_rate_limit: Option<u32>,
+    /// `Server`/`User-Agent` header value (default `ontime-gateway`, no version; empty: none).
+    #[arg(long, env = "ONTIME_SIP_SERVER_HEADER")]
+    pub sip_server_header: Option<String>,
+    /// Interval of the interim call records written while a call is up (e.g. `60s`); 0: none.
+    #[arg(long, env = "ONTIME_INTERIM_RECORD_INTERVAL")]
+    pub interim_record_interval: Option<String>,
 }
 
 /// The TOML file: the same names as the flags, with underscores.
@@ -266,6 +295,10 @@ struct FileConfig {
     ws_custom_parameter: Option<Vec<String>>,
     ws_forward_header: Option<Vec<String>>,
     ws_ca_file: Option<PathBuf>,
+    untrusted_sip: Option<UntrustedSip>,
+    sip_rate_limit: Option<u32>,
+    sip_server_header: Option<String>,
+    interim_record_interval: Option<String>,
 }
 
 /// The resolved configuration the gateway runs with.
@@ -291,8 +324,8 @@ pub struct Config {
     pub record_dir: Option<PathBuf>,
     /// Drain grace period.
     pub drain_timeout: Duration,
-    /// RTP inactivity timeout.
-    pub rtp_timeout: Duration,
+    /// RTP inactivity timeout (None: `rtp_timeout = 0`, never).
+    pub rtp_timeout: Option<Duration>,
     /// Maximum call length.
     pub max_call_duration: Duration,
     /// End-of-turn fallback after speech stops.
@@ -327,6 +360,14 @@ pub struct Config {
     pub ws_forward_headers: Vec<String>,
     /// Extra CA certificates (PEM) for `wss://` bots.
     pub ws_ca_file: Option<PathBuf>,
+    /// What SIP from outside the trunk networks gets.
+    pub untrusted_sip: UntrustedSip,
+    /// Messages per second one trusted source may send.
+    pub sip_rate_limit: u32,
+    /// `Server`/`User-Agent` header value (None: no header).
+    pub sip_server_header: Option<String>,
+    /// Interim call records while a call is up (None: none).
+    pub interim_record_interval: Option<Duration>,
 }
 
 impl Default for Config {
@@ -348,7 +389,7 @@ impl Default for Config {
             sender_core: None,
             record_dir: None,
             drain_timeout: Duration::from_secs(30),
-            rtp_timeout: Duration::from_secs(30),
+            rtp_timeout: Some(Duration::from_secs(30)),
             max_call_duration: Duration::from_secs(3600),
             turn_stop_timeout: Duration::from_secs(3),
             answer_delay: Duration::ZERO,
@@ -366,6 +407,10 @@ impl Default for Config {
             ws_custom_parameters: Vec::new(),
             ws_forward_headers: Vec::new(),
             ws_ca_file: None,
+            untrusted_sip: UntrustedSip::Drop,
+            sip_rate_limit: 500,
+            sip_server_header: Some("ontime-gateway".into()),
+            interim_record_interval: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -378,6 +423,34 @@ where
         field,
         reason: format!("`{value}`: {e}"),
     })
+}
+
+/// A network (`10.0.0.0/8`, `2001:db8::/32`) or one address; the error says which part is
+/// wrong (an address, or a prefix too long for its family).
+fn parse_cidr(field: &'static str, value: &str) -> Result<IpNet, ConfigError> {
+    let value = value.trim();
+    let invalid = |reason: String| ConfigError::Invalid { field, reason };
+    let (ip, prefix) = match value.split_once('/') {
+        Some((ip, prefix)) => (ip, Some(prefix)),
+        None => (value, None),
+    };
+    let ip: IpAddr = ip
+        .parse()
+        .map_err(|e| invalid(format!("`{value}`: `{ip}` is not an IP address: {e}")))?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let prefix = match prefix {
+        None => max,
+        Some(p) => p
+            .parse::<u8>()
+            .map_err(|_| invalid(format!("`{value}`: prefix length `{p}` is not a number")))?,
+    };
+    if prefix > max {
+        let family = if ip.is_ipv4() { "IPv4" } else { "IPv6" };
+        return Err(invalid(format!(
+            "`{value}`: prefix length {prefix} is longer than {max}, the most for {family}"
+        )));
+    }
+    IpNet::new(ip, prefix).map_err(|e| invalid(format!("`{value}`: {e}")))
 }
 
 fn parse_duration(field: &'static str, value: &str) -> Result<Duration, ConfigError> {
@@ -452,7 +525,7 @@ impl Config {
         if let Some(list) = cidrs {
             c.trunk_cidrs = list
                 .iter()
-                .map(|v| parse::<IpNet>("trunk_cidr", v))
+                .map(|v| parse_cidr("trunk_cidr", v))
                 .collect::<Result<_, _>>()?;
         }
         c.sender_core = pick!(sender_core);
@@ -470,7 +543,34 @@ impl Config {
             c.drain_timeout = parse_duration("drain_timeout", &v)?;
         }
         if let Some(v) = pick!(rtp_timeout) {
-            c.rtp_timeout = parse_duration("rtp_timeout", &v)?;
+            // 0 turns the timeout off (it does not hang up every call at once).
+            c.rtp_timeout = Some(parse_duration("rtp_timeout", &v)?).filter(|t| !t.is_zero());
+        }
+        if let Some(v) = pick!(interim_record_interval) {
+            c.interim_record_interval =
+                Some(parse_duration("interim_record_interval", &v)?).filter(|t| !t.is_zero());
+        }
+        if let Some(v) = args.untrusted_sip.or(file.untrusted_sip) {
+            c.untrusted_sip = v;
+        }
+        if let Some(v) = pick!(sip_rate_limit) {
+            if v == 0 {
+                return Err(ConfigError::Invalid {
+                    field: "sip_rate_limit",
+                    reason: "must be at least 1 message per second".into(),
+                });
+            }
+            c.sip_rate_limit = v;
+        }
+        if let Some(v) = pick!(sip_server_header) {
+            let v = v.trim().to_string();
+            if v.chars().any(|ch| ch.is_control()) {
+                return Err(ConfigError::Invalid {
+                    field: "sip_server_header",
+                    reason: "must not contain control characters".into(),
+                });
+            }
+            c.sip_server_header = (!v.is_empty()).then_some(v);
         }
         if let Some(v) = pick!(max_call_duration) {
             c.max_call_duration = parse_duration("max_call_duration", &v)?;
@@ -588,6 +688,47 @@ mod tests {
         let mut v = vec!["ontime-gateway"];
         v.extend_from_slice(list);
         Args::parse_from(v)
+    }
+
+    #[test]
+    fn hardening_fields_resolve_and_bad_ones_are_named() {
+        let c = Config::resolve(args(&[])).unwrap();
+        assert_eq!(c.untrusted_sip, UntrustedSip::Drop);
+        assert_eq!(c.sip_server_header.as_deref(), Some("ontime-gateway"));
+        assert_eq!(c.rtp_timeout, Some(Duration::from_secs(30)));
+        let c = Config::resolve(args(&[
+            "--rtp-timeout",
+            "0",
+            "--untrusted-sip",
+            "reject",
+            "--sip-server-header",
+            "",
+            "--interim-record-interval",
+            "0",
+        ]))
+        .unwrap();
+        assert_eq!(c.rtp_timeout, None, "0 turns the RTP timeout off");
+        assert_eq!(c.untrusted_sip, UntrustedSip::Reject);
+        assert_eq!(c.sip_server_header, None);
+        assert_eq!(c.interim_record_interval, None);
+        let err = |a: &[&str]| Config::resolve(args(a)).unwrap_err().to_string();
+        assert_eq!(
+            err(&["--trunk-cidr", "10.0.0.0/33"]),
+            "config field `trunk_cidr`: `10.0.0.0/33`: prefix length 33 is longer than 32, the most for IPv4"
+        );
+        assert!(
+            err(&["--trunk-cidr", "10.0.0.300/8"]).contains("`10.0.0.300` is not an IP address")
+        );
+        assert_eq!(
+            err(&["--agent", "ws://"]),
+            "config field `agent`: `ws://`: `ws://` has no host"
+        );
+        assert!(err(&["--agent", "wss://:443/bot"]).contains("has no host"));
+        assert!(Config::resolve(args(&["--agent", "ws://bot:8765/media"])).is_ok());
+        assert!(err(&["--sip-rate-limit", "0"]).starts_with("config field `sip_rate_limit`"));
+        let c = Config::resolve(args(&["--trunk-cidr", "192.0.2.7"])).unwrap();
+        assert!(c.is_trunk("192.0.2.7".parse().unwrap()));
+        assert!(!c.is_trunk("192.0.2.8".parse().unwrap()));
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::config::Config;
 use crate::ops::cgroup_watch::{self, CgroupWatch};
 use crate::ops::http::{self, OpsState};
 use crate::ops::metrics::{self as m, JitterDepthGauge};
+use crate::records::recording::CallRecording;
 use crate::sip_loop::SipLoop;
 
 /// Folder searched for the runtime and models when neither flag nor env names one.
@@ -47,6 +48,14 @@ pub enum Error {
         what: &'static str,
         /// The address asked for.
         addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The recording folder (`record`) cannot be written.
+    #[error("config field `record`: cannot write recordings into {path}: {source}")]
+    RecordDir {
+        /// The folder.
+        path: PathBuf,
         /// The OS error.
         source: std::io::Error,
     },
@@ -107,8 +116,8 @@ impl OpsState for Ops {
     fn render_metrics(&self) -> Option<String> {
         self.renderer.as_ref().map(|r| r())
     }
-    fn ready(&self) -> bool {
-        self.slots.ready()
+    fn readiness(&self) -> Result<(), &'static str> {
+        self.slots.readiness().map_err(|r| r.describe())
     }
 }
 
@@ -139,9 +148,16 @@ impl Gateway {
         renderer: Option<MetricsRenderer>,
     ) -> Result<Gateway, Error> {
         let config = Arc::new(config);
+        if let Some(dir) = &config.record_dir {
+            CallRecording::check_dir(dir).map_err(|source| Error::RecordDir {
+                path: dir.clone(),
+                source,
+            })?;
+        }
         m::describe_and_zero(ontime_rtp::packet::RtpError::REASONS);
         crate::ops::ws_metrics::describe_ws_metrics(crate::agent::ws::SENT_EVENTS);
         ontime_sender::describe_metrics();
+        ontime_sip::describe_metrics();
         ontime_inference::metrics::describe_metrics();
 
         let sender = Arc::new(Sender::start(SenderConfig {

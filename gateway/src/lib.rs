@@ -37,9 +37,11 @@ pub use agent::{
     Admission, AdmissionFuture, Agent, AgentAction, AgentCall, AgentEvent, AgentOutput, CallInfo,
     StubAgent, StubReplyError, WsAgent, WsAgentConfig, WsAgentError,
 };
-pub use config::{AgentKind, AgentUnreachable, Args, BargeIn, Config, ConfigError, LogFormat};
+pub use config::{
+    AgentKind, AgentUnreachable, Args, BargeIn, Config, ConfigError, LogFormat, UntrustedSip,
+};
 pub use gateway::{Bound, Error, Gateway, GatewayBuilder, MetricsRenderer, DEFAULT_MODELS_DIR};
-pub use records::cdr::{CallDetailRecord, EndCause};
+pub use records::cdr::{CallDetailRecord, EndCause, RecordKind};
 pub use records::recording::Track;
 
 /// Metric names the gateway emits and bucket layouts for its histograms.

@@ -14,8 +14,9 @@ use ontime_gateway::{
 
 fn main() -> ExitCode {
     // Before any library starts a thread: math libraries (BLAS, OpenMP) get one thread each, so
-    // one inference never fans out over every core and starves the sender.
-    ontime_inference::pin_math_threads_to_one();
+    // one inference never fans out over every core and starves the sender; ONNX Runtime's
+    // telemetry is off (it would look up and post to Microsoft's collector).
+    ontime_inference::prepare_process_environment();
     let config = match Config::resolve(Args::parse()) {
         Ok(c) => c,
         Err(e) => {

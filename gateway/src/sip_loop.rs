@@ -15,6 +15,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use crate::admission::sip_guard::{SipGuard, Verdict};
 use crate::admission::{AdmittedCall, CallSlots, RejectReason, RETRY_AFTER_SECS};
 use crate::agent::{Admission, CallInfo};
 use crate::call::driver::{self, CallServices, CallStart, SipCall};
@@ -65,6 +66,7 @@ struct CallEntry {
 pub(crate) struct SipLoop {
     socket: UdpSocket,
     endpoint: Endpoint,
+    guard: SipGuard,
     config: Arc<Config>,
     slots: Arc<CallSlots>,
     services: CallServices,
@@ -89,11 +91,23 @@ impl SipLoop {
         let advertised = SocketAddr::new(config.public_ip, local.port());
         let mut sip_config = SipConfig::new(advertised);
         sip_config.user = "ontime".into();
-        sip_config.user_agent = concat!("ontime-gateway/", env!("CARGO_PKG_VERSION")).into();
+        // No version unless the operator writes one: a version tells a scanner what to try.
+        sip_config.user_agent = config.sip_server_header.clone();
+        // In-dialog requests are also accepted from every address of the trunk (a proxy in
+        // front may send the BYE from another host than the INVITE).
+        let trunk = config.trunk_cidrs.clone();
+        sip_config.trusted_peer = Some(Arc::new(move |ip| trunk.iter().any(|n| n.contains(&ip))));
+        let guard = SipGuard::new(
+            config.trunk_cidrs.clone(),
+            config.untrusted_sip,
+            config.sip_rate_limit,
+            Instant::now(),
+        );
         let (command_tx, commands) = mpsc::unbounded_channel();
         Ok(SipLoop {
             socket,
             endpoint: Endpoint::new(sip_config),
+            guard,
             config,
             slots,
             services,
@@ -123,8 +137,7 @@ impl SipLoop {
             };
             tokio::select! {
                 r = self.socket.recv_from(&mut buf) => match r {
-                    // The endpoint counts what it reads and sends (`ontime_sip_*`).
-                    Ok((n, src)) => self.endpoint.handle_datagram(&buf[..n], src, Instant::now()),
+                    Ok((n, src)) => self.datagram(&buf[..n], src).await,
                     Err(e) => warn!(error = %e, "SIP socket receive failed"),
                 },
                 _ = sleep => self.endpoint.handle_timeout(Instant::now()),
@@ -165,6 +178,26 @@ impl SipLoop {
         }
         while self.tasks.join_next().await.is_some() {}
         info!("SIP loop stopped");
+    }
+
+    /// A datagram on the SIP socket: judged before the endpoint sees it, so strangers and
+    /// floods create no transaction.
+    async fn datagram(&mut self, bytes: &[u8], src: SocketAddr) {
+        let now = Instant::now();
+        match self.guard.check(src, bytes, now) {
+            // The endpoint counts what it reads and sends (`ontime_sip_*`).
+            Verdict::Pass => self.endpoint.handle_datagram(bytes, src, now),
+            Verdict::Reject => {
+                let server = self.config.sip_server_header.as_deref();
+                if let Some(response) = ontime_sip::stateless_response(bytes, 403, server) {
+                    counter!(m::SIP_UNTRUSTED_REJECTED_TOTAL).increment(1);
+                    let _ = self.socket.send_to(&response, src).await;
+                }
+            }
+            Verdict::Drop(reason) => {
+                counter!(m::SIP_DROPPED_TOTAL, "reason" => reason).increment(1);
+            }
+        }
     }
 
     fn call_request(&mut self, req: SipCall) {
@@ -223,6 +256,8 @@ impl SipLoop {
             };
             self.event(event);
         }
+        self.slots
+            .set_sip_overloaded(self.endpoint.budget_exhausted_since().is_some());
         self.endpoint.set_accepting(self.slots.ready());
     }
 
@@ -318,6 +353,9 @@ impl SipLoop {
             sip_headers: incoming.headers.clone(),
         };
         info!(from = %info.from, to = %info.to, source = %incoming.source, codec = ?negotiated.codec, rtp_port = port, "call admitted");
+        let start_unix_ms = crate::records::cdr::unix_ms_now();
+        // Written now, so a crash from here on still leaves a record of the call.
+        CallDetailRecord::start(&info, start_unix_ms).log();
         let pending = PendingCall {
             answer,
             admitted,
@@ -325,7 +363,7 @@ impl SipLoop {
             negotiated,
             local,
             span: span.clone(),
-            start_unix_ms: crate::records::cdr::unix_ms_now(),
+            start_unix_ms,
         };
         let delay = self.config.answer_delay;
         if let Some(prepared) = self.services.agent.prepare_call(&pending.info) {
@@ -364,7 +402,8 @@ impl SipLoop {
     fn call_settings(&self) -> CallSettings {
         CallSettings {
             // 0 means no RTP timeout, not "hang up at once".
-            rtp_timeout: Some(self.config.rtp_timeout).filter(|t| !t.is_zero()),
+            rtp_timeout: self.config.rtp_timeout,
+            interim_record_interval: self.config.interim_record_interval,
             max_call_duration: self.config.max_call_duration,
             barge_in: self.config.barge_in,
             max_buffered: self.config.max_buffered,

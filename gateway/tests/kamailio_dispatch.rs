@@ -19,17 +19,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + limit;
-    while Instant::now() < until {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
-}
-
 fn active(gw: &Gateway) -> f64 {
     gw.metric("ontime_calls_active").unwrap_or(-1.0)
 }

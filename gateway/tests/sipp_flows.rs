@@ -4,20 +4,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
-
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + limit;
-    while Instant::now() < until {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
-}
 
 fn threads_of(pid: u32) -> usize {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -234,17 +223,20 @@ fn thread_count_does_not_grow_with_twenty_calls() {
 }
 
 #[test]
-fn invite_from_outside_the_trunk_gets_403() {
+fn invite_from_outside_the_trunk_gets_403_when_asked_to_reject() {
     if !require("sipp") {
         return;
     }
-    // Only 192.0.2.0/24 (TEST-NET-1) may call: loopback is outside.
-    let gw = start_gateway(&["--trunk-cidr", "192.0.2.0/24"]);
+    // Only 192.0.2.0/24 (TEST-NET-1) may call: loopback is outside. By default strangers get
+    // silence (tests/hardening.rs); `--untrusted-sip reject` answers one stateless 403.
+    let gw = start_gateway(&["--trunk-cidr", "192.0.2.0/24", "--untrusted-sip", "reject"]);
     let scen = scenario("caller_expects_403.xml", &[]);
     let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(20));
     assert!(ok, "403 flow failed:\n{log}");
+    assert_eq!(gw.metric("ontime_sip_untrusted_rejected_total"), Some(1.0));
+    // sipp's ACK to the 403 is a stranger's too: dropped.
     assert_eq!(
-        gw.metric("ontime_calls_rejected_total{reason=\"not_trunk\"}"),
+        gw.metric("ontime_sip_dropped_total{reason=\"untrusted\"}"),
         Some(1.0)
     );
     assert_eq!(gw.metric("ontime_calls_active"), Some(0.0));

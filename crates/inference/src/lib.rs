@@ -6,10 +6,10 @@
 //! container's CPU quota in the current CFS period.
 //!
 //! ```no_run
-//! use ontime_inference::{pin_math_threads_to_one, InferenceEvent, InferencePool, ModelPaths, PoolConfig};
+//! use ontime_inference::{prepare_process_environment, InferenceEvent, InferencePool, ModelPaths, PoolConfig};
 //!
 //! # fn main() -> ontime_inference::Result<()> {
-//! pin_math_threads_to_one(); // first thing in main, before any thread starts
+//! prepare_process_environment(); // first thing in main, before any thread starts
 //! let paths = ModelPaths::from_env_or(".cache/models");
 //! let pool = InferencePool::start(PoolConfig::new(paths))?;
 //! let (call, events) = pool.register_call()?;
@@ -49,7 +49,10 @@ pub mod vad;
 pub use budget::{BudgetDecision, CpuBudget, CpuQuota};
 pub use config::{ModelPaths, PoolConfig, TurnParams};
 pub use error::{Error, Result};
-pub use math_threads::{pin_math_threads_to_one, MATH_THREAD_VARS};
+pub use math_threads::{
+    disable_runtime_telemetry, pin_math_threads_to_one, prepare_process_environment,
+    runtime_telemetry_disabled, MATH_THREAD_VARS, ORT_DISABLE_TELEMETRY_VAR,
+};
 pub use pool::{CallId, CallInference, InferenceEvent, InferencePool, PoolStats};
 pub use speech::{SpeechDetector, SpeechState, SpeechTransition, VadParams};
 pub use thread_cpu::thread_cpu_time;

@@ -25,12 +25,20 @@ pub fn load_runtime(dylib: &Path) -> Result<Environment> {
             env_var: crate::config::ORT_DYLIB_ENV,
         });
     }
+    if !crate::math_threads::runtime_telemetry_disabled() {
+        tracing::warn!(
+            "ORT_DISABLE_TELEMETRY is not 1: ONNX Runtime may look up and send to its telemetry \
+             collector; call ontime_inference::disable_runtime_telemetry() first in main"
+        );
+    }
     let builder = ort::init_from(dylib).map_err(|e| Error::RuntimeLoad {
         path: dylib.to_path_buf(),
         message: e.to_string(),
     })?;
+    // No telemetry: a telephony box talks to its trunk and its bot, nothing else.
     let env = builder
         .with_name("ontime")
+        .with_telemetry(false)
         .build()
         .map_err(|e| Error::RuntimeLoad {
             path: dylib.to_path_buf(),

@@ -4,6 +4,7 @@
 //! "free the port and count the call out" is written once, in [`Drop`].
 
 mod ports;
+pub(crate) mod sip_guard;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -70,9 +71,35 @@ impl RejectReason {
     }
 }
 
+/// Why the gateway would refuse a new call now (`/readyz` says it; OPTIONS get 503).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotReady {
+    /// Draining for shutdown.
+    Draining,
+    /// At `max_calls`.
+    Full,
+    /// Every RTP port pair is taken.
+    NoRtpPort,
+    /// The SIP endpoint's transaction budget is exhausted (a flood from trusted sources).
+    SipOverloaded,
+}
+
+impl NotReady {
+    /// What `/readyz` says.
+    pub fn describe(self) -> &'static str {
+        match self {
+            NotReady::Draining => "draining: no new calls",
+            NotReady::Full => "full: max_calls reached",
+            NotReady::NoRtpPort => "full: no free RTP port",
+            NotReady::SipOverloaded => "overloaded: SIP transaction budget exhausted",
+        }
+    }
+}
+
 /// The gateway's call capacity, shared by the SIP loop, the calls and the ops endpoint.
 #[derive(Debug)]
 pub struct CallSlots {
+    sip_overloaded: AtomicBool,
     accepting: AtomicBool,
     active: AtomicUsize,
     max_calls: usize,
@@ -83,6 +110,7 @@ impl CallSlots {
     /// Room for `max_calls` calls on the RTP ports of `ports`.
     pub fn new(max_calls: usize, ports: PortRange) -> Arc<CallSlots> {
         Arc::new(CallSlots {
+            sip_overloaded: AtomicBool::new(false),
             accepting: AtomicBool::new(true),
             active: AtomicUsize::new(0),
             max_calls,
@@ -92,7 +120,27 @@ impl CallSlots {
 
     /// Whether a new call would be admitted now (for `/readyz` and OPTIONS).
     pub fn ready(&self) -> bool {
-        self.accepting.load(Ordering::Relaxed) && self.active() < self.max_calls
+        self.readiness().is_ok()
+    }
+
+    /// Whether a new call would be admitted now, and if not, why.
+    pub fn readiness(&self) -> Result<(), NotReady> {
+        if !self.accepting() {
+            Err(NotReady::Draining)
+        } else if self.active() >= self.max_calls {
+            Err(NotReady::Full)
+        } else if self.pool().available() == 0 {
+            Err(NotReady::NoRtpPort)
+        } else if self.sip_overloaded.load(Ordering::Relaxed) {
+            Err(NotReady::SipOverloaded)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The SIP endpoint's transaction budget is (or is no longer) exhausted.
+    pub fn set_sip_overloaded(&self, overloaded: bool) {
+        self.sip_overloaded.store(overloaded, Ordering::Relaxed);
     }
 
     /// Calls holding a slot (ringing or up).
@@ -151,6 +199,7 @@ impl CallSlots {
 /// One admitted call's hold on the capacity: its RTP port pair and its place in `max_calls`.
 /// Dropping it gives both back.
 #[derive(Debug)]
+#[must_use = "dropping the slot releases it"]
 pub struct CallSlot {
     slots: Arc<CallSlots>,
     port: Option<u16>,
@@ -190,4 +239,66 @@ fn bind_pair(ip: IpAddr, port: u16) -> std::io::Result<(UdpSocket, UdpSocket)> {
     rtp.set_nonblocking(true)?;
     rtcp.set_nonblocking(true)?;
     Ok((rtp, rtcp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` free even-aligned ports on loopback.
+    fn free_range(n: u16) -> PortRange {
+        for _ in 0..100 {
+            let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let base = probe.local_addr().unwrap().port() & !1;
+            drop(probe);
+            if base < 1024 || base.checked_add(n).is_none() {
+                continue;
+            }
+            if (base..base + n).all(|p| UdpSocket::bind(("127.0.0.1", p)).is_ok()) {
+                return PortRange {
+                    first: base,
+                    last: base + n - 1,
+                };
+            }
+        }
+        panic!("no free port range");
+    }
+
+    #[test]
+    fn a_slot_is_given_back_once_whichever_way_the_call_ends() {
+        let slots = CallSlots::new(2, free_range(6));
+        let a = slots.admit("127.0.0.1".parse().unwrap()).unwrap();
+        let b = slots.admit("127.0.0.1".parse().unwrap()).unwrap();
+        assert_eq!(slots.active(), 2);
+        assert_eq!(slots.readiness(), Err(NotReady::Full));
+        assert_eq!(
+            slots.admit("127.0.0.1".parse().unwrap()).unwrap_err(),
+            RejectReason::MaxCalls
+        );
+        assert_eq!(slots.active(), 2, "a refused admission holds nothing");
+        drop(a);
+        assert_eq!(slots.active(), 1);
+        assert_eq!(slots.readiness(), Ok(()));
+        slots.set_sip_overloaded(true);
+        assert_eq!(slots.readiness(), Err(NotReady::SipOverloaded));
+        slots.set_sip_overloaded(false);
+        slots.stop_accepting();
+        assert_eq!(slots.readiness(), Err(NotReady::Draining));
+        drop(b);
+        assert_eq!(slots.active(), 0);
+    }
+
+    #[test]
+    fn no_free_port_is_not_ready() {
+        let slots = CallSlots::new(10, free_range(2));
+        let a = slots.admit("127.0.0.1".parse().unwrap()).unwrap();
+        assert_eq!(slots.readiness(), Err(NotReady::NoRtpPort));
+        assert_eq!(
+            slots.admit("127.0.0.1".parse().unwrap()).unwrap_err(),
+            RejectReason::NoRtpPort
+        );
+        assert_eq!(slots.active(), 1);
+        drop(a);
+        assert_eq!(slots.readiness(), Ok(()));
+    }
 }

@@ -1,6 +1,7 @@
 //! RTP port allocation: even ports for RTP, the odd port above for RTCP (RFC 3550 §11), handed
-//! out round-robin so a just-freed port is not reused at once (late packets of the old call would
-//! land in the new one).
+//! out at random among the older half of the free ports: a stranger cannot predict the next
+//! call's port, and a just-freed port (at the back of the queue) is not reused at once (late
+//! packets of the old call would land in the new one).
 
 use std::collections::VecDeque;
 
@@ -25,9 +26,13 @@ impl PortPool {
         PortPool { free, capacity }
     }
 
-    /// Take the next free RTP port, or `None` when all are in use.
+    /// Take a free RTP port, or `None` when all are in use.
     pub fn allocate(&mut self) -> Option<u16> {
-        self.free.pop_front()
+        let older_half = self.free.len().div_ceil(2);
+        if older_half == 0 {
+            return None;
+        }
+        self.free.remove(rand::random_range(0..older_half))
     }
 
     /// Give a port back; it goes to the end of the queue.
@@ -37,7 +42,6 @@ impl PortPool {
         }
     }
 
-    #[cfg(test)]
     /// Ports free now.
     pub fn available(&self) -> usize {
         self.free.len()
@@ -55,20 +59,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn even_pairs_round_robin_and_exhaustion() {
+    fn even_pairs_and_exhaustion() {
         let mut p = PortPool::new(PortRange {
             first: 20001,
             last: 20006,
         });
         // 20002/20003 and 20004/20005 fit; 20006 has no odd partner in range.
         assert_eq!(p.capacity(), 2);
-        assert_eq!(p.allocate(), Some(20002));
-        assert_eq!(p.allocate(), Some(20004));
+        let mut got = [p.allocate().unwrap(), p.allocate().unwrap()];
+        got.sort();
+        assert_eq!(got, [20002, 20004]);
         assert_eq!(p.allocate(), None);
         p.release(20002);
         p.release(20002); // double release ignored
         p.release(20003); // odd port ignored
         assert_eq!(p.available(), 1);
         assert_eq!(p.allocate(), Some(20002));
+    }
+
+    #[test]
+    fn ports_are_unpredictable_and_a_freed_port_waits() {
+        let range = PortRange {
+            first: 20000,
+            last: 21999,
+        };
+        // Two pools handing out the same range disagree on their first ten ports.
+        let mut a = PortPool::new(range);
+        let mut b = PortPool::new(range);
+        let first_a: Vec<u16> = (0..10).filter_map(|_| a.allocate()).collect();
+        let first_b: Vec<u16> = (0..10).filter_map(|_| b.allocate()).collect();
+        assert_ne!(first_a, first_b);
+        // Not handed out in order either.
+        assert!(first_a.windows(2).any(|w| w[1] != w[0] + 2));
+        // A port just given back is not taken by the next allocation.
+        let mut p = PortPool::new(range);
+        let port = p.allocate().unwrap();
+        p.release(port);
+        for _ in 0..100 {
+            let next = p.allocate().unwrap();
+            assert_ne!(next, port);
+            p.release(next);
+        }
     }
 }

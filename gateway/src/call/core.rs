@@ -27,7 +27,7 @@ use super::rtcp::{OutgoingStream, RtcpSession};
 use crate::agent::{AgentAction, AgentEvent, CallInfo};
 use crate::config::BargeIn;
 use crate::ops::metrics as m;
-use crate::records::cdr::{CallDetailRecord, EndCause};
+use crate::records::cdr::{CallDetailRecord, EndCause, RecordKind};
 use crate::records::recording::Track;
 
 /// How long to wait for the dialog to end after we asked SIP to hang up, before the call is
@@ -46,6 +46,8 @@ pub struct CallSettings {
     pub rtp_timeout: Option<Duration>,
     /// Hang up after this long.
     pub max_call_duration: Duration,
+    /// Emit an interim record this often while the call is up (None: never).
+    pub interim_record_interval: Option<Duration>,
     /// Who clears the reply when the caller talks over it.
     pub barge_in: BargeIn,
     /// Queued agent audio beyond this is dropped, oldest first.
@@ -168,6 +170,8 @@ pub enum CallOutput {
     },
     /// Ask SIP to do something.
     Sip(SipRequest),
+    /// Log this interim record (the call is up; its counters so far).
+    Interim(Box<CallDetailRecord>),
     /// The call is over: log the record, close the recording at `recording_end` samples and
     /// give the resources back. Nothing follows.
     Ended {
@@ -202,6 +206,7 @@ pub struct CallCore {
     rtcp: RtcpSession,
     out: Outbound,
     next_tick: Instant,
+    next_interim: Option<Instant>,
     last_rtp: Instant,
     caller_cursor: Option<u64>,
     speaking: bool,
@@ -216,8 +221,10 @@ fn sends(d: Direction) -> bool {
     d.flags().0
 }
 
-fn receives(d: Direction) -> bool {
-    d.flags().1
+/// Hold, in any of its spellings (RFC 3264 §8.4: `sendonly`, `inactive`; RFC 2543: a
+/// `0.0.0.0` address): the caller may send nothing, so no RTP timeout runs.
+fn on_hold(m: &NegotiatedMedia) -> bool {
+    m.local_direction != Direction::SendRecv || m.remote_rtp.is_none()
 }
 
 fn rtcp_address(rtp: SocketAddr) -> SocketAddr {
@@ -263,6 +270,7 @@ impl CallCore {
             wall_at_answer: wall,
             negotiated,
             next_tick: now + FRAME,
+            next_interim: None,
             last_rtp: now,
             caller_cursor: None,
             speaking: false,
@@ -272,6 +280,7 @@ impl CallCore {
             phase: Phase::Up,
             outputs: VecDeque::new(),
         };
+        core.next_interim = core.settings.interim_record_interval.map(|i| now + i);
         core.start_stream_if_sending();
         core
     }
@@ -490,12 +499,20 @@ impl CallCore {
         if self.phase != Phase::Up {
             return;
         }
+        if let Some(at) = self.next_interim.filter(|at| now >= *at) {
+            let interval = self
+                .settings
+                .interim_record_interval
+                .unwrap_or(Duration::MAX);
+            self.next_interim = at.checked_add(interval);
+            let record = self.record(RecordKind::Interim, None, now);
+            self.outputs
+                .push_back(CallOutput::Interim(Box::new(record)));
+        }
         if let Some(timeout) = self.settings.rtp_timeout {
             // Only while the caller should be sending: on hold (we receive nothing by
             // agreement) the clock is paused, and restarts at resume.
-            if receives(self.negotiated.local_direction)
-                && now.duration_since(self.last_rtp) >= timeout
-            {
+            if !on_hold(&self.negotiated) && now.duration_since(self.last_rtp) >= timeout {
                 counter!(m::RTP_TIMEOUTS_TOTAL).increment(1);
                 info!(
                     timeout_s = timeout.as_secs_f64(),
@@ -608,7 +625,7 @@ impl CallCore {
         }
         let old = self.negotiated;
         let codec_changed = n.payload_type != old.payload_type;
-        if !receives(old.local_direction) && receives(n.local_direction) {
+        if on_hold(&old) && !on_hold(&n) {
             // Resume: the RTP timeout counts from now, not from before the hold.
             self.last_rtp = now;
         }
@@ -658,18 +675,32 @@ impl CallCore {
         if self.settings.record {
             self.collect_sent_audio();
         }
-        let totals = self.out.totals();
+        let cdr = self.record(RecordKind::End, Some(cause), now);
         self.out.retire();
+        counter!(m::CALLS_TOTAL, "result" => cause.result_label()).increment(1);
+        self.outputs.push_back(CallOutput::Ended {
+            cdr: Box::new(cdr),
+            recording_end: self.samples_since_answer(now),
+        });
+        self.phase = Phase::Ended;
+    }
+}
+
+impl CallCore {
+    /// The call's record as of `now`.
+    fn record(&self, kind: RecordKind, cause: Option<EndCause>, now: Instant) -> CallDetailRecord {
+        let totals = self.out.totals();
         let jitter = self.inbound.counters();
-        let end_unix_ms =
+        let at_unix_ms =
             unix_ms(self.wall_at_answer + now.saturating_duration_since(self.answered));
-        let cdr = CallDetailRecord {
+        CallDetailRecord {
+            record: kind,
             call_id: self.info.call_id.clone(),
             from: self.info.from.clone(),
             to: self.info.to.clone(),
             start_unix_ms: self.start_unix_ms,
             answer_unix_ms: Some(self.answer_unix_ms),
-            end_unix_ms,
+            end_unix_ms: cause.map(|_| at_unix_ms),
             cause,
             packets_in: jitter.received,
             packets_out: totals.packets_sent,
@@ -679,14 +710,8 @@ impl CallCore {
             lost: jitter.lost,
             turns: self.turns,
             barge_ins: self.barge_ins,
-            dtmf: std::mem::take(&mut self.dtmf),
-        };
-        counter!(m::CALLS_TOTAL, "result" => cause.result_label()).increment(1);
-        self.outputs.push_back(CallOutput::Ended {
-            cdr: Box::new(cdr),
-            recording_end: self.samples_since_answer(now),
-        });
-        self.phase = Phase::Ended;
+            dtmf: self.dtmf.clone(),
+        }
     }
 }
 

@@ -168,6 +168,7 @@ pub async fn run(
                         r.write_at(track, at, &pcm[..]);
                     }
                 }
+                CallOutput::Interim(record) => record.log(),
                 CallOutput::Sip(request) => {
                     let _ = services.sip.send(SipCall { call, request });
                 }

@@ -3,10 +3,14 @@
 //! keeps RFC 3550 receiver statistics for RTCP, turns RFC 4733 events into digits, and buffers
 //! audio in the live jitter buffer, from which [`InboundMedia::pop`] plays one 20 ms frame.
 //!
-//! Source policy: packets are accepted only from the IP the caller's SDP named. The port is taken
-//! from the SDP too, except that the first valid packet from that IP on another port latches the
-//! source once (a trunk behind a port-translating firewall); after that, only that exact
-//! address is accepted. Everything else is dropped and counted as `wrong_source`.
+//! Source policy (media belongs to the caller): packets are accepted only from the IP the caller's
+//! SDP named. The SDP's own address always wins: a packet from it is accepted at once and takes
+//! the stream back from any other port. Another port of that IP (a trunk behind a
+//! port-translating firewall) is latched only after a run of [`LATCH_RUN`] valid packets with
+//! one SSRC while the current source has been quiet for [`LATCH_QUIET`]; until then its packets
+//! are dropped as `latch_pending`. Everything else is dropped as `wrong_source`. What remains:
+//! a sender on the caller's own IP (same host or NAT) that speaks before a NATed caller's first
+//! packet can still take that stream; SRTP closes this, since it cannot produce valid packets.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -22,6 +26,11 @@ use ontime_rtp::{
     SAMPLE_RATE_HZ,
 };
 use ontime_sip::NegotiatedMedia;
+
+/// Valid packets in a row, one SSRC, from another port of the caller's IP before it is latched.
+pub const LATCH_RUN: u32 = 5;
+/// How long the current source must have been silent before another port may be latched.
+pub const LATCH_QUIET: Duration = Duration::from_secs(1);
 
 /// What one datagram was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +67,10 @@ pub struct InboundMedia {
     media: NegotiatedMedia,
     sdp_ip: Option<IpAddr>,
     latched: Option<SocketAddr>,
+    /// When the current source (SDP address or latched) was last heard.
+    source_heard: Option<Instant>,
+    /// Another port's run of consistent packets: address, SSRC, packets.
+    candidate: Option<(SocketAddr, u32, u32)>,
     origin: Instant,
     first_audio: Option<Instant>,
     frames_played: u64,
@@ -86,6 +99,8 @@ impl InboundMedia {
             media,
             sdp_ip,
             latched: None,
+            source_heard: None,
+            candidate: None,
             origin: now,
             first_audio: None,
             frames_played: 0,
@@ -123,9 +138,11 @@ impl InboundMedia {
     /// New negotiated media after a re-INVITE.
     pub fn update(&mut self, media: NegotiatedMedia) {
         if let Some(addr) = media.remote_rtp {
-            if Some(addr.ip()) != self.sdp_ip {
+            if Some(addr) != self.media.remote_rtp {
+                // A new address: it is the SDP address now; any latch is void.
                 self.sdp_ip = Some(addr.ip());
                 self.latched = None;
+                self.candidate = None;
             }
         }
         self.law = law_of(media.payload_type);
@@ -146,20 +163,54 @@ impl InboundMedia {
         t.saturating_duration_since(self.origin)
     }
 
-    fn source_ok(&mut self, src: SocketAddr) -> Result<bool, &'static str> {
-        if let Some(l) = self.latched {
-            return if l == src {
-                Ok(false)
-            } else {
-                Err("wrong_source")
-            };
-        }
+    /// Whether a valid packet from `src` with `ssrc` is the caller's; `Ok(true)` when the
+    /// stream's source changed to `src` with it (latched, or taken back by the SDP address).
+    fn source_ok(
+        &mut self,
+        src: SocketAddr,
+        ssrc: u32,
+        now: Instant,
+    ) -> Result<bool, &'static str> {
         if Some(src.ip()) != self.sdp_ip {
             return Err("wrong_source");
         }
-        let latched_now = self.media.remote_rtp != Some(src);
+        let sdp = self.media.remote_rtp;
+        let current = self.latched.or(sdp);
+        if Some(src) == current {
+            self.source_heard = Some(now);
+            self.candidate = None;
+            // The first packet from the SDP address after a latch elsewhere takes it back.
+            let changed = self.latched.is_some_and(|l| l != src);
+            return Ok(changed);
+        }
+        if Some(src) == sdp {
+            // The SDP address takes the stream back from a latched port.
+            self.latched = Some(src);
+            self.source_heard = Some(now);
+            self.candidate = None;
+            return Ok(true);
+        }
+        // Another port of the caller's IP: latch only after a consistent run while the current
+        // source is quiet.
+        let quiet = self
+            .source_heard
+            .is_none_or(|t| now.saturating_duration_since(t) >= LATCH_QUIET);
+        if !quiet {
+            self.candidate = None;
+            return Err("wrong_source");
+        }
+        let run = match self.candidate {
+            Some((addr, c_ssrc, n)) if addr == src && c_ssrc == ssrc => n + 1,
+            _ => 1,
+        };
+        if run < LATCH_RUN {
+            self.candidate = Some((src, ssrc, run));
+            return Err("latch_pending");
+        }
+        self.candidate = None;
         self.latched = Some(src);
-        Ok(latched_now)
+        self.source_heard = Some(now);
+        Ok(true)
     }
 
     /// Take one datagram from the RTP port.
@@ -185,7 +236,7 @@ impl InboundMedia {
             }
         };
         // Check the source only for valid packets, so garbage cannot latch it.
-        let latched = match self.source_ok(src) {
+        let latched = match self.source_ok(src, pkt.ssrc, now) {
             Ok(l) => l,
             Err(reason) => {
                 self.dropped += 1;
@@ -352,35 +403,90 @@ mod tests {
     }
 
     #[test]
-    fn source_policy_latches_once_and_drops_strangers() {
+    fn source_policy_latches_a_consistent_run_and_drops_strangers() {
         let sdp: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()), Instant::now());
+        let t0 = Instant::now();
+        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()), t0);
         let mut p = Packetizer::with_initial(PT_PCMU, 7, 100, 0);
         let mut buf = [0u8; 200];
-        let t0 = Instant::now();
         let n = p.write_frame(&[0xFF; 160], &mut buf).unwrap();
         let other_ip: SocketAddr = "127.0.0.2:40000".parse().unwrap();
         assert_eq!(
             m.handle_datagram(&buf[..n], other_ip, t0),
             InboundOutcome::Dropped("wrong_source")
         );
+        // A NATed trunk: another port of the SDP IP is latched after a consistent run.
         let nat: SocketAddr = "127.0.0.1:40002".parse().unwrap();
+        for i in 1..LATCH_RUN {
+            let n = p.write_frame(&[0xFF; 160], &mut buf).unwrap();
+            assert_eq!(
+                m.handle_datagram(&buf[..n], nat, t0 + FRAME * i),
+                InboundOutcome::Dropped("latch_pending")
+            );
+        }
+        let n = p.write_frame(&[0xFF; 160], &mut buf).unwrap();
         assert_eq!(
-            m.handle_datagram(&buf[..n], nat, t0),
+            m.handle_datagram(&buf[..n], nat, t0 + FRAME * LATCH_RUN),
             InboundOutcome::Latched(nat)
         );
         let n = p.write_frame(&[0xFF; 160], &mut buf).unwrap();
         assert_eq!(
-            m.handle_datagram(&buf[..n], sdp, t0),
-            InboundOutcome::Dropped("wrong_source")
+            m.handle_datagram(&buf[..n], nat, t0 + FRAME * 6),
+            InboundOutcome::Audio
         );
-        assert_eq!(m.handle_datagram(&buf[..n], nat, t0), InboundOutcome::Audio);
         assert_eq!(
             m.handle_datagram(&[0x80, 0], nat, t0),
             InboundOutcome::Dropped("too_short")
         );
-        assert_eq!(m.counters().received, 2);
-        assert_eq!(m.counters().dropped, 3);
+        // The SDP address takes the stream back at once.
+        let n = p.write_frame(&[0xFF; 160], &mut buf).unwrap();
+        assert_eq!(
+            m.handle_datagram(&buf[..n], sdp, t0 + FRAME * 7),
+            InboundOutcome::Latched(sdp)
+        );
+        assert_eq!(m.counters().received, 3);
+        assert_eq!(m.counters().dropped, 1 + (LATCH_RUN as u64 - 1) + 1);
+    }
+
+    /// The latch race: a sender on the caller's IP but another port speaks first; the caller,
+    /// sending from its SDP address, keeps (or takes back) its stream, and while it talks no
+    /// other port can take it.
+    #[test]
+    fn the_sdp_address_wins_the_latch_race() {
+        let sdp: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let attacker: SocketAddr = "127.0.0.1:41000".parse().unwrap();
+        let t0 = Instant::now();
+        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()), t0);
+        let mut caller = Packetizer::with_initial(PT_PCMU, 1, 100, 0);
+        let mut other = Packetizer::with_initial(PT_PCMU, 2, 5000, 0);
+        let mut buf = [0u8; 200];
+        // The attacker gets in first with a full run.
+        let mut outcomes = Vec::new();
+        for i in 0..LATCH_RUN {
+            let n = other.write_frame(&[0x80; 160], &mut buf).unwrap();
+            outcomes.push(m.handle_datagram(&buf[..n], attacker, t0 + FRAME * i));
+        }
+        assert_eq!(outcomes.last(), Some(&InboundOutcome::Latched(attacker)));
+        // The caller's first packet takes the stream back.
+        let n = caller.write_frame(&[0xFF; 160], &mut buf).unwrap();
+        assert_eq!(
+            m.handle_datagram(&buf[..n], sdp, t0 + FRAME * 6),
+            InboundOutcome::Latched(sdp)
+        );
+        // Interleaved from now on: the caller's packets are audio, the attacker's never latch.
+        for i in 7..200u32 {
+            let n = caller.write_frame(&[0xFF; 160], &mut buf).unwrap();
+            assert_eq!(
+                m.handle_datagram(&buf[..n], sdp, t0 + FRAME * i),
+                InboundOutcome::Audio
+            );
+            let n = other.write_frame(&[0x80; 160], &mut buf).unwrap();
+            assert_eq!(
+                m.handle_datagram(&buf[..n], attacker, t0 + FRAME * i),
+                InboundOutcome::Dropped("wrong_source")
+            );
+        }
+        assert_eq!(m.latched(), Some(sdp));
     }
 
     #[test]

@@ -53,6 +53,7 @@ fn settings(origin: Instant) -> CallSettings {
     CallSettings {
         rtp_timeout: Some(Duration::from_secs(2)),
         max_call_duration: Duration::from_secs(3600),
+        interim_record_interval: Some(Duration::from_secs(60)),
         barge_in: BargeIn::Local,
         max_buffered: Duration::from_secs(30),
         cname: "ontime@test".into(),
@@ -71,6 +72,7 @@ struct Sim {
     sent: Arc<AtomicU64>,
     notices: Vec<AgentNotice>,
     sip: Vec<SipRequest>,
+    interim: Vec<CallDetailRecord>,
     ended: Option<(CallDetailRecord, u64)>,
     streams_started: usize,
     inference_frames: usize,
@@ -116,6 +118,7 @@ impl Sim {
             sent: Arc::new(AtomicU64::new(0)),
             notices: Vec::new(),
             sip: Vec::new(),
+            interim: Vec::new(),
             ended: None,
             streams_started: 0,
             inference_frames: 0,
@@ -173,6 +176,7 @@ impl Sim {
                     t.extend_from_slice(&pcm[skip.min(pcm.len())..]);
                 }
                 CallOutput::Sip(r) => self.sip.push(r),
+                CallOutput::Interim(r) => self.interim.push(*r),
                 CallOutput::Ended { cdr, recording_end } => {
                     assert!(self.ended.is_none(), "ended twice");
                     self.ended = Some((*cdr, recording_end));
@@ -296,10 +300,13 @@ fn hold_longer_than_the_rtp_timeout_keeps_the_call_and_resume_restarts_the_clock
     let mut sim = Sim::new(settings);
     sim.caller_talks(0xFF);
     sim.run_for(seconds(1.0));
-    // The caller holds us (a=sendonly from them: we only receive, they send nothing we need).
+    // The caller holds us with a=sendonly (we answer recvonly) and sends nothing, then
+    // switches to a=inactive: neither ends the call.
     sim.caller_stops();
+    sim.dialog(DialogEvent::Media(media(Direction::RecvOnly, PT_PCMU)));
+    sim.run_for(seconds(5.0));
     sim.dialog(DialogEvent::Media(media(Direction::Inactive, PT_PCMU)));
-    sim.run_for(seconds(10.0)); // five RTP timeouts long
+    sim.run_for(seconds(5.0)); // five RTP timeouts long in all
     assert!(sim.sip.is_empty(), "hold ended the call: {:?}", sim.sip);
     // Resume; the caller stays silent: the timeout counts from the resume.
     sim.dialog(DialogEvent::Media(media(Direction::SendRecv, PT_PCMU)));
@@ -308,7 +315,7 @@ fn hold_longer_than_the_rtp_timeout_keeps_the_call_and_resume_restarts_the_clock
     sim.run_for(seconds(0.2));
     assert_eq!(sim.sip, vec![SipRequest::Hangup]);
     sim.dialog(DialogEvent::Ended(EndCause::GatewayBye));
-    assert_eq!(sim.cdr().cause, EndCause::RtpTimeout);
+    assert_eq!(sim.cdr().cause, Some(EndCause::RtpTimeout));
 }
 
 #[test]
@@ -351,7 +358,7 @@ fn per_call_counters_add_up_across_hold_resume_and_codec_change() {
     sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
     let cdr = sim.cdr();
     assert_eq!(sim.streams_started, 2);
-    assert_eq!(cdr.cause, EndCause::CallerBye);
+    assert_eq!(cdr.cause, Some(EndCause::CallerBye));
     assert_eq!(cdr.packets_out, sim.sent.load(Ordering::Relaxed));
     assert!(cdr.packets_out > 0);
     assert_eq!(cdr.late_ticks, 0, "simulated time is never late");
@@ -475,7 +482,7 @@ fn an_expired_session_timer_ends_the_call_with_its_cause() {
     sim.caller_talks(0xFF);
     sim.run_for(seconds(1.0));
     sim.dialog(DialogEvent::Ended(EndCause::SessionExpired));
-    assert_eq!(sim.cdr().cause, EndCause::SessionExpired);
+    assert_eq!(sim.cdr().cause, Some(EndCause::SessionExpired));
     assert!(sim.sip.is_empty(), "the endpoint already sent the BYE");
     assert_eq!(sim.core.poll_timeout(), None);
 }
@@ -494,7 +501,7 @@ fn drain_hangs_up_once_and_closes_the_call_when_sip_never_confirms() {
     sim.run_for(HANGUP_WAIT - seconds(0.1));
     assert!(sim.ended.is_none());
     sim.run_for(seconds(0.2));
-    assert_eq!(sim.cdr().cause, EndCause::Drained);
+    assert_eq!(sim.cdr().cause, Some(EndCause::Drained));
     let ended = sim
         .notices
         .iter()
@@ -513,7 +520,7 @@ fn an_agent_hangup_with_a_reason_is_the_calls_cause() {
     );
     // The caller's BYE crossing ours: still our cause.
     sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
-    assert_eq!(sim.cdr().cause, EndCause::GatewayBye);
+    assert_eq!(sim.cdr().cause, Some(EndCause::GatewayBye));
 }
 
 #[test]
@@ -575,4 +582,31 @@ fn recordings_line_up_sample_for_sample() {
             track.len()
         );
     }
+}
+
+#[test]
+fn interim_records_carry_the_counters_so_far_on_their_interval() {
+    let mut sim = Sim::new(|o| CallSettings {
+        interim_record_interval: Some(Duration::from_secs(10)),
+        ..settings(o)
+    });
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(25.0));
+    assert_eq!(sim.interim.len(), 2, "at 10 s and 20 s");
+    let [first, second] = [&sim.interim[0], &sim.interim[1]];
+    assert!(first.cause.is_none() && first.end_unix_ms.is_none());
+    // 10 s of caller packets by the first, 20 s by the second (one every 20 ms).
+    assert!(
+        (495..=501).contains(&first.packets_in),
+        "{}",
+        first.packets_in
+    );
+    assert!(
+        (995..=1001).contains(&second.packets_in),
+        "{}",
+        second.packets_in
+    );
+    assert!(second.packets_out > first.packets_out);
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.interim.len(), 2, "no interim record after the end");
 }

@@ -18,8 +18,8 @@ use tokio::net::TcpListener;
 pub trait OpsState: Send + Sync + 'static {
     /// The Prometheus text exposition, if the host gave the gateway a way to render it.
     fn render_metrics(&self) -> Option<String>;
-    /// Whether new calls are accepted now.
-    fn ready(&self) -> bool;
+    /// Whether new calls are accepted now; if not, why (the `/readyz` body).
+    fn readiness(&self) -> Result<(), &'static str>;
 }
 
 fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
@@ -51,12 +51,14 @@ fn route<S: OpsState>(state: &S, req: &Request<hyper::body::Incoming>) -> Respon
             ),
         },
         "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
-        "/readyz" if state.ready() => reply(StatusCode::OK, "text/plain", "ready\n".into()),
-        "/readyz" => reply(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            "not accepting calls (full or draining)\n".into(),
-        ),
+        "/readyz" => match state.readiness() {
+            Ok(()) => reply(StatusCode::OK, "text/plain", "ready\n".into()),
+            Err(why) => reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("not accepting calls: {why}\n"),
+            ),
+        },
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
 }

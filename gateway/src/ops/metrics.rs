@@ -32,6 +32,13 @@ pub const CGROUP_THROTTLED_PERIODS_TOTAL: &str = "ontime_cgroup_throttled_period
 pub const CGROUP_QUOTA_CORES: &str = "ontime_cgroup_quota_cores";
 /// SIP messages, by method (or status class for responses) and direction.
 pub const SIP_MESSAGES_TOTAL: &str = "ontime_sip_messages_total";
+/// SIP datagrams dropped before the endpoint, by reason (`untrusted`: from outside the trunk
+/// networks; `rate_limited`: a trusted source over `sip_rate_limit`).
+pub const SIP_DROPPED_TOTAL: &str = "ontime_sip_dropped_total";
+/// Stateless 403s sent to sources outside the trunk networks (`untrusted_sip = reject`).
+pub const SIP_UNTRUSTED_REJECTED_TOTAL: &str = "ontime_sip_untrusted_rejected_total";
+/// Reasons of [`SIP_DROPPED_TOTAL`].
+pub const SIP_DROP_REASONS: &[&str] = &["untrusted", "rate_limited"];
 /// SIP datagrams that could not be parsed (dropped or answered 400).
 pub const SIP_INVALID_MESSAGES_TOTAL: &str = "ontime_sip_invalid_messages_total";
 /// RTCP reports from callers that carried a block on our stream.
@@ -60,7 +67,12 @@ pub const AGENT_BUFFERED_AUDIO_BUCKETS_SECONDS: &[f64] =
 /// Results of ended calls (label values of [`CALLS_TOTAL`]).
 pub const CALL_RESULTS: &[&str] = &["completed", "cancelled", "failed"];
 /// Reasons a datagram on an RTP port is dropped besides the parser's own.
-pub const RTP_DROP_REASONS: &[&str] = &["wrong_source", "unknown_payload_type", "rate_limit"];
+pub const RTP_DROP_REASONS: &[&str] = &[
+    "wrong_source",
+    "latch_pending",
+    "unknown_payload_type",
+    "rate_limit",
+];
 const SIP_METHODS: &[&str] = &[
     "INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO", "UPDATE", "1xx", "2xx", "3xx", "4xx",
     "5xx", "6xx",
@@ -154,6 +166,20 @@ pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
             counter!(SIP_MESSAGES_TOTAL, "method" => *m, "direction" => d).absolute(0);
         }
     }
+    describe_counter!(
+        SIP_DROPPED_TOTAL,
+        Unit::Count,
+        "SIP datagrams dropped before the endpoint, by reason."
+    );
+    for r in SIP_DROP_REASONS {
+        counter!(SIP_DROPPED_TOTAL, "reason" => *r).absolute(0);
+    }
+    describe_counter!(
+        SIP_UNTRUSTED_REJECTED_TOTAL,
+        Unit::Count,
+        "Stateless 403s sent to sources outside the trunk networks."
+    );
+    counter!(SIP_UNTRUSTED_REJECTED_TOTAL).absolute(0);
     describe_counter!(
         SIP_INVALID_MESSAGES_TOTAL,
         Unit::Count,

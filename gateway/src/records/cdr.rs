@@ -35,9 +35,27 @@ impl EndCause {
     }
 }
 
-/// The record written when a call ends.
+/// Which record of a call a [`CallDetailRecord`] is. A call gets a `start` record when it is
+/// admitted, an `interim` record on a fixed interval while it is up (with its counters so far),
+/// and an `end` record: after a crash, the last start or interim record of a call still says it
+/// existed and what it had done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordKind {
+    /// The call was admitted.
+    Start,
+    /// The call is up (counters so far).
+    Interim,
+    /// The call ended (final counters and cause).
+    End,
+}
+
+/// A call's record: one structured log line (target `cdr`), written when the call is admitted,
+/// while it is up, and when it ends.
 #[derive(Debug, Clone, Serialize)]
 pub struct CallDetailRecord {
+    /// Which record this is.
+    pub record: RecordKind,
     /// SIP Call-ID.
     pub call_id: String,
     /// From URI.
@@ -48,10 +66,10 @@ pub struct CallDetailRecord {
     pub start_unix_ms: u64,
     /// Unix time of the answer, ms (None if never answered).
     pub answer_unix_ms: Option<u64>,
-    /// Unix time of the end, ms.
-    pub end_unix_ms: u64,
-    /// Why it ended.
-    pub cause: EndCause,
+    /// Unix time of the end, ms (None until the end record).
+    pub end_unix_ms: Option<u64>,
+    /// Why it ended (None until the end record).
+    pub cause: Option<EndCause>,
     /// RTP packets received from the caller.
     pub packets_in: u64,
     /// RTP packets sent to the caller.
@@ -80,16 +98,27 @@ pub fn unix_ms_now() -> u64 {
 }
 
 impl CallDetailRecord {
+    /// The start record of a call just admitted.
+    pub fn start(info: &crate::agent::CallInfo, start_unix_ms: u64) -> Self {
+        CallDetailRecord {
+            record: RecordKind::Start,
+            end_unix_ms: None,
+            cause: None,
+            ..Self::unanswered(info, start_unix_ms, EndCause::SignallingFailure)
+        }
+    }
+
     /// The record of a call that never got media (cancelled while ringing, failed to answer).
     pub fn unanswered(info: &crate::agent::CallInfo, start_unix_ms: u64, cause: EndCause) -> Self {
         CallDetailRecord {
+            record: RecordKind::End,
             call_id: info.call_id.clone(),
             from: info.from.clone(),
             to: info.to.clone(),
             start_unix_ms,
             answer_unix_ms: None,
-            end_unix_ms: unix_ms_now(),
-            cause,
+            end_unix_ms: Some(unix_ms_now()),
+            cause: Some(cause),
             packets_in: 0,
             packets_out: 0,
             late_ticks: 0,
@@ -105,7 +134,13 @@ impl CallDetailRecord {
     /// Write the record as one log line (target `cdr`, field `cdr` holding the JSON).
     pub fn log(&self) {
         match serde_json::to_string(self) {
-            Ok(json) => tracing::info!(target: "cdr", cdr = %json, "call ended"),
+            Ok(json) => match self.record {
+                RecordKind::Start => tracing::info!(target: "cdr", cdr = %json, "call started"),
+                RecordKind::Interim => {
+                    tracing::info!(target: "cdr", cdr = %json, "call in progress")
+                }
+                RecordKind::End => tracing::info!(target: "cdr", cdr = %json, "call ended"),
+            },
             Err(e) => {
                 tracing::warn!(target: "cdr", error = %e, call_id = %self.call_id, "CDR not serialisable")
             }

@@ -25,10 +25,15 @@ pub enum Track {
     Agent,
 }
 
+/// Samples between header checkpoints: a crash loses at most the last second of a recording,
+/// and the file stays readable (hound's `flush` rewrites the RIFF and data sizes).
+const CHECKPOINT_SAMPLES: u64 = SAMPLE_RATE_HZ as u64;
+
 /// One WAV and how many samples it holds.
 struct TrackWriter {
     writer: Option<Writer>,
     written: u64,
+    checkpointed: u64,
 }
 
 impl TrackWriter {
@@ -43,6 +48,12 @@ impl TrackWriter {
                 return;
             }
             self.written += 1;
+        }
+        if self.written >= self.checkpointed + CHECKPOINT_SAMPLES {
+            self.checkpointed = self.written;
+            if w.flush().is_err() {
+                self.writer = None;
+            }
         }
     }
 
@@ -91,6 +102,15 @@ fn safe_name(call_id: &str) -> String {
 }
 
 impl CallRecording {
+    /// Whether recordings can be written into `dir` (created if missing): checked once at
+    /// start-up, so an unwritable folder is a configuration error, not a warning per call.
+    pub fn check_dir(dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let probe = dir.join(format!(".ontime-write-check-{}", std::process::id()));
+        File::create(&probe)?;
+        std::fs::remove_file(&probe)
+    }
+
     /// Create `<dir>/<call-id>.caller.wav` and `<dir>/<call-id>.agent.wav`.
     pub fn create(dir: &Path, call_id: &str) -> std::io::Result<CallRecording> {
         std::fs::create_dir_all(dir)?;
@@ -104,6 +124,7 @@ impl CallRecording {
             Ok(TrackWriter {
                 writer: Some(open(p)?),
                 written: 0,
+                checkpointed: 0,
             })
         };
         Ok(CallRecording {
@@ -168,6 +189,33 @@ mod tests {
         assert!(agent[..100].iter().all(|s| *s == 0));
         assert!(agent[100..260].iter().all(|s| *s == 4));
         assert!(agent[260..360].iter().all(|s| *s == 5));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A recording whose writer is never finalised (the process was killed) is still a readable
+    /// WAV up to its last checkpoint.
+    #[test]
+    fn unfinished_recording_is_readable_to_its_last_checkpoint() {
+        let dir = std::env::temp_dir().join(format!("ontime-rec-crash-{}", std::process::id()));
+        let mut r = CallRecording::create(&dir, "crash").unwrap();
+        r.write_at(Track::Caller, 0, &vec![7; 8000 * 2 + 100]);
+        let caller = r.paths[0].clone();
+        std::mem::forget(r); // what SIGKILL does: no finalize, no drop
+        let reader = hound::WavReader::open(&caller).expect("a readable WAV");
+        assert_eq!(reader.len(), 8000 * 2 + 100);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_unwritable_folder_is_refused() {
+        assert!(CallRecording::check_dir(Path::new("/proc/ontime-cannot-write-here")).is_err());
+        let dir = std::env::temp_dir().join(format!("ontime-rec-check-{}", std::process::id()));
+        CallRecording::check_dir(&dir).unwrap();
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "no probe left behind"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

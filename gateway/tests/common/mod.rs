@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod uac;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -669,4 +671,16 @@ pub fn rtp_rows(pcap: &Path, media_port: u16) -> Vec<RtpRow> {
             })
         })
         .collect()
+}
+
+/// Poll `f` every 100 ms until it holds or `limit` passes; its last verdict.
+pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    f()
 }
