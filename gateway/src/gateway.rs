@@ -262,8 +262,10 @@ impl Gateway {
     }
 }
 
-fn pool_config(config: &Config) -> PoolConfig {
-    // The flag wins over the environment, which wins over the default folder.
+/// Where the runtime and models are: `models_dir` (the flag, or its `ONTIME_MODELS_DIR` twin as
+/// clap resolved it) wins; without it the inference crate's environment lookup, then the default
+/// folder. `ort_dylib_path` (flag or `ORT_DYLIB_PATH`) names the runtime library on its own.
+fn model_paths(config: &Config) -> ModelPaths {
     let mut paths = match &config.models_dir {
         Some(dir) => ModelPaths::in_dir(dir.clone()),
         None => ModelPaths::from_env_or(PathBuf::from(DEFAULT_MODELS_DIR)),
@@ -271,7 +273,11 @@ fn pool_config(config: &Config) -> PoolConfig {
     if let Some(dylib) = &config.ort_dylib_path {
         paths.ort_dylib = dylib.clone();
     }
-    let mut pool_config = PoolConfig::new(paths);
+    paths
+}
+
+fn pool_config(config: &Config) -> PoolConfig {
+    let mut pool_config = PoolConfig::new(model_paths(config));
     pool_config.turn.incomplete_timeout = config.turn_stop_timeout;
     // The inference budget keeps model work inside the container's CFS quota: a throttled
     // period would freeze the sender too.
@@ -282,5 +288,57 @@ fn pool_config(config: &Config) -> PoolConfig {
             warn!(error = %e, "CPU quota unreadable: inference runs without a CPU budget");
             pool_config
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::StubAgent;
+    use crate::config::Args;
+    use clap::Parser;
+
+    fn config(args: &[&str]) -> Config {
+        let mut v = vec!["ontime-gateway"];
+        v.extend_from_slice(args);
+        Config::resolve(Args::parse_from(v)).unwrap()
+    }
+
+    #[test]
+    fn the_models_dir_flag_wins_over_the_environment() {
+        // The test script exports ONTIME_MODELS_DIR; the flag must still decide.
+        let c = config(&["--models-dir", "/opt/flag-models"]);
+        let paths = model_paths(&c);
+        assert!(
+            paths.silero_vad.starts_with("/opt/flag-models"),
+            "{paths:?}"
+        );
+        assert!(
+            paths.smart_turn.starts_with("/opt/flag-models"),
+            "{paths:?}"
+        );
+        let c = config(&[
+            "--models-dir",
+            "/opt/flag-models",
+            "--ort-dylib-path",
+            "/lib/ort.so",
+        ]);
+        assert_eq!(model_paths(&c).ort_dylib, PathBuf::from("/lib/ort.so"));
+    }
+
+    #[tokio::test]
+    async fn an_unwritable_record_folder_stops_the_start() {
+        let c = config(&["--record", "/proc/ontime-cannot-record-here"]);
+        let err = Gateway::builder(c)
+            .agent(Arc::new(StubAgent::built_in().unwrap()))
+            .bind()
+            .await
+            .err()
+            .expect("the start fails");
+        assert!(
+            err.to_string()
+                .starts_with("config field `record`: cannot write recordings into /proc/ontime-cannot-record-here"),
+            "{err}"
+        );
     }
 }

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 pub enum Error {
     /// A runtime library or model file is not where the configuration says.
     #[error(
-        "{what} not found at {path}: run `scripts/fetch-models.sh` (or set {env_var} / ONTIME_MODELS_DIR)"
+        "{what} not found at {path}: run `scripts/fetch-models.sh` (or set {})",
+        override_hint(env_var)
     )]
     MissingFile {
         /// Which file ("ONNX Runtime library", "Silero VAD model", ...).
@@ -75,5 +76,41 @@ impl Error {
             context,
             message: e.to_string(),
         }
+    }
+}
+
+/// The variables that can point at a missing file, each named once.
+fn override_hint(env_var: &str) -> String {
+    if env_var == crate::config::MODELS_DIR_ENV {
+        env_var.to_string()
+    } else {
+        format!("{env_var} or {}", crate::config::MODELS_DIR_ENV)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_file_names_each_variable_once() {
+        let model = Error::MissingFile {
+            what: "Silero VAD model",
+            path: "/m/silero_vad.onnx".into(),
+            env_var: crate::config::MODELS_DIR_ENV,
+        };
+        assert_eq!(
+            model.to_string(),
+            "Silero VAD model not found at /m/silero_vad.onnx: run `scripts/fetch-models.sh` (or set ONTIME_MODELS_DIR)"
+        );
+        let lib = Error::MissingFile {
+            what: "ONNX Runtime library",
+            path: "/m/libonnxruntime.so".into(),
+            env_var: crate::config::ORT_DYLIB_ENV,
+        };
+        assert_eq!(
+            lib.to_string(),
+            "ONNX Runtime library not found at /m/libonnxruntime.so: run `scripts/fetch-models.sh` (or set ORT_DYLIB_PATH or ONTIME_MODELS_DIR)"
+        );
     }
 }

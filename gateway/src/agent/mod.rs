@@ -64,6 +64,10 @@ pub enum AgentAction {
     Mark(String),
     /// Drop everything queued, at once.
     Clear,
+    /// Whether the caller's speech may clear what is queued from now on (local barge-in;
+    /// allowed by default). Forbid it for what must be heard whole — a legal notice, a goodbye
+    /// before hanging up — and allow it again after.
+    AllowBargeIn(bool),
     /// Hang up.
     Hangup,
     /// Hang up with this RFC 3326 `Reason` header value on the BYE (e.g.

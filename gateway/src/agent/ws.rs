@@ -323,6 +323,8 @@ impl Agent for WsAgent {
         let Some(ws) = ws else {
             counter!(WS_FALLBACK_CALLS_TOTAL).increment(1);
             info!("bot unreachable: playing the fallback message, then hanging up");
+            // The apology is heard whole: the caller talking over it must not cut it short.
+            output.send(AgentAction::AllowBargeIn(false));
             output.send(AgentAction::Play(self.fallback.clone()));
             output.send(AgentAction::EndOfUtterance);
             output.send(AgentAction::Mark(FALLBACK_MARK.into()));
@@ -374,10 +376,6 @@ impl AgentCall for FallbackCall {
     fn on_event(&mut self, event: AgentEvent<'_>) {
         match event {
             AgentEvent::MarkPlayed(name) if name == FALLBACK_MARK => self
-                .output
-                .send(AgentAction::HangupWithReason(REASON_BOT_UNREACHABLE.into())),
-            // The caller talked over the message: hang up now rather than leave them in silence.
-            AgentEvent::BargeIn => self
                 .output
                 .send(AgentAction::HangupWithReason(REASON_BOT_UNREACHABLE.into())),
             _ => {}

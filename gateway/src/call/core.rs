@@ -210,6 +210,7 @@ pub struct CallCore {
     last_rtp: Instant,
     caller_cursor: Option<u64>,
     speaking: bool,
+    barge_in_allowed: bool,
     turns: u64,
     barge_ins: u64,
     dtmf: String,
@@ -274,6 +275,7 @@ impl CallCore {
             last_rtp: now,
             caller_cursor: None,
             speaking: false,
+            barge_in_allowed: true,
             turns: 0,
             barge_ins: 0,
             dtmf: String::new(),
@@ -401,7 +403,10 @@ impl CallCore {
         match event {
             InferenceEvent::SpeechStarted { .. } => {
                 self.speaking = true;
-                if self.settings.barge_in == BargeIn::Local && self.out.queued() {
+                if self.settings.barge_in == BargeIn::Local
+                    && self.barge_in_allowed
+                    && self.out.queued()
+                {
                     // Barge-in: the caller talks over the reply; drop it at once.
                     self.out.clear();
                     self.barge_ins += 1;
@@ -457,6 +462,7 @@ impl CallCore {
             AgentAction::EndOfUtterance => self.out.end_utterance(),
             AgentAction::Mark(name) => self.out.mark(name),
             AgentAction::Clear => self.out.clear(),
+            AgentAction::AllowBargeIn(allowed) => self.barge_in_allowed = allowed,
             AgentAction::Hangup => self.hang_up(EndCause::GatewayBye, SipRequest::Hangup, now),
             AgentAction::HangupWithReason(reason) => self.hang_up(
                 EndCause::GatewayBye,

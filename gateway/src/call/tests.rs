@@ -610,3 +610,27 @@ fn interim_records_carry_the_counters_so_far_on_their_interval() {
     sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
     assert_eq!(sim.interim.len(), 2, "no interim record after the end");
 }
+
+#[test]
+fn what_the_agent_protects_from_barge_in_plays_whole() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.agent(AgentAction::AllowBargeIn(false));
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.agent(AgentAction::EndOfUtterance);
+    sim.agent(AgentAction::Mark("goodbye".into()));
+    sim.run_for(seconds(0.3));
+    sim.inference(speech_started());
+    sim.run_for(seconds(1.0));
+    assert!(!sim.notices.contains(&AgentNotice::BargeIn));
+    assert!(sim
+        .notices
+        .contains(&AgentNotice::MarkPlayed("goodbye".into())));
+    // Allowed again: the next reply can be cut.
+    sim.inference(speech_stopped());
+    sim.agent(AgentAction::AllowBargeIn(true));
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.run_for(seconds(0.2));
+    sim.inference(speech_started());
+    assert!(sim.notices.contains(&AgentNotice::BargeIn));
+}
