@@ -148,7 +148,8 @@ pub struct StreamStats {
     pub ticks: u64,
     /// Slots served more than [`crate::LATE_TICK_THRESHOLD`] late.
     pub late_ticks: u64,
-    /// Frames that ran short mid-utterance and were filled with silence.
+    /// Frames that ran short mid-utterance and were filled with silence, counted once the
+    /// utterance's audio resumed (a gap the utterance ends in is a pause, not an underrun).
     pub underruns: u64,
     /// Packets sent as catch-up after a late wake.
     pub catchup_packets: u64,
@@ -321,6 +322,8 @@ pub(crate) struct StreamState {
     silence: u8,
     /// Bytes taken out of the audio ring so far (sent or cleared).
     popped: u64,
+    /// Short frames mid-utterance not yet known to be holes (see `serve_slot`).
+    pending_underruns: u32,
 }
 
 /// Build both halves of a stream (off the tick: this allocates the rings).
@@ -389,6 +392,7 @@ pub(crate) fn new_stream(
         output,
         silence,
         popped: 0,
+        pending_underruns: 0,
     };
     let producer = StreamProducer {
         id,
@@ -438,14 +442,28 @@ impl StreamState {
         let taken = self.audio.pop_slice(&mut scratch.payload[..]);
         self.popped += taken as u64;
         let silence_only = taken == 0;
+        // Underruns are known only in hindsight: a frame that ran short mid-utterance is a hole
+        // the caller heard if the utterance's audio resumes afterwards, and a pause if the
+        // utterance ends instead (an agent that streams in real time and marks no end, or
+        // marks it late). So short frames wait in `pending_underruns` until audio is taken
+        // again (counted) or the utterance is closed over them (dropped).
+        if taken > 0 && self.pending_underruns > 0 {
+            let n = u64::from(self.pending_underruns);
+            self.shared.counters.underruns.fetch_add(n, Relaxed);
+            global.clock.underruns.fetch_add(n, Relaxed);
+            self.pending_underruns = 0;
+        }
+        let utterance_end = self.shared.utterance_end.load(Acquire);
         if taken < FRAME_BYTES {
             scratch.payload[taken..].fill(self.silence);
             // Mid-utterance: audio beyond the last finished utterance has been queued and the
             // ring ran dry before the frame was full.
-            if self.popped > self.shared.utterance_end.load(Acquire) {
-                self.shared.counters.underruns.fetch_add(1, Relaxed);
-                global.clock.underruns.fetch_add(1, Relaxed);
+            if self.popped > utterance_end {
+                self.pending_underruns = self.pending_underruns.saturating_add(1);
             }
+        }
+        if self.popped <= utterance_end {
+            self.pending_underruns = 0;
         }
         if silence_only {
             global.silence_packets.fetch_add(1, Relaxed);

@@ -122,8 +122,10 @@ fn audio_arrives_paced_in_order_with_continuous_numbers_then_silence() {
 fn running_dry_mid_utterance_counts_underruns_and_sends_a_law_silence() {
     let (sender, rx, mut producer) = setup(PT_PCMA);
     producer.push(&[0x42; FRAME_BYTES * 5]);
-    // No end_utterance: the agent is still talking but stopped delivering.
-    let packets = collect(&rx, Duration::from_millis(400));
+    // No end_utterance: the agent is still talking but stopped delivering, then resumes.
+    let mut packets = collect(&rx, Duration::from_millis(250));
+    producer.push(&[0x43; FRAME_BYTES * 5]);
+    packets.extend(collect(&rx, Duration::from_millis(250)));
     assert!(packets.iter().any(|p| p.payload[0] == 0x42));
     let dry = packets.iter().filter(|p| p.payload[0] == 0xD5).count() as u64;
     assert!(dry > 0, "A-law silence filled the gap");

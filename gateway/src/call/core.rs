@@ -34,6 +34,16 @@ use crate::records::recording::Track;
 /// closed anyway (a BYE's transaction gives up after 64·T1 = 32 s; a little more).
 pub const HANGUP_WAIT: Duration = Duration::from_secs(40);
 
+/// A pause this long in the agent's audio ends its utterance (agents that stream in real time
+/// rarely mark one) and, after a local barge-in, ends the interrupted reply: audio that arrives
+/// sooner belongs to the reply the caller cut and is dropped.
+pub const REPLY_GAP: Duration = Duration::from_millis(250);
+
+/// Agent audio that starts an utterance waits until this much is queued (or this long has
+/// passed) before it enters the sender's ring: a bot that streams in real time then has this
+/// much slack before its pacing jitter becomes a hole the caller hears.
+pub const PREBUFFER: Duration = Duration::from_millis(60);
+
 /// Most playout ticks caught up at once after the driver was late; beyond that the schedule
 /// restarts from now (the jitter buffer's own clock bounds the audio catch-up).
 const MAX_CATCH_UP: Duration = Duration::from_millis(200);
@@ -211,6 +221,13 @@ pub struct CallCore {
     caller_cursor: Option<u64>,
     speaking: bool,
     barge_in_allowed: bool,
+    /// After a local barge-in: when the interrupted reply was last heard from (its audio is
+    /// dropped until it pauses for `REPLY_GAP`).
+    cut: Option<Instant>,
+    /// When the agent's audio last arrived, while its utterance is open.
+    last_play: Option<Instant>,
+    /// Until when a starting utterance is held back to prebuffer.
+    prebuffer_until: Option<Instant>,
     turns: u64,
     barge_ins: u64,
     dtmf: String,
@@ -276,6 +293,9 @@ impl CallCore {
             caller_cursor: None,
             speaking: false,
             barge_in_allowed: true,
+            cut: None,
+            last_play: None,
+            prebuffer_until: None,
             turns: 0,
             barge_ins: 0,
             dtmf: String::new(),
@@ -396,19 +416,23 @@ impl CallCore {
     }
 
     /// An event from the inference thread. The turn-taking decision is made here and only here.
-    pub fn handle_inference(&mut self, event: InferenceEvent, _now: Instant) {
+    pub fn handle_inference(&mut self, event: InferenceEvent, now: Instant) {
         if self.phase != Phase::Up {
             return;
         }
         match event {
             InferenceEvent::SpeechStarted { .. } => {
                 self.speaking = true;
-                if self.settings.barge_in == BargeIn::Local
-                    && self.barge_in_allowed
-                    && self.out.queued()
-                {
-                    // Barge-in: the caller talks over the reply; drop it at once.
+                // A reply is playing if audio is queued, or if the agent is streaming one (its
+                // ring can be empty between two chunks).
+                let replying = self.out.queued() || self.last_play.is_some();
+                if self.settings.barge_in == BargeIn::Local && self.barge_in_allowed && replying {
+                    // Barge-in: the caller talks over the reply; drop it at once, and what is
+                    // still coming of it.
                     self.out.clear();
+                    self.cut = Some(now);
+                    self.last_play = None;
+                    self.prebuffer_until = None;
                     self.barge_ins += 1;
                     counter!(m::BARGE_INS_TOTAL).increment(1);
                     self.notify(AgentNotice::BargeIn);
@@ -451,6 +475,22 @@ impl CallCore {
         }
         match action {
             AgentAction::Play(samples) => {
+                if let Some(heard) = self.cut {
+                    if now.saturating_duration_since(heard) < REPLY_GAP {
+                        // Still the reply the caller cut: it stays cut.
+                        self.cut = Some(now);
+                        counter!(m::AGENT_AUDIO_CUT_FRAMES_TOTAL)
+                            .increment(samples.len().div_ceil(FRAME_BYTES) as u64);
+                        return;
+                    }
+                    self.cut = None;
+                }
+                if self.out.is_dry() {
+                    // A new utterance (or audio after a hole): prebuffer before it plays.
+                    self.out.hold(true);
+                    self.prebuffer_until = Some(now + PREBUFFER);
+                }
+                self.last_play = Some(now);
                 let dropped = self.out.play(&samples);
                 if dropped > 0 {
                     counter!(m::AGENT_AUDIO_DROPPED_FRAMES_TOTAL)
@@ -458,10 +498,21 @@ impl CallCore {
                 }
                 histogram!(m::AGENT_BUFFERED_AUDIO_SECONDS)
                     .record(self.out.queued_bytes() as f64 / f64::from(SAMPLE_RATE_HZ));
+                self.release_prebuffer(now);
             }
-            AgentAction::EndOfUtterance => self.out.end_utterance(),
+            AgentAction::EndOfUtterance => {
+                self.last_play = None;
+                self.release_prebuffer_now();
+                self.out.end_utterance();
+            }
             AgentAction::Mark(name) => self.out.mark(name),
-            AgentAction::Clear => self.out.clear(),
+            AgentAction::Clear => {
+                // The bot cleared its own audio: whatever it sends next is its next reply.
+                self.cut = None;
+                self.last_play = None;
+                self.prebuffer_until = None;
+                self.out.clear();
+            }
             AgentAction::AllowBargeIn(allowed) => self.barge_in_allowed = allowed,
             AgentAction::Hangup => self.hang_up(EndCause::GatewayBye, SipRequest::Hangup, now),
             AgentAction::HangupWithReason(reason) => self.hang_up(
@@ -491,6 +542,16 @@ impl CallCore {
             self.next_tick + FRAME
         };
         self.play_caller_audio(now);
+        self.release_prebuffer(now);
+        if self
+            .last_play
+            .is_some_and(|t| now.saturating_duration_since(t) >= REPLY_GAP)
+        {
+            // The agent paused: its utterance is over, whether or not it said so.
+            self.last_play = None;
+            self.release_prebuffer_now();
+            self.out.end_utterance();
+        }
         self.out.feed();
         self.inbound.publish_metrics();
         self.collect_stream_events();
@@ -530,6 +591,25 @@ impl CallCore {
         if now.duration_since(self.answered) >= self.settings.max_call_duration {
             info!("maximum call length reached: hanging up");
             self.hang_up(EndCause::MaxDuration, SipRequest::Hangup, now);
+        }
+    }
+
+    /// Let a prebuffered start go once enough is queued or the wait is over.
+    fn release_prebuffer(&mut self, now: Instant) {
+        let Some(until) = self.prebuffer_until else {
+            return;
+        };
+        let enough = self.out.queued_bytes() as u64
+            >= PREBUFFER.as_millis() as u64 * u64::from(SAMPLE_RATE_HZ) / 1000;
+        if enough || now >= until {
+            self.release_prebuffer_now();
+        }
+    }
+
+    fn release_prebuffer_now(&mut self) {
+        self.prebuffer_until = None;
+        if self.out.is_held() {
+            self.out.hold(false);
         }
     }
 

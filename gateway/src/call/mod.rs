@@ -9,6 +9,7 @@ mod rtcp;
 
 pub use self::core::{
     AgentNotice, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest, HANGUP_WAIT,
+    PREBUFFER, REPLY_GAP,
 };
 pub use outbound::StreamTotals;
 

@@ -44,6 +44,8 @@ pub(crate) struct Outbound {
     max_buffered_bytes: usize,
     /// Counts of the streams this call already retired (hold, codec change).
     retired: StreamTotals,
+    /// Audio waits here instead of entering the ring (the start of an utterance prebuffers).
+    held: bool,
 }
 
 /// How far ahead agent audio is handed to the sender's ring. The rest waits in the call's
@@ -61,6 +63,7 @@ impl Outbound {
             next_mark: 1,
             max_buffered_bytes,
             retired: StreamTotals::default(),
+            held: false,
         }
     }
 
@@ -138,8 +141,27 @@ impl Outbound {
         !self.queue.is_empty() || self.producer.as_ref().is_some_and(|p| p.queued_bytes() > 0)
     }
 
+    /// Hold queued audio back from the ring (or let it go).
+    pub(crate) fn hold(&mut self, held: bool) {
+        self.held = held;
+        self.feed();
+    }
+
+    /// Whether audio is being held back.
+    pub(crate) fn is_held(&self) -> bool {
+        self.held
+    }
+
+    /// Nothing queued here or in the ring: the next audio starts afresh.
+    pub(crate) fn is_dry(&self) -> bool {
+        !self.queued()
+    }
+
     /// Move queued items into the ring as far as it has room.
     pub(crate) fn feed(&mut self) {
+        if self.held {
+            return;
+        }
         let Some(p) = self.producer.as_mut() else {
             return;
         };
@@ -199,6 +221,7 @@ impl Outbound {
     }
 
     pub(crate) fn clear(&mut self) {
+        self.held = false;
         self.queue.clear();
         if let Some(p) = self.producer.as_mut() {
             p.clear();

@@ -84,6 +84,8 @@ struct Sim {
     caller_byte: u8,
     /// Echo every caller frame back to the caller as agent audio.
     echo: bool,
+    /// Agent actions due at a time (a bot streaming in real time).
+    timed: std::collections::VecDeque<(Instant, AgentAction)>,
 }
 
 impl Sim {
@@ -128,6 +130,7 @@ impl Sim {
             caller_next: None,
             caller_byte: 0xFF,
             echo: false,
+            timed: std::collections::VecDeque::new(),
         };
         sim.drain();
         sim
@@ -197,6 +200,9 @@ impl Sim {
             if let Some(t) = self.caller_next {
                 next = next.min(t);
             }
+            if let Some((t, _)) = self.timed.front() {
+                next = next.min(*t);
+            }
             if next > until {
                 break;
             }
@@ -210,6 +216,10 @@ impl Sim {
                 self.core
                     .handle_rtp(&buf[..n], CALLER.parse().unwrap(), self.now);
                 self.caller_next = self.caller_next.map(|t| t + FRAME);
+            }
+            while self.timed.front().is_some_and(|(t, _)| *t <= self.now) {
+                let (_, action) = self.timed.pop_front().unwrap();
+                self.core.handle_agent(action, self.now);
             }
             if engine_at <= self.now {
                 let t = self.now - self.origin;
@@ -225,6 +235,26 @@ impl Sim {
 
     fn run_for(&mut self, d: Duration) {
         self.run_until(self.now + d);
+    }
+
+    /// A bot streaming `seconds` of reply in real time from now: 40 ms chunks, each sent up to
+    /// `jitter` late (a fixed pattern), with a `stall` after `stall_at` of them.
+    fn stream_reply(&mut self, seconds: f64, jitter: Duration, stall: Option<(usize, Duration)>) {
+        let chunk = tone(0.04);
+        let n = (seconds / 0.04) as usize;
+        let mut delay = Duration::ZERO;
+        for i in 0..n {
+            if let Some((at, pause)) = stall {
+                if i == at {
+                    delay += pause;
+                }
+            }
+            // A sawtooth of lateness: 0, j/3, 2j/3, j, 0, ...
+            let late = jitter * (i % 4) as u32 / 3;
+            let t = self.now + Duration::from_millis(40) * i as u32 + delay + late;
+            self.timed.push_back((t, AgentAction::Play(chunk.clone())));
+        }
+        self.timed.make_contiguous().sort_by_key(|(t, _)| *t);
     }
 
     fn caller_talks(&mut self, byte: u8) {
@@ -564,10 +594,11 @@ fn recordings_line_up_sample_for_sample() {
     let loud = |t: &[i16]| t.iter().filter(|s| s.abs() > 20_000).count();
     let caller_onset = onset(&sim.caller_track);
     let agent_onset = onset(&sim.agent_track);
-    // The echo leaves at the next sender slot after the frame was played: 0 to 20 ms later.
+    // The echo starts an utterance, so it prebuffers, then leaves at the next sender slot.
     let lag = agent_onset as i64 - caller_onset as i64;
+    let most = (super::core::PREBUFFER.as_millis() as i64 + 20) * 8;
     assert!(
-        (0..=SAMPLES_PER_FRAME as i64).contains(&lag),
+        (0..=most).contains(&lag),
         "caller onset {caller_onset}, agent onset {agent_onset}"
     );
     // Every loud sample the caller sent is in both tracks, once.
@@ -633,4 +664,94 @@ fn what_the_agent_protects_from_barge_in_plays_whole() {
     sim.run_for(seconds(0.2));
     sim.inference(speech_started());
     assert!(sim.notices.contains(&AgentNotice::BargeIn));
+}
+
+/// A bot that streams its reply in real time and never marks the end of an utterance (pipecat
+/// over the Twilio protocol): no underrun on a clean reply with pacing jitter, underruns when it
+/// stalls mid-reply, none for the pause after the reply.
+#[test]
+fn streaming_bots_count_underruns_only_for_holes_in_their_reply() {
+    let mut sim = Sim::new(|o| CallSettings {
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    sim.stream_reply(3.0, Duration::from_millis(15), None);
+    sim.run_for(seconds(5.0));
+    sim.stream_reply(2.0, Duration::from_millis(15), None);
+    sim.run_for(seconds(4.0));
+    let clean = sim.core.poll_timeout().is_some();
+    assert!(clean);
+    // The same bot stalls 200 ms in the middle of its third reply.
+    sim.stream_reply(2.0, Duration::ZERO, Some((25, Duration::from_millis(200))));
+    sim.run_for(seconds(4.0));
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    let cdr = sim.cdr();
+    // 40 ms were in the ring when it stalled, so 160 ms of the 200 were a hole; the resumed
+    // audio prebuffers (one more 40 ms chunk) before it plays: 200 ms, 10 frames.
+    assert_eq!(cdr.underruns, 10, "{cdr:?}");
+    assert_eq!(cdr.late_ticks, 0);
+}
+
+#[test]
+fn streaming_bots_count_no_underrun_on_a_clean_reply() {
+    let mut sim = Sim::new(|o| CallSettings {
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    for _ in 0..3 {
+        sim.stream_reply(3.0, Duration::from_millis(15), None);
+        sim.run_for(seconds(5.0));
+    }
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.cdr().underruns, 0);
+    // Every chunk was played: 3 replies of 3 s.
+    assert!(sim.cdr().packets_out >= 3 * 150);
+}
+
+/// Local barge-in on a bot that keeps streaming the interrupted reply (its own interruptions
+/// off): the reply is cut at once and stays cut; the bot's next reply, after a pause, plays.
+#[test]
+fn a_cut_reply_stays_cut_while_the_bot_keeps_streaming_it() {
+    let mut sim = Sim::new(|o| CallSettings {
+        rtp_timeout: None,
+        record: true,
+        ..settings(o)
+    });
+    sim.caller_talks(0xFF);
+    sim.stream_reply(4.0, Duration::ZERO, None);
+    sim.run_for(seconds(1.0));
+    // The ring is often empty between two chunks of a streaming bot: barge-in still fires.
+    sim.inference(speech_started());
+    assert_eq!(
+        sim.notices
+            .iter()
+            .filter(|n| **n == AgentNotice::BargeIn)
+            .count(),
+        1
+    );
+    let cut_at = sim.now;
+    sim.run_for(seconds(3.5)); // the bot streams the rest of the reply
+    sim.inference(speech_stopped());
+    sim.run_for(seconds(1.0));
+    // The next reply, after the bot paused.
+    sim.stream_reply(1.0, Duration::ZERO, None);
+    sim.run_for(seconds(2.0));
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    let loud = |from: Duration, to: Duration| {
+        let at = |d: Duration| (d.as_secs_f64() * 8000.0) as usize;
+        let end = at(to).min(sim.agent_track.len());
+        sim.agent_track[at(from).min(end)..end]
+            .iter()
+            .filter(|s| s.abs() > 4000)
+            .count()
+    };
+    let since_answer =
+        |t: Instant| t.saturating_duration_since(sim.origin + Duration::from_millis(7));
+    let cut = since_answer(cut_at);
+    // Within a frame or two of the barge-in, and nothing of that reply afterwards.
+    let after_cut = loud(cut + Duration::from_millis(40), cut + seconds(3.5));
+    assert_eq!(after_cut, 0, "the cut reply played on");
+    // The next reply is heard whole: 1 s of tone.
+    let next = loud(cut + seconds(4.4), cut + seconds(7.0));
+    assert_eq!(next, 8000, "{next}");
 }

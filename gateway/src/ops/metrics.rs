@@ -32,6 +32,9 @@ pub const CGROUP_THROTTLED_PERIODS_TOTAL: &str = "ontime_cgroup_throttled_period
 pub const CGROUP_QUOTA_CORES: &str = "ontime_cgroup_quota_cores";
 /// SIP messages, by method (or status class for responses) and direction.
 pub const SIP_MESSAGES_TOTAL: &str = "ontime_sip_messages_total";
+/// Agent audio dropped because it belonged to a reply the caller had cut by barge-in (a bot
+/// streaming in real time keeps sending it), in 20 ms frames.
+pub const AGENT_AUDIO_CUT_FRAMES_TOTAL: &str = "ontime_agent_audio_cut_frames_total";
 /// SIP datagrams dropped before the endpoint, by reason (`untrusted`: from outside the trunk
 /// networks; `rate_limited`: a trusted source over `sip_rate_limit`).
 pub const SIP_DROPPED_TOTAL: &str = "ontime_sip_dropped_total";
@@ -166,6 +169,12 @@ pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
             counter!(SIP_MESSAGES_TOTAL, "method" => *m, "direction" => d).absolute(0);
         }
     }
+    describe_counter!(
+        AGENT_AUDIO_CUT_FRAMES_TOTAL,
+        Unit::Count,
+        "Agent audio frames dropped after a barge-in because they belonged to the cut reply."
+    );
+    counter!(AGENT_AUDIO_CUT_FRAMES_TOTAL).absolute(0);
     describe_counter!(
         SIP_DROPPED_TOTAL,
         Unit::Count,
