@@ -89,7 +89,7 @@ impl AgentCall for EchoCall {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    ontime::inference::pin_math_threads_to_one();
+    ontime::inference::prepare_process_environment();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
