@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing on the pinned stable toolchain, for a bounded time: every libFuzzer target
-# of crates/sip/fuzz (parse_message, endpoint, sdp) and crates/rtp/fuzz (rtp, rtcp).
+# of crates/sip/fuzz (parse_message, endpoint, sdp), crates/rtp/fuzz (rtp, rtcp) and gateway/fuzz
+# (bot_message: the WebSocket agent's protocol.rs, compiled alone rather than the whole gateway).
 #
 # No cargo-fuzz and no nightly: the targets are plain binaries of the libfuzzer-sys crate (which
 # compiles libFuzzer from its C++ source, so a C++ compiler is needed: scripts/setup.sh installs g++),
@@ -9,17 +10,18 @@
 # AddressSanitizer (that needs -Zsanitizer): safe Rust does not need it to catch a panic.
 #
 # Usage: scripts/fuzz.sh [seconds per target, default 30] [target...]
-# Each target starts from its committed seeds (crates/*/fuzz/seeds/<target>), the RFC 4475/5118
-# torture messages in ../shared/testdata when that folder exists (read in place, not copied), and
-# what earlier runs here kept in crates/*/fuzz/corpus/<target> (git-ignored). It prints libFuzzer's
-# closing stats line per target. A crash, a panic, a timeout or an out-of-memory input fails the
-# run (exit 1) after all targets ran, naming the input that libFuzzer saved under
-# crates/*/fuzz/artifacts/<target>/; replay one with `<binary> <input>`.
+# Each target starts from its committed seeds (<fuzz dir>/seeds/<target>, the fuzz dirs being
+# crates/sip/fuzz, crates/rtp/fuzz and gateway/fuzz), the RFC 4475/5118 torture messages in
+# ../shared/testdata when that folder exists (read in place, not copied), and what earlier runs
+# here kept in <fuzz dir>/corpus/<target> (git-ignored). It prints libFuzzer's closing stats line
+# per target. A crash, a panic, a timeout or an out-of-memory input fails the run (exit 1) after
+# all targets ran, naming the input that libFuzzer saved under <fuzz dir>/artifacts/<target>/;
+# replay one with `<binary> <input>`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-30}
 shift || true
-all=(sip:parse_message sip:endpoint sip:sdp rtp:rtp rtp:rtcp)
+all=(sip:parse_message sip:endpoint sip:sdp rtp:rtp rtp:rtcp gateway:bot_message)
 wanted=("$@")
 
 if ! command -v c++ >/dev/null; then
@@ -37,6 +39,14 @@ for d in "$root"/../shared/testdata/sip-torture/*/; do
     [ -d "$d" ] && torture+=("$d")
 done
 
+# The fuzz crate of a crate name in $all.
+fuzz_dir() {
+    case $1 in
+        gateway) echo "$root/gateway/fuzz" ;;
+        *) echo "$root/crates/$1/fuzz" ;;
+    esac
+}
+
 selected() {
     [ ${#wanted[@]} -eq 0 ] && return 0
     local w
@@ -49,7 +59,7 @@ for w in "${wanted[@]}"; do
 done
 
 # --target keeps the instrumentation out of build scripts and proc macros.
-for crate in sip rtp; do
+for crate in sip rtp gateway; do
     needed=false
     for entry in "${all[@]}"; do
         [ "${entry%%:*}" = "$crate" ] && selected "${entry#*:}" && needed=true
@@ -57,9 +67,10 @@ for crate in sip rtp; do
     $needed || continue
     # No committed lock (as cargo-fuzz does): start from the workspace's, so shared dependencies
     # build at the versions the workspace tests use.
-    [ -f "$root/crates/$crate/fuzz/Cargo.lock" ] || cp "$root/Cargo.lock" "$root/crates/$crate/fuzz/Cargo.lock"
-    echo "fuzz: building crates/$crate/fuzz (stable $(rustc -V | cut -d' ' -f2), libFuzzer, SanitizerCoverage)"
-    (cd "$root/crates/$crate/fuzz" && env -u CARGO_ENCODED_RUSTFLAGS RUSTFLAGS="$flags" \
+    fuzz=$(fuzz_dir "$crate")
+    [ -f "$fuzz/Cargo.lock" ] || cp "$root/Cargo.lock" "$fuzz/Cargo.lock"
+    echo "fuzz: building ${fuzz#"$root"/} (stable $(rustc -V | cut -d' ' -f2), libFuzzer, SanitizerCoverage)"
+    (cd "$fuzz" && env -u CARGO_ENCODED_RUSTFLAGS RUSTFLAGS="$flags" \
         CARGO_TARGET_DIR="$dir" cargo build --quiet --release --target "$triple" --bins)
 done
 bin_dir=$dir/$triple/release
@@ -69,7 +80,7 @@ for entry in "${all[@]}"; do
     crate=${entry%%:*}
     target=${entry#*:}
     selected "$target" || continue
-    fuzz=$root/crates/$crate/fuzz
+    fuzz=$(fuzz_dir "$crate")
     corpus=$fuzz/corpus/$target
     artifacts=$fuzz/artifacts/$target
     mkdir -p "$corpus" "$artifacts"
@@ -94,7 +105,7 @@ for entry in "${all[@]}"; do
     fi
 done
 if [ ${#failed[@]} -gt 0 ]; then
-    echo "fuzz: FAILED: ${failed[*]} (logs: crates/*/fuzz/artifacts/<target>.log)" >&2
+    echo "fuzz: FAILED: ${failed[*]} (logs: crates/*/fuzz/artifacts/<target>.log, gateway/fuzz/artifacts/<target>.log)" >&2
     exit 1
 fi
 echo "fuzz: every selected target ran ${secs} s without a crash"

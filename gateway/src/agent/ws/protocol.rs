@@ -1,0 +1,436 @@
+// Also compiled on its own by the fuzz target gateway/fuzz (`bot_message`, through `#[path]`): keep
+// this file to std, serde, serde_json, base64, rand and ontime_rtp, with no `crate::` or `super::`.
+
+use std::collections::VecDeque;
+
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use ontime_rtp::{FRAME_BYTES, FRAME_MS};
+
+/// ontime event: local VAD heard the caller start speaking.
+pub const EVENT_SPEECH_STARTED: &str = "ontime.speech_started";
+/// ontime event: local VAD heard the caller stop.
+pub const EVENT_SPEECH_STOPPED: &str = "ontime.speech_stopped";
+/// ontime event: the caller's turn ended (`turn.probability`, null when the timeout decided).
+pub const EVENT_TURN_ENDED: &str = "ontime.turn_ended";
+/// ontime event: the caller's speech cleared the bot's queued audio.
+pub const EVENT_BARGE_IN: &str = "ontime.barge_in";
+
+/// The identifiers of one stream, in Twilio's shapes (`MZ…`, `CA…`, `AC…` + 32 hex digits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamIds {
+    /// `streamSid`.
+    pub stream_sid: String,
+    /// `callSid`.
+    pub call_sid: String,
+    /// `accountSid`.
+    pub account_sid: String,
+}
+
+impl StreamIds {
+    /// Fresh random identifiers (the account is all zeros: there is no Twilio account).
+    pub fn random() -> StreamIds {
+        let hex = |prefix: &str| format!("{prefix}{:032x}", rand::random::<u128>());
+        StreamIds {
+            stream_sid: hex("MZ"),
+            call_sid: hex("CA"),
+            account_sid: format!("AC{:032x}", 0u128),
+        }
+    }
+}
+
+/// Builds the messages to the bot, numbering them as Twilio does (`sequenceNumber` from 1
+/// on every message after `connected`; `chunk` from 1 and `timestamp` in ms on media).
+#[derive(Debug, Clone)]
+pub struct TwilioEncoder {
+    ids: StreamIds,
+    custom: Vec<(String, String)>,
+    sequence: u64,
+    chunk: u64,
+}
+
+impl TwilioEncoder {
+    /// An encoder for one stream.
+    pub fn new(ids: StreamIds, custom_parameters: Vec<(String, String)>) -> TwilioEncoder {
+        TwilioEncoder {
+            ids,
+            custom: custom_parameters,
+            sequence: 0,
+            chunk: 0,
+        }
+    }
+
+    /// The stream's identifiers.
+    pub fn ids(&self) -> &StreamIds {
+        &self.ids
+    }
+
+    fn next_sequence(&mut self) -> String {
+        self.sequence += 1;
+        self.sequence.to_string()
+    }
+
+    /// `connected`.
+    pub fn connected(&self) -> String {
+        json!({"event": "connected", "protocol": "Call", "version": "1.0.0"}).to_string()
+    }
+
+    /// `start`, with the media format and `customParameters`.
+    pub fn start(&mut self) -> String {
+        let custom: serde_json::Map<String, Value> = self
+            .custom
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        json!({
+            "event": "start",
+            "sequenceNumber": self.next_sequence(),
+            "streamSid": self.ids.stream_sid,
+            "start": {
+                "streamSid": self.ids.stream_sid,
+                "accountSid": self.ids.account_sid,
+                "callSid": self.ids.call_sid,
+                "tracks": ["inbound"],
+                "customParameters": custom,
+                "mediaFormat": {
+                    "encoding": "audio/x-mulaw",
+                    "sampleRate": ontime_rtp::SAMPLE_RATE_HZ,
+                    "channels": 1
+                }
+            }
+        })
+        .to_string()
+    }
+
+    /// `media`: one 20 ms frame of µ-law, `timestamp` in ms of media time since the start.
+    pub fn media(&mut self, ulaw: &[u8; FRAME_BYTES]) -> String {
+        let timestamp = self.chunk * u64::from(FRAME_MS);
+        self.chunk += 1;
+        json!({
+            "event": "media",
+            "sequenceNumber": self.next_sequence(),
+            "streamSid": self.ids.stream_sid,
+            "media": {
+                "track": "inbound",
+                "chunk": self.chunk.to_string(),
+                "timestamp": timestamp.to_string(),
+                "payload": base64::engine::general_purpose::STANDARD.encode(ulaw)
+            }
+        })
+        .to_string()
+    }
+
+    /// `dtmf`.
+    pub fn dtmf(&mut self, digit: char) -> String {
+        json!({
+            "event": "dtmf",
+            "streamSid": self.ids.stream_sid,
+            "sequenceNumber": self.next_sequence(),
+            "dtmf": {"track": "inbound_track", "digit": digit.to_string()}
+        })
+        .to_string()
+    }
+
+    /// `mark`: the bot's mark has been played (or cleared).
+    pub fn mark(&mut self, name: &str) -> String {
+        json!({
+            "event": "mark",
+            "sequenceNumber": self.next_sequence(),
+            "streamSid": self.ids.stream_sid,
+            "mark": {"name": name}
+        })
+        .to_string()
+    }
+
+    /// `stop`.
+    pub fn stop(&mut self) -> String {
+        json!({
+            "event": "stop",
+            "sequenceNumber": self.next_sequence(),
+            "streamSid": self.ids.stream_sid,
+            "stop": {"accountSid": self.ids.account_sid, "callSid": self.ids.call_sid}
+        })
+        .to_string()
+    }
+
+    /// One of ontime's own events; `turn_probability` is `Some` for `ontime.turn_ended`.
+    pub fn ontime(&mut self, event: &str, turn_probability: Option<Option<f32>>) -> String {
+        let mut v = json!({
+            "event": event,
+            "sequenceNumber": self.next_sequence(),
+            "streamSid": self.ids.stream_sid,
+        });
+        if let Some(p) = turn_probability {
+            v["turn"] = json!({"probability": p});
+        }
+        v.to_string()
+    }
+}
+
+/// A message from the bot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BotMessage {
+    /// Audio to play: µ-law bytes, any length.
+    Media(Vec<u8>),
+    /// Report back when everything sent before it has been played.
+    Mark(String),
+    /// Drop everything queued.
+    Clear,
+}
+
+/// Why a bot message was ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BotMessageError {
+    /// Not a JSON object with a string `event`.
+    NotJson(String),
+    /// A known event without the field it needs.
+    MissingField {
+        /// The event.
+        event: &'static str,
+        /// The field, as a JSON path.
+        field: &'static str,
+    },
+    /// The media payload is not base64.
+    BadBase64(String),
+    /// An event ontime does not know.
+    UnknownEvent(String),
+}
+
+// By hand rather than with thiserror, which the fuzz crate does not have.
+impl std::fmt::Display for BotMessageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BotMessageError::NotJson(e) => {
+                write!(f, "not a JSON object with a string `event`: {e}")
+            }
+            BotMessageError::MissingField { event, field } => {
+                write!(f, "`{event}` message without a string `{field}`")
+            }
+            BotMessageError::BadBase64(e) => write!(f, "`media.payload` is not base64: {e}"),
+            BotMessageError::UnknownEvent(e) => write!(f, "unknown event `{e}`"),
+        }
+    }
+}
+
+impl std::error::Error for BotMessageError {}
+
+impl BotMessageError {
+    /// The label of `ontime_ws_messages_invalid_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            BotMessageError::UnknownEvent(_) => "unknown_event",
+            _ => "malformed",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    event: String,
+    #[serde(default)]
+    media: Option<Value>,
+    #[serde(default)]
+    mark: Option<Value>,
+}
+
+/// Parse one text message from the bot. `streamSid` is not checked: there is one stream per
+/// connection.
+pub fn parse_bot_message(text: &str) -> Result<BotMessage, BotMessageError> {
+    let env: Envelope =
+        serde_json::from_str(text).map_err(|e| BotMessageError::NotJson(e.to_string()))?;
+    match env.event.as_str() {
+        "media" => {
+            let payload = env
+                .media
+                .as_ref()
+                .and_then(|m| m.get("payload"))
+                .and_then(Value::as_str)
+                .ok_or(BotMessageError::MissingField {
+                    event: "media",
+                    field: "media.payload",
+                })?;
+            base64::engine::general_purpose::STANDARD
+                .decode(payload)
+                .map(BotMessage::Media)
+                .map_err(|e| BotMessageError::BadBase64(e.to_string()))
+        }
+        "mark" => env
+            .mark
+            .as_ref()
+            .and_then(|m| m.get("name"))
+            .and_then(Value::as_str)
+            .map(|n| BotMessage::Mark(n.to_string()))
+            .ok_or(BotMessageError::MissingField {
+                event: "mark",
+                field: "mark.name",
+            }),
+        "clear" => Ok(BotMessage::Clear),
+        other => Err(BotMessageError::UnknownEvent(
+            other.chars().take(64).collect(),
+        )),
+    }
+}
+
+/// The bot's marks handed to the call but not yet reported back, in order.
+#[derive(Debug, Default, Clone)]
+pub struct PendingMarks {
+    names: VecDeque<String>,
+}
+
+impl PendingMarks {
+    /// The bot sent a mark (queued behind its audio).
+    pub fn queued(&mut self, name: String) {
+        self.names.push_back(name);
+    }
+
+    /// The call played a mark: true when it was pending (report it), false when a clear or
+    /// barge-in already returned it.
+    pub fn played(&mut self, name: &str) -> bool {
+        match self.names.iter().position(|n| n == name) {
+            Some(i) => {
+                self.names.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Everything pending, oldest first (after a clear or barge-in), leaving none.
+    pub fn take_all(&mut self) -> Vec<String> {
+        self.names.drain(..).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ids() -> StreamIds {
+        StreamIds {
+            stream_sid: "MZ1".into(),
+            call_sid: "CA1".into(),
+            account_sid: "AC1".into(),
+        }
+    }
+
+    #[test]
+    fn messages_have_twilio_shapes() {
+        let mut e = TwilioEncoder::new(ids(), vec![("From".into(), "sip:a@b".into())]);
+        let c: Value = serde_json::from_str(&e.connected()).unwrap();
+        assert_eq!(
+            c,
+            json!({"event":"connected","protocol":"Call","version":"1.0.0"})
+        );
+        let s: Value = serde_json::from_str(&e.start()).unwrap();
+        assert_eq!(s["sequenceNumber"], "1");
+        assert_eq!(s["streamSid"], "MZ1");
+        assert_eq!(s["start"]["callSid"], "CA1");
+        assert_eq!(s["start"]["tracks"], json!(["inbound"]));
+        assert_eq!(s["start"]["customParameters"]["From"], "sip:a@b");
+        assert_eq!(
+            s["start"]["mediaFormat"],
+            json!({"encoding":"audio/x-mulaw","sampleRate":8000,"channels":1})
+        );
+        let m: Value = serde_json::from_str(&e.media(&[0xFF; FRAME_BYTES])).unwrap();
+        assert_eq!(m["sequenceNumber"], "2");
+        assert_eq!(m["media"]["chunk"], "1");
+        assert_eq!(m["media"]["timestamp"], "0");
+        assert_eq!(m["media"]["track"], "inbound");
+        let payload = base64::engine::general_purpose::STANDARD
+            .decode(m["media"]["payload"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(payload, vec![0xFF; FRAME_BYTES]);
+        let m2: Value = serde_json::from_str(&e.media(&[0; FRAME_BYTES])).unwrap();
+        assert_eq!(m2["media"]["chunk"], "2");
+        assert_eq!(m2["media"]["timestamp"], "20");
+        let d: Value = serde_json::from_str(&e.dtmf('5')).unwrap();
+        assert_eq!(d["dtmf"], json!({"track":"inbound_track","digit":"5"}));
+        let k: Value = serde_json::from_str(&e.mark("end")).unwrap();
+        assert_eq!(k["mark"]["name"], "end");
+        let t: Value = serde_json::from_str(&e.ontime(EVENT_TURN_ENDED, Some(Some(0.5)))).unwrap();
+        assert_eq!(t["turn"]["probability"], 0.5);
+        let t: Value = serde_json::from_str(&e.ontime(EVENT_TURN_ENDED, Some(None))).unwrap();
+        assert_eq!(t["turn"]["probability"], Value::Null);
+        let st: Value = serde_json::from_str(&e.stop()).unwrap();
+        assert_eq!(st["stop"], json!({"accountSid":"AC1","callSid":"CA1"}));
+        assert_eq!(st["sequenceNumber"], "8");
+    }
+
+    #[test]
+    fn bot_messages_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            parse_bot_message(r#"{"event":"media","streamSid":"MZ1","media":{"payload":"/38="}}"#),
+            Ok(BotMessage::Media(vec![0xFF, 0x7F]))
+        );
+        assert_eq!(
+            parse_bot_message(r#"{"event":"mark","streamSid":"x","mark":{"name":"m1"}}"#),
+            Ok(BotMessage::Mark("m1".into()))
+        );
+        assert_eq!(
+            parse_bot_message(r#"{"event":"clear","streamSid":"x"}"#),
+            Ok(BotMessage::Clear)
+        );
+        let e = parse_bot_message(r#"{"event":"hello"}"#).unwrap_err();
+        assert_eq!(e.label(), "unknown_event");
+        for bad in [
+            "not json",
+            "[]",
+            r#"{"event":5}"#,
+            r#"{"event":"media"}"#,
+            r#"{"event":"media","media":{"payload":"***"}}"#,
+            r#"{"event":"mark","mark":{}}"#,
+        ] {
+            let e = parse_bot_message(bad).unwrap_err();
+            assert_eq!(e.label(), "malformed", "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn marks_return_once_whether_played_or_cleared() {
+        let mut p = PendingMarks::default();
+        p.queued("a".into());
+        p.queued("b".into());
+        assert!(p.played("a"));
+        assert!(!p.played("a"));
+        p.queued("c".into());
+        assert_eq!(p.take_all(), vec!["b".to_string(), "c".to_string()]);
+        assert!(!p.played("b"), "a cleared mark is not reported twice");
+        assert!(p.names.is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn parser_never_panics(s in ".{0,400}") {
+            let _ = parse_bot_message(&s);
+        }
+
+        #[test]
+        fn media_of_any_length_round_trips(bytes in proptest::collection::vec(any::<u8>(), 0..4000)) {
+            let text = json!({"event":"media","streamSid":"MZ1","media":{"payload":
+                base64::engine::general_purpose::STANDARD.encode(&bytes)}}).to_string();
+            prop_assert_eq!(parse_bot_message(&text), Ok(BotMessage::Media(bytes)));
+        }
+
+        #[test]
+        fn every_mark_is_reported_exactly_once(
+            ops in proptest::collection::vec((0u8..3, 0u8..6), 0..60)
+        ) {
+            // 0: bot queues mark n; 1: call plays mark n; 2: clear.
+            let mut p = PendingMarks::default();
+            let mut queued = 0usize;
+            let mut reported = 0usize;
+            for (op, n) in ops {
+                match op {
+                    0 => { p.queued(n.to_string()); queued += 1; }
+                    1 => if p.played(&n.to_string()) { reported += 1 },
+                    _ => reported += p.take_all().len(),
+                }
+                prop_assert_eq!(queued, reported + p.names.len());
+            }
+        }
+    }
+}
