@@ -29,3 +29,25 @@ fi
 python3 -c 'import onnxruntime, numpy' 2>/dev/null \
   || python3 -m pip install --quiet --disable-pip-version-check "onnxruntime==1.31.1" "numpy<3"
 command -v cargo-deny >/dev/null || cargo install --locked --quiet cargo-deny
+# pipecat: a venv with pipecat-ai 1.14 for the real-bot tests (gateway/tests/pipecat_bot.rs), the
+# ontime_pipecat package's own tests and scripts/pipecat_cpu.sh. Extras: `websocket` (FastAPI for
+# FastAPIWebsocketTransport) and `silero` (nothing extra in 1.14: the Silero ONNX model and
+# onnxruntime ship in pipecat-ai itself, as does Smart Turn v3's smart-turn-v3.2-cpu.onnx, so no
+# model is downloaded; `local-smart-turn` would pull torch for the v2 model and is not needed).
+# ontime_pipecat itself is not installed: the bot and tests put integrations/pipecat/src on the path.
+pipecat_venv="$root/.cache/pipecat-venv"
+pipecat_ok() {
+  "$pipecat_venv/bin/python" - <<'PY' 2>/dev/null
+import importlib.metadata as m
+assert m.version("pipecat-ai").startswith("1.14."), m.version("pipecat-ai")
+import fastapi, uvicorn, pytest, soxr, onnxruntime  # noqa: F401
+import pipecat.serializers.twilio, pipecat.transports.websocket.fastapi  # noqa: F401
+PY
+}
+if ! pipecat_ok; then
+  rm -rf "$pipecat_venv"
+  python3 -m venv "$pipecat_venv"
+  "$pipecat_venv/bin/pip" install --quiet --disable-pip-version-check \
+    "pipecat-ai[websocket,silero]==1.14.0" "uvicorn>=0.32,<1" "fastapi>=0.115.6,<1" "pytest>=8,<10"
+  pipecat_ok || { echo "setup: the pipecat venv at $pipecat_venv does not import" >&2; exit 1; }
+fi

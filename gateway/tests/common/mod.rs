@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod pipecat;
 pub mod uac;
 
 use std::io::{Read, Write};
