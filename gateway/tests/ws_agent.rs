@@ -113,6 +113,9 @@ fn burst_reply_is_paced_and_its_mark_returns_after_it_played() {
     });
     let conn = bot.connection(0).expect("the gateway never connected");
     let msgs: Vec<&Value> = conn.received.iter().map(|(_, v)| v).collect();
+    // The caller hung up: `stop`, then a close frame with 1000 (normal closure).
+    wait_for(&bot, 0, Duration::from_secs(5), |c| c.close_code.is_some());
+    assert_eq!(bot.connection(0).unwrap().close_code, Some(Some(1000)));
 
     // connected, then start with the media format and the call's parameters.
     assert_eq!(
@@ -142,6 +145,9 @@ fn burst_reply_is_paced_and_its_mark_returns_after_it_played() {
     assert!(custom["From"].as_str().unwrap().contains("caller@"));
     assert!(custom["To"].as_str().unwrap().contains("bot@"));
     assert!(!custom["CallId"].as_str().unwrap().is_empty());
+    // The numbers pipecat's runner reads: the user parts of From and To.
+    assert_eq!(custom["from_number"], "caller");
+    assert_eq!(custom["to_number"], "bot");
     assert_eq!(custom["X-Customer-Id"], "4711", "{custom}");
     assert_eq!(custom["tenant"], "acme", "{custom}");
 
@@ -591,6 +597,53 @@ fn unreachable_bot_with_fallback_plays_the_message_and_hangs_up_with_a_reason() 
     assert_eq!(metric(&body, "ontime_ws_fallback_calls_total"), 1.0);
     assert_eq!(
         metric(&body, "ontime_ws_connect_failures_total{reason=\"error\"}"),
+        1.0
+    );
+}
+
+#[test]
+fn a_goodbye_then_a_normal_close_is_heard_whole_before_the_bye() {
+    if !tools() {
+        return;
+    }
+    let reply = Arc::new(reply_ulaw());
+    // The goodbye's frames with sound in them (its quiet edges count as silence on the wire too).
+    let frames = reply.chunks(160).filter(|c| !ulaw_is_silent(c)).count();
+    let bot = TestBot::start(vec![
+        Step::Sleep(Duration::from_secs(1)),
+        Step::Media {
+            ulaw: reply.clone(),
+            chunk: 640,
+        },
+        Step::CloseNormal,
+    ]);
+    let gw = start_gateway(&["--agent", &bot.url()]);
+    let media_port = free_udp_port() & !1;
+    let cap = capture(&[media_port]);
+    let scen = scenario(
+        "caller_waits_bye_reason.xml",
+        &[("@REASON@", "Q.850;cause=16;text=\"agent hung up\"")],
+    );
+    let (ok, log) = sipp(&gw, &scen, 1, media_port, Duration::from_secs(30));
+    let pcap = cap.finish();
+    assert!(ok, "goodbye flow failed:\n{log}\n{}", gw.stderr());
+    let heard = rtp_rows(&pcap, media_port)
+        .iter()
+        .filter(|r| r.dst_port == media_port && !r.silent)
+        .count();
+    // Every frame of the goodbye, before the BYE.
+    assert_eq!(heard, frames, "goodbye frames heard");
+    let conn = bot.connection(0).unwrap();
+    assert_eq!(
+        conn.close_code,
+        Some(Some(1000)),
+        "the gateway's close reply"
+    );
+    assert_eq!(
+        metric(
+            &gw.metrics_text(),
+            "ontime_ws_disconnects_total{how=\"normal\"}"
+        ),
         1.0
     );
 }

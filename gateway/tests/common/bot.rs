@@ -32,8 +32,10 @@ pub enum Step {
     Text(String),
     /// Send a binary message.
     Binary(Vec<u8>),
-    /// Close the connection.
+    /// Close the connection (a close frame without a status code).
     Close,
+    /// Close the connection with status 1000 (normal closure): the bot hangs up.
+    CloseNormal,
 }
 
 /// What the bot saw and did on one connection.
@@ -45,6 +47,8 @@ pub struct Connection {
     pub steps_done: Vec<(usize, Instant)>,
     /// Messages that were not JSON.
     pub not_json: usize,
+    /// The status code of the close frame the gateway sent (`Some(None)`: a frame without one).
+    pub close_code: Option<Option<u16>>,
 }
 
 impl Connection {
@@ -178,12 +182,16 @@ where
     let (mut sink, mut stream) = ws.split();
     let media_count = Arc::new(AtomicUsize::new(0));
     let notify = Arc::new(tokio::sync::Notify::new());
-    let reader = {
+    let mut reader = {
         let conn = conn.clone();
         let media_count = media_count.clone();
         let notify = notify.clone();
         tokio::spawn(async move {
             while let Some(Ok(msg)) = stream.next().await {
+                if let Message::Close(frame) = &msg {
+                    conn.lock().unwrap().close_code =
+                        Some(frame.as_ref().map(|f| u16::from(f.code)));
+                }
                 if let Message::Text(t) = msg {
                     let now = Instant::now();
                     match serde_json::from_str::<Value>(t.as_str()) {
@@ -246,6 +254,18 @@ where
             Step::Close => {
                 let _ = sink.close().await;
                 false
+            }
+            Step::CloseNormal => {
+                use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+                use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+                let frame = CloseFrame {
+                    code: CloseCode::Normal,
+                    reason: "goodbye".into(),
+                };
+                let _ = sink.send(Message::Close(Some(frame))).await;
+                // Wait (bounded) for the gateway's reply, which the reader records.
+                let _ = tokio::time::timeout(Duration::from_secs(3), &mut reader).await;
+                return;
             }
         };
         conn.lock().unwrap().steps_done.push((i, Instant::now()));

@@ -28,7 +28,8 @@ use ontime_rtp::g711::Law;
 use ontime_rtp::FRAME_BYTES;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tracing::{info, warn};
@@ -84,6 +85,23 @@ impl BotGone {
 }
 /// The Reason header of the BYE after the fallback message (the bot was unreachable).
 pub const REASON_BOT_UNREACHABLE: &str = "Q.850;cause=41;text=\"agent unreachable\"";
+/// The mark queued after a bot's normal close: the call hangs up when what the bot had sent
+/// has played.
+const CLOSE_MARK: &str = "ontime-bot-closed";
+
+/// The user part of a SIP URI (`sip:+15551230000@trunk` → `+15551230000`), the "number" bots
+/// written for Twilio read from `from_number`/`to_number`.
+fn number_of(uri: &str) -> String {
+    let rest = uri
+        .trim()
+        .trim_start_matches('<')
+        .trim_start_matches("sips:")
+        .trim_start_matches("sip:")
+        .trim_start_matches("tel:");
+    let end = rest.find(['@', ';', '>', '?']).unwrap_or(rest.len());
+    rest[..end].to_string()
+}
+
 /// The mark name the fallback message is queued with (the call hangs up when it is played).
 const FALLBACK_MARK: &str = "ontime-fallback";
 
@@ -151,6 +169,9 @@ pub struct WsAgentConfig {
     pub forward_headers: Vec<String>,
     /// PEM file of extra CA certificates for `wss://` (None: the system's roots only).
     pub ca_file: Option<std::path::PathBuf>,
+    /// Most agent audio a call queues (`max_buffered_seconds`): after a bot's normal close, what
+    /// it had sent plays for at most this long before the BYE.
+    pub max_buffered: Duration,
 }
 
 impl WsAgentConfig {
@@ -166,6 +187,7 @@ impl WsAgentConfig {
             custom_parameters: c.ws_custom_parameters.clone(),
             forward_headers: c.ws_forward_headers.clone(),
             ca_file: c.ws_ca_file.clone(),
+            max_buffered: c.max_buffered,
         }
     }
 }
@@ -332,10 +354,13 @@ impl Agent for WsAgent {
         };
         let (media_tx, media_rx) = mpsc::channel(self.config.send_queue_frames.max(1));
         let (control_tx, control_rx) = mpsc::unbounded_channel();
+        // Twilio's names (From, To, CallId) and the ones pipecat's runner reads for the numbers.
         let mut custom = vec![
             ("From".to_string(), info.from.clone()),
             ("To".to_string(), info.to.clone()),
             ("CallId".to_string(), info.call_id.clone()),
+            ("from_number".to_string(), number_of(&info.from)),
+            ("to_number".to_string(), number_of(&info.to)),
         ];
         custom.extend(self.config.custom_parameters.iter().cloned());
         for name in &self.config.forward_headers {
@@ -492,6 +517,12 @@ impl ConnectionTask {
                     }
                     Some(Ok(Message::Close(frame))) => {
                         gone = BotGone::Closed(frame.map(|f| u16::from(f.code)));
+                        // Finish the closing handshake: tungstenite queued our close reply
+                        // (echoing the bot's code); reading on until the end sends it.
+                        let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+                            while self.ws.next().await.is_some() {}
+                        })
+                        .await;
                         up = false;
                     }
                     None => up = false,
@@ -509,19 +540,44 @@ impl ConnectionTask {
             let stop = self.encoder.stop();
             let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
                 let _ = self.send("stop", stop).await;
-                let _ = self.ws.close(None).await;
+                let _ = self
+                    .ws
+                    .close(Some(CloseFrame {
+                        code: CloseCode::Normal,
+                        reason: "call ended".into(),
+                    }))
+                    .await;
+                // Read the bot's close reply so the handshake completes on both sides.
+                while self.ws.next().await.is_some() {}
             })
             .await;
             return;
         }
-        // The bot went away mid-call: hang up with a Reason header (RFC 3326).
         let (how, reason) = gone.label_and_reason();
         counter!(WS_DISCONNECTS_TOTAL, "how" => how).increment(1);
-        info!(how, "bot connection ended mid-call: hanging up");
+        drop(media);
+        if gone == BotGone::Closed(Some(1000)) {
+            // The bot hung up: what it sent (a goodbye) plays whole, then the BYE.
+            info!("bot closed normally: playing what it sent, then hanging up");
+            self.output.send(AgentAction::AllowBargeIn(false));
+            self.output.send(AgentAction::EndOfUtterance);
+            self.output.send(AgentAction::Mark(CLOSE_MARK.into()));
+            let played = async {
+                while let Some(m) = control.recv().await {
+                    if matches!(&m, ToBot::MarkPlayed(name) if name == CLOSE_MARK) {
+                        return;
+                    }
+                }
+            };
+            let bound = self.config.max_buffered + Duration::from_secs(1);
+            let _ = tokio::time::timeout(bound, played).await;
+        } else {
+            info!(how, "bot connection ended mid-call: hanging up");
+        }
+        // Hang up with a Reason header (RFC 3326).
         self.output
             .send(AgentAction::HangupWithReason(reason.into()));
         // Keep draining until the call task lets go, so it never sees a closed queue early.
-        drop(media);
         while control.recv().await.is_some() {}
     }
 
@@ -645,6 +701,17 @@ mod tests {
             control_rx.try_recv(),
             Err(mpsc::error::TryRecvError::Disconnected)
         ));
+    }
+
+    #[test]
+    fn numbers_are_the_user_parts_of_the_uris() {
+        assert_eq!(
+            number_of("sip:+15551230000@trunk.example.com"),
+            "+15551230000"
+        );
+        assert_eq!(number_of("<sips:alice@example.com;transport=tls>"), "alice");
+        assert_eq!(number_of("tel:+4930123"), "+4930123");
+        assert_eq!(number_of("sip:bot@127.0.0.1:5060"), "bot");
     }
 
     #[test]
