@@ -30,7 +30,7 @@ python3 -c 'import onnxruntime, numpy' 2>/dev/null \
   || python3 -m pip install --quiet --disable-pip-version-check "onnxruntime==1.31.1" "numpy<3"
 command -v cargo-deny >/dev/null || cargo install --locked --quiet cargo-deny
 # pipecat: a venv with pipecat-ai 1.14 for the real-bot tests (gateway/tests/pipecat_bot.rs), the
-# ontime_pipecat package's own tests and scripts/pipecat_cpu.sh. Extras: `websocket` (FastAPI for
+# ontime_pipecat package's own tests and scripts/pipecat_cpu.py. Extras: `websocket` (FastAPI for
 # FastAPIWebsocketTransport) and `silero` (nothing extra in 1.14: the Silero ONNX model and
 # onnxruntime ship in pipecat-ai itself, as does Smart Turn v3's smart-turn-v3.2-cpu.onnx, so no
 # model is downloaded; `local-smart-turn` would pull torch for the v2 model and is not needed).

@@ -280,6 +280,7 @@ def make_app(args) -> FastAPI:
                 audio_out_enabled=True,
                 add_wav_header=False,
                 serializer=serializer,
+                audio_out_auto_silence=args.auto_silence == "on",
             ),
         )
         aggregators = LLMContextAggregatorPair(LLMContext(), user_params=user_params)
@@ -321,6 +322,8 @@ def main():
     p.add_argument("--goodbye", action="store_true", default=os.environ.get("BOT_GOODBYE") == "1",
                    help="after the first reply, say goodbye and close the WebSocket (1000)")
     p.add_argument("--reply", default=str(REPO / "gateway/assets/stub_reply.wav"))
+    p.add_argument("--auto-silence", choices=["on", "off"], default="on",
+                   help="pipecat's audio_out_auto_silence: stream silence between replies (its default)")
     p.add_argument("--reply-repeat", type=int, default=1, help="play the reply WAV N times over")
     p.add_argument("--goodbye-wav", default=None, help="default: the reply's first 3 s")
     p.add_argument("--smart-turn-model", default=None,
