@@ -18,5 +18,5 @@ deploy/ci/check.sh
 # Bounded coverage-guided fuzzing on the stable toolchain (libFuzzer, no nightly): the SIP parser,
 # endpoint and SDP, and the RTP and RTCP parsers, 20 s each; a crash fails the run.
 scripts/fuzz.sh 20
-cargo test --workspace --all-targets
+cargo test --workspace --all-targets --no-fail-fast
 cargo test --workspace --doc

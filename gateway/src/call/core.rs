@@ -39,10 +39,16 @@ pub const HANGUP_WAIT: Duration = Duration::from_secs(40);
 /// sooner belongs to the reply the caller cut and is dropped.
 pub const REPLY_GAP: Duration = Duration::from_millis(250);
 
-/// Agent audio that starts an utterance waits until this much is queued (or this long has
-/// passed) before it enters the sender's ring: a bot that streams in real time then has this
-/// much slack before its pacing jitter becomes a hole the caller hears.
+/// Agent audio that starts an utterance waits this long before it enters the sender's ring
+/// (unless a burst of [`BURST`] or more is already queued): a bot that streams in real time then
+/// has this much slack before its pacing jitter becomes a hole the caller hears. Measured in
+/// time, not bytes: pipecat sends 137.5 ms messages 121–163 ms apart, so any single message
+/// would satisfy a byte threshold and the next one would still come late.
 pub const PREBUFFER: Duration = Duration::from_millis(60);
+
+/// Queued audio that needs no prebuffer: an agent that sends its reply in one burst (or far
+/// ahead of real time) has already covered any jitter.
+pub const BURST: Duration = Duration::from_secs(1);
 
 /// Most playout ticks caught up at once after the driver was late; beyond that the schedule
 /// restarts from now (the jitter buffer's own clock bounds the audio catch-up).
@@ -600,7 +606,7 @@ impl CallCore {
             return;
         };
         let enough = self.out.queued_bytes() as u64
-            >= PREBUFFER.as_millis() as u64 * u64::from(SAMPLE_RATE_HZ) / 1000;
+            >= BURST.as_millis() as u64 * u64::from(SAMPLE_RATE_HZ) / 1000;
         if enough || now >= until {
             self.release_prebuffer_now();
         }

@@ -8,7 +8,7 @@ mod outbound;
 mod rtcp;
 
 pub use self::core::{
-    AgentNotice, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest, HANGUP_WAIT,
+    AgentNotice, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest, BURST, HANGUP_WAIT,
     PREBUFFER, REPLY_GAP,
 };
 pub use outbound::StreamTotals;

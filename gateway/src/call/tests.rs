@@ -755,3 +755,26 @@ fn a_cut_reply_stays_cut_while_the_bot_keeps_streaming_it() {
     let next = loud(cut + seconds(4.4), cut + seconds(7.0));
     assert_eq!(next, 8000, "{next}");
 }
+
+/// pipecat 1.14's pacing, as measured: 137.5 ms of audio per message, messages 121–163 ms
+/// apart. The prebuffer, measured in time, absorbs it: no hole.
+#[test]
+fn pipecat_pacing_plays_without_underruns() {
+    let mut sim = Sim::new(|o| CallSettings {
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    let chunk = tone(0.1375);
+    // Real time on average (137.5 ms), each message up to 25 ms early or late.
+    let gaps_ms = [121u64, 163, 137, 130, 124, 150, 137, 138];
+    for reply in 0..3 {
+        let mut t = sim.now;
+        for i in 0..38 {
+            sim.timed.push_back((t, AgentAction::Play(chunk.clone())));
+            t += Duration::from_millis(gaps_ms[(i + reply) % gaps_ms.len()]);
+        }
+        sim.run_until(t + seconds(1.5));
+    }
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.cdr().underruns, 0, "{:?}", sim.cdr());
+}
