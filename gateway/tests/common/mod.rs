@@ -57,10 +57,21 @@ pub fn free_tcp_port() -> u16 {
 }
 
 /// A free block of `n` even-aligned UDP ports (RTP/RTCP pairs) on loopback.
+///
+/// Taken below the kernel's ephemeral range (32768-60999 by default), where [`free_udp_port`]'s
+/// ports come from: the gateway hands out RTP ports at random within its range, and a sipp media
+/// port probed a moment earlier must never be one of them.
 pub fn free_port_range(n: u16) -> (u16, u16) {
-    for _ in 0..200 {
-        let base = (free_udp_port() & !1).max(20000);
-        if base.checked_add(n).is_none() {
+    let (low, high) = (20_000u32, 32_000u32);
+    let span = (high - low) / 2;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id().wrapping_mul(2_654_435_761);
+    for attempt in 0..200u32 {
+        let pick = seed.wrapping_add(attempt.wrapping_mul(7_919)) % span;
+        let base = (low + pick * 2) as u16;
+        if u32::from(base) + u32::from(n) > high {
             continue;
         }
         let ok = (base..base + n).all(|p| UdpSocket::bind(("127.0.0.1", p)).is_ok());
