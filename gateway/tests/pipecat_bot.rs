@@ -462,6 +462,91 @@ fn local_barge_in_cuts_the_reply_with_pipecats_interruptions_off() {
     c.finish(|| call.context.clone());
 }
 
+/// (e) The bot with its own VAD and turn model off, on ontime's events, is interrupted the
+/// pipecat way: with `--barge-in bot` the gateway does not cut locally; `ontime.speech_started`
+/// (through `OntimeFrameSerializer`) interrupts pipecat, which stops its reply and sends `clear`.
+#[test]
+fn ontime_events_interrupt_the_bot_with_its_vad_off() {
+    if !tools() {
+        return;
+    }
+    let _one = one_at_a_time();
+    let first = fresh_speech(
+        &tempdir("interrupt1"),
+        "Hello, I need to change the address on my account please.",
+    );
+    let second = fresh_speech(
+        &tempdir("interrupt2"),
+        "No, stop, I meant the billing address, not the delivery one.",
+    );
+    // ontime's turn latency is ~0.3 s: 3 s after the first utterance the reply is playing.
+    let second_at_ms = (ulaw_wav_secs(&first) * 1000.0) as u64 + 3000;
+    let call = run_call(
+        &[
+            "--turn",
+            "ontime",
+            "--interruptions",
+            "on",
+            "--reply-repeat",
+            "2",
+        ],
+        &["--barge-in", "bot", "--ws-ontime-events", "true"],
+        "caller_speaks_twice.xml",
+        &[
+            ("@SPEECH@", first.display().to_string()),
+            ("@SPEECH2@", second.display().to_string()),
+            ("@SECOND_AT_MS@", second_at_ms.to_string()),
+            ("@LISTEN_MS@", "9000".into()),
+        ],
+    );
+    let caller: Vec<&RtpRow> = call.caller.iter().collect();
+    let onsets = utterance_onsets(&caller, 0.8);
+    let heard = call.heard();
+    let rec = call.record();
+    let mut c = Checks::default();
+    let Some(&onset) = onsets.get(1) else {
+        c.check(
+            false,
+            format!("two caller utterances in the capture ({onsets:?})"),
+        );
+        return c.finish(|| call.context.clone());
+    };
+    c.check(
+        heard.iter().any(|t| *t < onset && *t > onset - 0.5),
+        "the reply was playing when the caller spoke again".to_string(),
+    );
+    let second_end = call.last_caller_speech();
+    let last_of_reply = heard
+        .iter()
+        .copied()
+        .filter(|t| *t < second_end + 0.3)
+        .fold(f64::MIN, f64::max);
+    let cut_after = last_of_reply - onset;
+    eprintln!(
+        "ontime-events interruption: reply's last packet {:.0} ms after the caller's onset",
+        cut_after * 1e3
+    );
+    c.check(
+        cut_after <= 1.0,
+        format!(
+            "pipecat stopped its reply within 1 s of the caller's onset ({:.0} ms)",
+            cut_after * 1e3
+        ),
+    );
+    c.check(
+        rec["interruptions"].as_u64() >= Some(1),
+        format!(
+            "pipecat interrupted itself (interruptions {})",
+            rec["interruptions"]
+        ),
+    );
+    c.check(
+        call.metric("ontime_barge_ins_total") == 0.0,
+        "the gateway left the barge-in to the bot".to_string(),
+    );
+    c.finish(|| call.context.clone());
+}
+
 /// The `ontime_pipecat` package's own tests (pytest, no network), in the venv.
 #[test]
 fn pipecat_package_tests_pass() {
