@@ -540,6 +540,13 @@ fn ontime_events_interrupt_the_bot_with_its_vad_off() {
             rec["interruptions"]
         ),
     );
+    // After the caller's second turn at most the bot's new reply plays, not the cut one's rest.
+    let expected = 2 * wav_speech_frames(&stub_reply(), None);
+    let after = heard.iter().filter(|t| **t >= second_end + 0.3).count();
+    c.check(
+        after <= expected + 4,
+        format!("nothing of the cut reply played afterwards ({after} packets; a new reply has {expected})"),
+    );
     c.check(
         call.metric("ontime_barge_ins_total") == 0.0,
         "the gateway left the barge-in to the bot".to_string(),
