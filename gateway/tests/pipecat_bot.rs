@@ -365,6 +365,32 @@ fn goodbye_then_close_1000_is_heard_whole_before_the_bye() {
     c.finish(|| call.context.clone());
 }
 
+/// A call where the caller speaks twice, the second time `after_ms` after the end of the
+/// first utterance, over the bot's (doubled) reply.
+fn talk_over_call(
+    label: &str,
+    first: &str,
+    second: &str,
+    after_ms: u64,
+    bot_args: &[&str],
+    gw_args: &[&str],
+) -> Call {
+    let first = fresh_speech(&tempdir(&format!("{label}1")), first);
+    let second = fresh_speech(&tempdir(&format!("{label}2")), second);
+    let second_at_ms = (ulaw_wav_secs(&first) * 1000.0) as u64 + after_ms;
+    run_call(
+        bot_args,
+        gw_args,
+        "caller_speaks_twice.xml",
+        &[
+            ("@SPEECH@", first.display().to_string()),
+            ("@SPEECH2@", second.display().to_string()),
+            ("@SECOND_AT_MS@", second_at_ms.to_string()),
+            ("@LISTEN_MS@", "9000".into()),
+        ],
+    )
+}
+
 /// (d) Local barge-in with pipecat's interruptions off: the caller talks over the reply; the
 /// gateway stops it within 300 ms of the caller's speech onset, and nothing more of that reply
 /// plays (though the bot, not interrupted, goes on sending it).
@@ -374,19 +400,14 @@ fn local_barge_in_cuts_the_reply_with_pipecats_interruptions_off() {
         return;
     }
     let _one = one_at_a_time();
-    let first = fresh_speech(
-        &tempdir("barge1"),
-        "Hi, I am calling about the invoice you sent me yesterday.",
-    );
-    let second = fresh_speech(
-        &tempdir("barge2"),
-        "Sorry, wait, that is not what I asked about at all.",
-    );
     // The reply is the stub WAV twice (10.5 s); speak again 5 s after the first utterance: the
     // bot's turn latency (Silero stop plus Smart Turn, or its 3 s fallback when the model says
     // incomplete) was measured at 0.5-3.5 s, so the reply is playing then.
-    let second_at_ms = (ulaw_wav_secs(&first) * 1000.0) as u64 + 5000;
-    let call = run_call(
+    let call = talk_over_call(
+        "barge",
+        "Hi, I am calling about the invoice you sent me yesterday.",
+        "Sorry, wait, that is not what I asked about at all.",
+        5000,
         &[
             "--turn",
             "own",
@@ -396,13 +417,6 @@ fn local_barge_in_cuts_the_reply_with_pipecats_interruptions_off() {
             "2",
         ],
         &["--barge-in", "local"],
-        "caller_speaks_twice.xml",
-        &[
-            ("@SPEECH@", first.display().to_string()),
-            ("@SPEECH2@", second.display().to_string()),
-            ("@SECOND_AT_MS@", second_at_ms.to_string()),
-            ("@LISTEN_MS@", "9000".into()),
-        ],
     );
     let caller: Vec<&RtpRow> = call.caller.iter().collect();
     let onsets = utterance_onsets(&caller, 0.8);
@@ -471,17 +485,12 @@ fn ontime_events_interrupt_the_bot_with_its_vad_off() {
         return;
     }
     let _one = one_at_a_time();
-    let first = fresh_speech(
-        &tempdir("interrupt1"),
-        "Hello, I need to change the address on my account please.",
-    );
-    let second = fresh_speech(
-        &tempdir("interrupt2"),
-        "No, stop, I meant the billing address, not the delivery one.",
-    );
     // ontime's turn latency is ~0.3 s: 3 s after the first utterance the reply is playing.
-    let second_at_ms = (ulaw_wav_secs(&first) * 1000.0) as u64 + 3000;
-    let call = run_call(
+    let call = talk_over_call(
+        "interrupt",
+        "Hello, I need to change the address on my account please.",
+        "No, stop, I meant the billing address, not the delivery one.",
+        3000,
         &[
             "--turn",
             "ontime",
@@ -491,13 +500,6 @@ fn ontime_events_interrupt_the_bot_with_its_vad_off() {
             "2",
         ],
         &["--barge-in", "bot", "--ws-ontime-events", "true"],
-        "caller_speaks_twice.xml",
-        &[
-            ("@SPEECH@", first.display().to_string()),
-            ("@SPEECH2@", second.display().to_string()),
-            ("@SECOND_AT_MS@", second_at_ms.to_string()),
-            ("@LISTEN_MS@", "9000".into()),
-        ],
     );
     let caller: Vec<&RtpRow> = call.caller.iter().collect();
     let onsets = utterance_onsets(&caller, 0.8);
