@@ -42,7 +42,7 @@ fn custom_agent_example_echoes_the_callers_turn() {
     let program = build_example();
     let gw = start_program(&program, &[]);
     let dir = gw.log.parent().unwrap().to_path_buf();
-    let speech = fresh_speech(&dir, "Please repeat after me, one two three.");
+    let speech = fresh_speech(&dir, "Please repeat after me the numbers one two three.");
     let media_port = free_udp_port() & !1;
     let cap = capture(&[media_port]);
     let scen = scenario(

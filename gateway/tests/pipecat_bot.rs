@@ -222,7 +222,7 @@ fn own_vad_and_turn_reply_heard_whole_no_underruns_close_1000() {
     let _one = one_at_a_time();
     let call = one_utterance_call(
         "own",
-        "Hello, I would like to check the status of my order please.",
+        "I would like to check the status of my order please.",
         &["--turn", "own"],
         &[],
     );
@@ -306,7 +306,7 @@ fn goodbye_then_close_1000_is_heard_whole_before_the_bye() {
     let dir = tempdir("goodbye");
     let speech = fresh_speech(
         &dir,
-        "That is all I needed, thank you very much for your help.",
+        "That is all I needed thank you very much for your help.",
     );
     let call = run_call(
         &["--turn", "own", "--goodbye"],
@@ -405,7 +405,7 @@ fn local_barge_in_cuts_the_reply_with_pipecats_interruptions_off() {
     // incomplete) was measured at 0.5-3.5 s, so the reply is playing then.
     let call = talk_over_call(
         "barge",
-        "Hi, I am calling about the invoice you sent me yesterday.",
+        "I am calling about the invoice you sent me yesterday.",
         "Sorry, wait, that is not what I asked about at all.",
         5000,
         &[
@@ -488,7 +488,7 @@ fn ontime_events_interrupt_the_bot_with_its_vad_off() {
     // ontime's turn latency is ~0.3 s: 3 s after the first utterance the reply is playing.
     let call = talk_over_call(
         "interrupt",
-        "Hello, I need to change the address on my account please.",
+        "I need to change the address on my account please.",
         "No, stop, I meant the billing address, not the delivery one.",
         3000,
         &[

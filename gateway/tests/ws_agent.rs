@@ -93,7 +93,7 @@ fn burst_reply_is_paced_and_its_mark_returns_after_it_played() {
     ]);
     let speech = fresh_speech(
         &dir_of(&gw),
-        "Hello, I would like to know when my parcel will arrive, please.",
+        "I would like to know when my parcel will arrive please.",
     );
     let media_port = free_udp_port() & !1;
     let cap = capture(&[media_port]);

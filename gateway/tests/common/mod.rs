@@ -600,6 +600,9 @@ impl Drop for Kamailio {
 
 /// Caller speech the gateway has never heard: `text` spoken by espeak-ng now, as an 8 kHz µ-law
 /// WAV in `dir` (a committed utterance when espeak-ng or sox is missing).
+///
+/// Keep the caller's sentences free of inner pauses (commas): Smart Turn may rightly judge
+/// "Hello," a complete turn, and the reply then starts mid-sentence.
 pub fn fresh_speech(dir: &Path, text: &str) -> PathBuf {
     let raw = dir.join("fresh.wav");
     let out = dir.join("fresh.ulaw.wav");
