@@ -5,20 +5,31 @@
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 
 use ontime_rtp::g711::Law;
 use ontime_rtp::{parse_rtp, Packetizer, FRAME_BYTES, MAX_FRAME_PACKET_BYTES, PT_PCMA};
 
 struct CountingAllocator;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    // Counted per thread: the test harness allocates on its own threads while the loop runs.
+    // Const-initialised cells without destructors: safe to touch from inside the allocator.
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count() {
+    if COUNTING.with(Cell::get) {
+        ALLOCATIONS.with(|a| a.set(a.get() + 1));
+    }
+}
 
 // SAFETY: every method forwards to `System` with the caller's arguments unchanged, so the
 // `GlobalAlloc` contract is the system allocator's.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        count();
         // SAFETY: forwarded unchanged (see the impl comment).
         unsafe { System.alloc(layout) }
     }
@@ -29,7 +40,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        count();
         // SAFETY: forwarded unchanged.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -46,9 +57,8 @@ fn building_and_parsing_frames_allocates_nothing() {
     let mut frame = [0u8; FRAME_BYTES];
     let mut checksum = 0u64;
 
-    // The test harness may allocate on other threads; this is the only test in the binary and
-    // the loop runs on this thread only, so count around it.
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    // Count this thread's allocations around the loop only.
+    COUNTING.with(|c| c.set(true));
     for tick in 0..1000u32 {
         if tick % 100 == 0 {
             packetizer.start_talkspurt();
@@ -63,9 +73,13 @@ fn building_and_parsing_frames_allocates_nothing() {
         let view = parse_rtp(&buf[..len]).expect("own packet parses");
         checksum += u64::from(view.sequence_number) + u64::from(view.payload[0]);
     }
-    let after = ALLOCATIONS.load(Ordering::SeqCst);
+    COUNTING.with(|c| c.set(false));
 
-    assert_eq!(after - before, 0, "allocations on the 20 ms path");
+    assert_eq!(
+        ALLOCATIONS.with(Cell::get),
+        0,
+        "allocations on the 20 ms path"
+    );
     // The wrap happened and every packet was really built.
     assert_eq!(packetizer.next_sequence(), (65000u32 + 1000 - 65536) as u16);
     assert!(checksum > 0);
