@@ -406,7 +406,7 @@ fn local_barge_in_cuts_the_reply_with_pipecats_interruptions_off() {
     let call = talk_over_call(
         "barge",
         "I am calling about the invoice you sent me yesterday.",
-        "Sorry, wait, that is not what I asked about at all.",
+        "Sorry wait that is not what I asked about at all.",
         5000,
         &[
             "--turn",
@@ -489,7 +489,7 @@ fn ontime_events_interrupt_the_bot_with_its_vad_off() {
     let call = talk_over_call(
         "interrupt",
         "I need to change the address on my account please.",
-        "No, stop, I meant the billing address, not the delivery one.",
+        "No stop I meant the billing address and not the delivery one.",
         3000,
         &[
             "--turn",
