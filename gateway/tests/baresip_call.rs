@@ -1,5 +1,5 @@
-//! A second real SIP client: headless baresip (Debian's package, config after
-//! `../shared/recipes/baresip`) dials the gateway, speaks a WAV padded with silence, records what it
+//! A second real SIP client: headless baresip (Debian's package, with a minimal headless
+//! configuration this test writes) dials the gateway, speaks a WAV padded with silence, records what it
 //! hears, and hangs up when its WAV ends. The recording must hold the stub's reply after the
 //! caller's speech, and the gateway must have heard baresip's RTCP.
 

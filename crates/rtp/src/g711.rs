@@ -241,8 +241,9 @@ mod tests {
         (0..=255u8).flat_map(|c| decode(c).to_le_bytes()).collect()
     }
 
-    // SHA-256 of the G.191 STL tables (`sha256sum ../shared/testdata/g711/tables/*.stl.bin`,
-    // and the decode column of the `*_decode_256.csv` files as 256 little-endian i16).
+    // SHA-256 of the ITU-T G.191 STL tables (the 65,536-entry encode tables as bytes, and the
+    // 256-entry decode tables as little-endian i16); tests/g711_itu_vectors.rs compares every
+    // vector when the ITU files are present.
     #[test]
     fn encode_tables_match_g191_digest() {
         assert_eq!(
