@@ -25,6 +25,7 @@
 
 mod admission;
 mod agent;
+pub mod api;
 pub mod call;
 mod config;
 mod gateway;

@@ -1,0 +1,231 @@
+//! The contract between the HTTP API ([`super`]) and the gateway's calls: the HTTP layer parses
+//! and authenticates Twilio-shaped requests and renders Twilio-shaped answers; whatever
+//! implements [`CallControl`] (the gateway's call registry) acts on calls. Nothing here blocks:
+//! every method returns at once (work on a call is handed to its task).
+
+use std::time::{Duration, SystemTime};
+
+use super::twiml::Verb;
+
+/// A call's status, as Twilio names them (`Status` of the Call resource).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CallStatus {
+    /// Created, not yet sent (outbound calls before the INVITE leaves).
+    Queued,
+    /// INVITE sent (outbound) or received (inbound), no answer yet.
+    Ringing,
+    /// Answered.
+    InProgress,
+    /// Ended after an answer.
+    Completed,
+    /// The callee was busy (486/600).
+    Busy,
+    /// No answer before the timeout (408/480/timeout).
+    NoAnswer,
+    /// The call could not be made (any other failure).
+    Failed,
+    /// Cancelled before it was answered.
+    Canceled,
+}
+
+impl CallStatus {
+    /// Twilio's spelling (`in-progress`, `no-answer`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Queued => "queued",
+            CallStatus::Ringing => "ringing",
+            CallStatus::InProgress => "in-progress",
+            CallStatus::Completed => "completed",
+            CallStatus::Busy => "busy",
+            CallStatus::NoAnswer => "no-answer",
+            CallStatus::Failed => "failed",
+            CallStatus::Canceled => "canceled",
+        }
+    }
+
+    /// Parse Twilio's spelling.
+    pub fn parse(s: &str) -> Option<CallStatus> {
+        Some(match s {
+            "queued" => CallStatus::Queued,
+            "ringing" => CallStatus::Ringing,
+            "in-progress" => CallStatus::InProgress,
+            "completed" => CallStatus::Completed,
+            "busy" => CallStatus::Busy,
+            "no-answer" => CallStatus::NoAnswer,
+            "failed" => CallStatus::Failed,
+            "canceled" => CallStatus::Canceled,
+            _ => return None,
+        })
+    }
+
+    /// Whether the call is over.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            CallStatus::Completed
+                | CallStatus::Busy
+                | CallStatus::NoAnswer
+                | CallStatus::Failed
+                | CallStatus::Canceled
+        )
+    }
+}
+
+/// Which way a call goes (Twilio's `direction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From the trunk to us (`inbound`).
+    Inbound,
+    /// Placed through the API (`outbound-api`).
+    OutboundApi,
+}
+
+impl Direction {
+    /// Twilio's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Inbound => "inbound",
+            Direction::OutboundApi => "outbound-api",
+        }
+    }
+}
+
+/// A call as the API shows it (rendered as Twilio's Call resource by the HTTP layer).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallView {
+    /// `CA` + 32 hex digits.
+    pub sid: String,
+    /// The configured account SID.
+    pub account_sid: String,
+    /// The caller (a number or SIP URI, as Twilio shows it).
+    pub from: String,
+    /// The called party.
+    pub to: String,
+    /// Now.
+    pub status: CallStatus,
+    /// Which way.
+    pub direction: Direction,
+    /// When the call resource was created.
+    pub date_created: SystemTime,
+    /// When it last changed.
+    pub date_updated: SystemTime,
+    /// When it was answered.
+    pub start_time: Option<SystemTime>,
+    /// When it ended.
+    pub end_time: Option<SystemTime>,
+    /// Whole seconds from answer to end, once ended.
+    pub duration_secs: Option<u64>,
+    /// The SIP Call-ID (an ontime extension field, `sip_call_id`).
+    pub sip_call_id: String,
+}
+
+/// What `POST .../Calls/{CallSid}.json` asks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallUpdate {
+    /// `Status=completed`: hang up an answered call (BYE with Q.850 cause 16), or end a
+    /// ringing one.
+    Complete,
+    /// `Status=canceled`: cancel an outbound call still ringing (CANCEL).
+    Cancel,
+    /// `Twiml=` (or `Url=`, fetched by the HTTP layer): run these verbs now, replacing whatever
+    /// TwiML the call was running.
+    Run(Vec<Verb>),
+}
+
+/// Which status callbacks a call sends (`StatusCallbackEvent`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StatusCallbackEvent {
+    /// The INVITE is about to leave.
+    Initiated,
+    /// 180/183.
+    Ringing,
+    /// 200.
+    Answered,
+    /// Any end.
+    Completed,
+}
+
+impl StatusCallbackEvent {
+    /// Twilio's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusCallbackEvent::Initiated => "initiated",
+            StatusCallbackEvent::Ringing => "ringing",
+            StatusCallbackEvent::Answered => "answered",
+            StatusCallbackEvent::Completed => "completed",
+        }
+    }
+}
+
+/// Where and when a call reports its progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusCallback {
+    /// `StatusCallback`: the URL.
+    pub url: String,
+    /// `StatusCallbackMethod`: `POST` (default) or `GET`.
+    pub method_get: bool,
+    /// `StatusCallbackEvent`: Twilio's default is `completed` only.
+    pub events: Vec<StatusCallbackEvent>,
+}
+
+/// What `POST .../Calls.json` asks: dial out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewCall {
+    /// `To`: a number (`+15551234567`) or a SIP URI.
+    pub to: String,
+    /// `From`: our number or SIP URI.
+    pub from: String,
+    /// What to run once answered (`Twiml=`, or `Url=` fetched by the HTTP layer).
+    pub twiml: Vec<Verb>,
+    /// `Timeout`: how long to ring (Twilio's default 60 s).
+    pub timeout: Duration,
+    /// Status callbacks, if asked for.
+    pub status_callback: Option<StatusCallback>,
+}
+
+/// Filters of `GET .../Calls.json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallFilter {
+    /// `Status`.
+    pub status: Option<CallStatus>,
+    /// `To`.
+    pub to: Option<String>,
+    /// `From`.
+    pub from: Option<String>,
+}
+
+/// Why a control request failed (the HTTP layer maps each to Twilio's status and code).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// No such call (404, code 20404).
+    #[error("The requested resource {0} was not found")]
+    NotFound(String),
+    /// The call is not in a state this update applies to, e.g. TwiML for an ended call
+    /// (400, code 21220 "Call is not in-progress").
+    #[error("Call is not in-progress. Cannot redirect.")]
+    NotInProgress,
+    /// Dial-out asked for but no `--trunk-uri` is configured (400, code 21210).
+    #[error("no trunk is configured for outbound calls (--trunk-uri)")]
+    NoTrunk,
+    /// `--max-calls` reached or the gateway is draining (429, code 20429).
+    #[error("the gateway is at capacity; retry later")]
+    AtCapacity,
+    /// A parameter is invalid (400, code 21205 for URLs, 21201 otherwise); the text names it.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What the API acts on. Implemented by the gateway's call registry.
+pub trait CallControl: Send + Sync + 'static {
+    /// The account SID calls belong to (`AC` + 32 hex); requests for another account get 404.
+    fn account_sid(&self) -> &str;
+    /// One call, live or recently ended.
+    fn get(&self, sid: &str) -> Option<CallView>;
+    /// Calls matching the filter, newest first.
+    fn list(&self, filter: &CallFilter) -> Vec<CallView>;
+    /// Act on a call.
+    fn update(&self, sid: &str, update: CallUpdate) -> Result<CallView, ControlError>;
+    /// Dial out.
+    fn create(&self, call: NewCall) -> Result<CallView, ControlError>;
+}
