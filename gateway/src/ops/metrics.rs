@@ -67,6 +67,31 @@ pub const AGENT_BUFFERED_AUDIO_SECONDS: &str = "ontime_agent_buffered_audio_seco
 pub const AGENT_BUFFERED_AUDIO_BUCKETS_SECONDS: &[f64] =
     &[0.02, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0];
 
+/// Call-control API requests, by route (`call_get`, `call_update`, `calls_list`, `calls_create`,
+/// `unknown`) and HTTP status.
+pub const API_REQUESTS_TOTAL: &str = "ontime_api_requests_total";
+/// Routes of [`API_REQUESTS_TOTAL`].
+pub const API_ROUTES: &[&str] = &[
+    "call_get",
+    "call_update",
+    "calls_list",
+    "calls_create",
+    "unknown",
+];
+/// HTTP statuses of [`API_REQUESTS_TOTAL`] registered at zero (others appear when first used).
+pub const API_STATUSES: &[&str] = &["200", "201", "400", "401", "404", "405", "429"];
+/// Blind transfers by REFER, by result.
+pub const TRANSFERS_TOTAL: &str = "ontime_transfers_total";
+/// Results of [`TRANSFERS_TOTAL`]: `completed` (final 2xx NOTIFY, our leg hung up), `rejected`
+/// (the REFER was refused), `failed` (a non-2xx final NOTIFY, or no outcome in time).
+pub const TRANSFER_RESULTS: &[&str] = &["completed", "rejected", "failed"];
+/// DTMF digits sent to callers (RFC 4733 events or SIP INFO).
+pub const DTMF_SENT_TOTAL: &str = "ontime_dtmf_sent_total";
+/// Calls placed through the API, by result (Twilio's final statuses plus `answered`).
+pub const OUTBOUND_CALLS_TOTAL: &str = "ontime_outbound_calls_total";
+/// Results of [`OUTBOUND_CALLS_TOTAL`].
+pub const OUTBOUND_RESULTS: &[&str] = &["answered", "busy", "no-answer", "failed", "canceled"];
+
 /// Results of ended calls (label values of [`CALLS_TOTAL`]).
 pub const CALL_RESULTS: &[&str] = &["completed", "cancelled", "failed"];
 /// Reasons a datagram on an RTP port is dropped besides the parser's own.
@@ -77,8 +102,8 @@ pub const RTP_DROP_REASONS: &[&str] = &[
     "rate_limit",
 ];
 const SIP_METHODS: &[&str] = &[
-    "INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO", "UPDATE", "1xx", "2xx", "3xx", "4xx",
-    "5xx", "6xx",
+    "INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY", "1xx", "2xx",
+    "3xx", "4xx", "5xx", "6xx",
 ];
 
 /// Describe every gateway metric and register it at zero.
@@ -219,6 +244,34 @@ pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
         "Interarrival jitter reported by peers."
     );
     gauge!(RTCP_PEER_JITTER_SECONDS).set(0.0);
+    describe_counter!(
+        API_REQUESTS_TOTAL,
+        Unit::Count,
+        "Call-control API requests, by route and HTTP status."
+    );
+    for route in API_ROUTES {
+        for status in API_STATUSES {
+            counter!(API_REQUESTS_TOTAL, "route" => *route, "status" => *status).absolute(0);
+        }
+    }
+    describe_counter!(
+        TRANSFERS_TOTAL,
+        Unit::Count,
+        "Blind transfers by SIP REFER, by result."
+    );
+    for r in TRANSFER_RESULTS {
+        counter!(TRANSFERS_TOTAL, "result" => *r).absolute(0);
+    }
+    describe_counter!(DTMF_SENT_TOTAL, Unit::Count, "DTMF digits sent to callers.");
+    counter!(DTMF_SENT_TOTAL).absolute(0);
+    describe_counter!(
+        OUTBOUND_CALLS_TOTAL,
+        Unit::Count,
+        "Calls placed through the API, by result."
+    );
+    for r in OUTBOUND_RESULTS {
+        counter!(OUTBOUND_CALLS_TOTAL, "result" => *r).absolute(0);
+    }
     describe_counter!(TURNS_TOTAL, Unit::Count, "Caller turns detected.");
     counter!(TURNS_TOTAL).absolute(0);
     describe_counter!(
