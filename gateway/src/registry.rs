@@ -370,6 +370,8 @@ impl CallControl for CallRegistry {
             .ok_or_else(|| ControlError::NotFound(sid.to_string()))?;
         let view = e.view.clone();
         match (update, view.status) {
+            // Hanging up a call that is over already is done: say so, as the call is.
+            (CallUpdate::Complete | CallUpdate::Cancel, s) if s.is_final() => Ok(view),
             (_, s) if s.is_final() => Err(ControlError::NotInProgress),
             (CallUpdate::Complete, CallStatus::InProgress) => {
                 if let Some(c) = &e.control {
