@@ -402,7 +402,9 @@ mod tests {
                 ok = Some(t);
             }
             let to_tag = to_tag_param(&ok.unwrap().payload);
-            let wrong_tag = request("INFO", 2, &to_tag, "").replace(";tag=a", ";tag=z");
+            // The From tag only: our random To tag may begin with an `a` too.
+            let wrong_tag =
+                request("INFO", 2, &to_tag, "").replace(";tag=a\r\nTo:", ";tag=z\r\nTo:");
             uas.handle_datagram(wrong_tag.as_bytes(), peer, now);
             uas.handle_datagram(request("ACK", 1, &to_tag, "").as_bytes(), stranger, now);
             assert_eq!(recorder.get(&refused("wrong_tag")), 1);
