@@ -9,10 +9,11 @@
 //! - `signature`: `X-Twilio-Signature`.
 
 pub(crate) mod control;
+pub mod signature;
 pub(crate) mod twiml;
 
 pub use control::{
     CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
     StatusCallback, StatusCallbackEvent,
 };
-pub use twiml::{DialTarget, Verb};
+pub use twiml::{parse as parse_twiml, DialTarget, TwimlError, Verb};
