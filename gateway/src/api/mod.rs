@@ -8,8 +8,12 @@
 //! - `callback`: status callbacks and TwiML fetches (signed, bounded retries);
 //! - `signature`: `X-Twilio-Signature`.
 
+pub mod callback;
 pub(crate) mod control;
+mod date;
 pub mod signature;
+#[cfg(test)]
+mod test_support;
 pub(crate) mod twiml;
 
 pub use control::{
