@@ -386,6 +386,11 @@ struct Target {
     redacted: String,
 }
 
+/// Whether `url` is one ontime can send a callback to (absolute `http://` or `https://`).
+pub(crate) fn check_url(url: &str) -> Result<(), FetchError> {
+    parse_url(url).map(|_| ())
+}
+
 fn parse_url(url: &str) -> Result<Target, FetchError> {
     let uri: Uri = url
         .trim()
