@@ -323,6 +323,12 @@ fn authenticate(state: &ApiState, req: &Request<Incoming>) -> Result<(), ApiErro
         Some(i) => (&decoded[..i], &decoded[i + 1..]),
         None => (&decoded[..], &[][..]),
     };
+    // An unset token must not let an empty password in.
+    if state.auth_token.is_empty() {
+        return Err(unauthorized(
+            "Authentication Error - no auth token is configured",
+        ));
+    }
     let user_ok = user.ct_eq(state.control.account_sid().as_bytes());
     let password_ok = password.ct_eq(state.auth_token.as_bytes());
     // `&` on `Choice`: both comparisons always run.
@@ -724,7 +730,6 @@ fn call_json(call: &CallView) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::signature;
     use crate::api::test_support::{call, Answer, FakeControl, WebServer, ACCOUNT, TOKEN};
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::TokioExecutor;
@@ -741,6 +746,10 @@ mod tests {
     }
 
     async fn start() -> Harness {
+        start_with(TOKEN).await
+    }
+
+    async fn start_with(auth_token: &str) -> Harness {
         let control = Arc::new(FakeControl::default());
         control
             .calls
@@ -756,7 +765,11 @@ mod tests {
             },
         )
         .expect("ok: client builds");
-        let state = Arc::new(ApiState::new(control.clone(), TOKEN, callbacks.clone()));
+        let state = Arc::new(ApiState::new(
+            control.clone(),
+            auth_token,
+            callbacks.clone(),
+        ));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("ok: bind");
         let addr = listener.local_addr().expect("ok: bound");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -998,30 +1011,19 @@ mod tests {
                 .post(&path, &[("Twiml", "<Response><Hangup/></Response>")])
                 .await;
             assert_eq!((r.status, r.code()), (400, 21220));
-            *h.control.fail_with.lock().expect("ok: not poisoned") = Some(ControlError::AtCapacity);
-            let r = h
-                .post(
-                    &calls_path(),
-                    &[
-                        ("To", "+15551234567"),
-                        ("From", "+15557654321"),
-                        ("Twiml", "<Response/>"),
-                    ],
-                )
-                .await;
-            assert_eq!((r.status, r.code()), (429, 20429));
-            *h.control.fail_with.lock().expect("ok: not poisoned") = Some(ControlError::NoTrunk);
-            let r = h
-                .post(
-                    &calls_path(),
-                    &[
-                        ("To", "+15551234567"),
-                        ("From", "+15557654321"),
-                        ("Twiml", "<Response/>"),
-                    ],
-                )
-                .await;
-            assert_eq!((r.status, r.code()), (400, 21210));
+            let dial = [
+                ("To", "+15551234567"),
+                ("From", "+15557654321"),
+                ("Twiml", "<Response/>"),
+            ];
+            for (refusal, status, code) in [
+                (ControlError::AtCapacity, 429, 20429),
+                (ControlError::NoTrunk, 400, 21210),
+            ] {
+                *h.control.fail_with.lock().expect("ok: not poisoned") = Some(refusal);
+                let r = h.post(&calls_path(), &dial).await;
+                assert_eq!((r.status, r.code()), (status, code));
+            }
 
             // Other methods and paths.
             let r = h.send("DELETE", &path, CREDS, None, "").await;
@@ -1080,12 +1082,7 @@ mod tests {
         );
         let fetch = web.next().await;
         assert_eq!(fetch.param("CallSid").as_deref(), Some(CALL));
-        assert!(signature::validate(
-            TOKEN,
-            &url,
-            &fetch.params(),
-            fetch.header("x-twilio-signature")
-        ));
+        assert!(fetch.signed_for(&url));
 
         let r = h.post(&path, &[("Url", &url)]).await;
         assert_eq!((r.status, r.code()), (400, 11200));
@@ -1244,12 +1241,7 @@ mod tests {
             let cb = web.next().await;
             assert_eq!(cb.uri, "/status?call=1");
             assert_eq!(cb.param("CallStatus").as_deref(), Some("initiated"));
-            assert!(signature::validate(
-                TOKEN,
-                &status_url,
-                &cb.params(),
-                cb.header("x-twilio-signature")
-            ));
+            assert!(cb.signed_for(&status_url));
         }
 
         // Defaults: 60 s, `completed` only, TwiML given inline.
@@ -1306,6 +1298,15 @@ mod tests {
         let r = h.post(&calls_path(), &with(("Timeout", "0"))).await;
         assert_eq!(r.code(), 21208);
         assert_eq!(h.control.created.lock().expect("ok: not poisoned").len(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_unset_token_lets_nobody_in() {
+        let h = start_with("").await;
+        for creds in [Some((ACCOUNT, "")), Some((ACCOUNT, TOKEN)), None] {
+            let r = h.send("GET", &call_path(CALL), creds, None, "").await;
+            assert_eq!((r.status, r.code()), (401, 20003));
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use super::control::{
     CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
 };
+use super::signature;
 
 /// One request the server received.
 #[derive(Debug, Clone)]
@@ -47,6 +48,17 @@ impl Received {
         form_urlencoded::parse(raw.as_bytes())
             .into_owned()
             .collect()
+    }
+
+    /// Whether `X-Twilio-Signature` is valid for `url` (as the server was asked it, query
+    /// included) and [`TOKEN`].
+    pub fn signed_for(&self, url: &str) -> bool {
+        let params = if self.method == "GET" {
+            Vec::new()
+        } else {
+            self.params()
+        };
+        signature::validate(TOKEN, url, &params, self.header("x-twilio-signature"))
     }
 
     pub fn param(&self, name: &str) -> Option<String> {

@@ -1,4 +1,8 @@
 //! The TwiML verbs ontime runs, and their parser.
+//!
+//! TwiML reaches ontime from bots (`Twiml=` and `Url=` of the API, the gateway's voice URL).
+//! It is parsed whole before anything runs, so that a verb or attribute ontime does not honour
+//! is refused in the API's answer, naming it, instead of being skipped in the middle of a call.
 
 use std::time::Duration;
 
