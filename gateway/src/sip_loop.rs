@@ -724,6 +724,7 @@ impl SipLoop {
             remote_ptime_ms: None,
             remote_maxptime_ms: None,
             local_direction: ontime_sip::Direction::SendRecv,
+            srtp: false,
         };
         self.dialing.insert(
             handle,

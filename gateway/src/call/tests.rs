@@ -57,6 +57,7 @@ fn media(direction: Direction, payload_type: u8) -> NegotiatedMedia {
         remote_ptime_ms: None,
         remote_maxptime_ms: None,
         local_direction: direction,
+        srtp: false,
     }
 }
 
