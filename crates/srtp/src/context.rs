@@ -256,11 +256,8 @@ impl SrtpContext {
             .verify_truncated_left(tag)
             .map_err(|_| Error::AuthFailed)?;
         if encrypted {
-            self.rtcp.apply_keystream(
-                ssrc,
-                index,
-                &mut authenticated[RTCP_HEADER_LEN..rtcp_len],
-            );
+            self.rtcp
+                .apply_keystream(ssrc, index, &mut authenticated[RTCP_HEADER_LEN..rtcp_len]);
         }
         let state = self.recv.get_or_insert(ssrc);
         match &mut state.rtcp {

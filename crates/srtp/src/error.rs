@@ -87,7 +87,9 @@ pub enum SdesError {
     #[error("crypto attribute: the inline key is not valid base64")]
     BadBase64,
     /// The key decodes to the wrong number of bytes.
-    #[error("crypto attribute: the inline key is {0} bytes; the suite needs 30 (16 key + 14 salt)")]
+    #[error(
+        "crypto attribute: the inline key is {0} bytes; the suite needs 30 (16 key + 14 salt)"
+    )]
     BadKeyLength(usize),
     /// The lifetime is neither a decimal number nor `2^n`, or is outside 1..=2^48.
     #[error("crypto attribute: bad key lifetime {0:?}")]

@@ -59,11 +59,7 @@ pub(crate) struct SessionKeys {
 impl SessionKeys {
     /// Derive the session keys with the key derivation rate 0 SDES uses (§4.3.1: r = 0, so
     /// the keys are derived once).
-    pub(crate) fn derive(
-        master: &Aes128,
-        master_salt: &[u8; MASTER_SALT_LEN],
-        rtcp: bool,
-    ) -> Self {
+    pub(crate) fn derive(master: &Aes128, master_salt: &[u8; MASTER_SALT_LEN], rtcp: bool) -> Self {
         let (enc, auth, salt) = if rtcp {
             (
                 Label::RtcpEncryption,
@@ -171,9 +167,7 @@ mod tests {
         let key: [u8; 16] = hex("2B7E151628AED2A6ABF7158809CF4F3C")
             .try_into()
             .expect("16");
-        let salt: [u8; 14] = hex("F0F1F2F3F4F5F6F7F8F9FAFBFCFD")
-            .try_into()
-            .expect("14");
+        let salt: [u8; 14] = hex("F0F1F2F3F4F5F6F7F8F9FAFBFCFD").try_into().expect("14");
         let keys = SessionKeys {
             cipher: Aes128::new(&key.into()),
             salt,
@@ -196,9 +190,7 @@ mod tests {
         let key: [u8; 16] = hex("E1F97A0D3E018BE0D64FA32C06DE4139")
             .try_into()
             .expect("16");
-        let salt: [u8; 14] = hex("0EC675AD498AFEEBB6960B3AABE6")
-            .try_into()
-            .expect("14");
+        let salt: [u8; 14] = hex("0EC675AD498AFEEBB6960B3AABE6").try_into().expect("14");
         let (k, a, s) = derive_bytes(&key, &salt);
         assert_eq!(k.to_vec(), hex("C61E7A93744F39EE10734AFE3FF7A087"));
         assert_eq!(s.to_vec(), hex("30CBBC08863D8C85D49DB34A9AE1"));

@@ -127,9 +127,7 @@ impl CryptoAttribute {
         if key_salt.len() > 64 {
             return Err(SdesError::BadKeyLength(key_salt.len() / 4 * 3));
         }
-        let material = BASE64
-            .decode(key_salt)
-            .map_err(|_| SdesError::BadBase64)?;
+        let material = BASE64.decode(key_salt).map_err(|_| SdesError::BadBase64)?;
         if material.len() != MASTER_KEY_LEN + MASTER_SALT_LEN {
             return Err(SdesError::BadKeyLength(material.len()));
         }

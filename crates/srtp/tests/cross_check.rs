@@ -47,10 +47,14 @@ fn srtp_is_byte_identical_and_interoperable() {
             let ours_srtp = &buf[..len];
             let theirs_srtp = their_tx.encrypt_rtp(&plain).expect("webrtc-srtp encrypt");
             assert_eq!(ours_srtp, &theirs_srtp[..], "{suite} seq {seq}: same bytes");
-            let decrypted = their_rx.decrypt_rtp(ours_srtp).expect("webrtc-srtp decrypts ours");
+            let decrypted = their_rx
+                .decrypt_rtp(ours_srtp)
+                .expect("webrtc-srtp decrypts ours");
             assert_eq!(&decrypted[..], &plain[..]);
             let mut theirs_copy = theirs_srtp.to_vec();
-            let n = our_rx.unprotect(&mut theirs_copy).expect("we decrypt theirs");
+            let n = our_rx
+                .unprotect(&mut theirs_copy)
+                .expect("we decrypt theirs");
             assert_eq!(&theirs_copy[..n], &plain[..]);
         }
     }
@@ -83,7 +87,11 @@ fn srtcp_interoperates() {
                 .expect("webrtc-srtp decrypts ours");
             assert_eq!(&decrypted[..], &plain[..]);
             let mut theirs_srtcp = their_tx.encrypt_rtcp(&plain).expect("encrypt").to_vec();
-            assert_eq!(theirs_srtcp.len(), len, "same trailer: E||index and an 80-bit tag");
+            assert_eq!(
+                theirs_srtcp.len(),
+                len,
+                "same trailer: E||index and an 80-bit tag"
+            );
             let n = our_rx
                 .unprotect_rtcp(&mut theirs_srtcp)
                 .expect("we decrypt theirs");

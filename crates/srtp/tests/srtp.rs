@@ -64,7 +64,9 @@ fn round_trip_both_suites() {
 #[test]
 fn known_answer() {
     let (mut tx, _) = pair(Suite::AesCm128HmacSha1_80);
-    let mut plain = vec![0x80, 0x00, 0x12, 0x34, 0, 0, 0, 0xA0, 0xCA, 0xFE, 0xBA, 0xBE];
+    let mut plain = vec![
+        0x80, 0x00, 0x12, 0x34, 0, 0, 0, 0xA0, 0xCA, 0xFE, 0xBA, 0xBE,
+    ];
     plain.extend_from_slice(&[0xFF; 16]);
     let srtp = protect(&mut tx, &plain);
     let hex: String = srtp.iter().map(|b| format!("{b:02x}")).collect();
@@ -87,7 +89,11 @@ fn tampering_anywhere_is_refused_and_harmless() {
         for byte in [1, 3, 11, 12, 100, 171, srtp.len() - 1] {
             let mut bad = srtp.clone();
             bad[byte] ^= 0x01;
-            assert_eq!(unprotect(&mut rx, &bad), Err(Error::AuthFailed), "byte {byte}");
+            assert_eq!(
+                unprotect(&mut rx, &bad),
+                Err(Error::AuthFailed),
+                "byte {byte}"
+            );
         }
         // A truncated tag or an extra byte also fails.
         assert!(unprotect(&mut rx, &srtp[..srtp.len() - 1]).is_err());
@@ -209,7 +215,10 @@ fn short_and_malformed_packets() {
     let (_, mut rx) = pair(Suite::AesCm128HmacSha1_80);
     for len in 0..22 {
         let mut p = vec![0x80; len];
-        assert!(matches!(rx.unprotect(&mut p), Err(Error::TooShort { .. })), "{len}");
+        assert!(
+            matches!(rx.unprotect(&mut p), Err(Error::TooShort { .. })),
+            "{len}"
+        );
     }
     let mut v1 = protect(&mut pair(Suite::AesCm128HmacSha1_80).0, &rtp(1, 1));
     v1[0] = 0x40;
@@ -250,7 +259,9 @@ fn rtcp(ssrc: u32) -> Vec<u8> {
 fn protect_rtcp(ctx: &mut SrtpContext, plain: &[u8]) -> Vec<u8> {
     let mut buf = plain.to_vec();
     buf.resize(plain.len() + SRTCP_TRAILER_LEN, 0);
-    let n = ctx.protect_rtcp(&mut buf, plain.len()).expect("protect_rtcp");
+    let n = ctx
+        .protect_rtcp(&mut buf, plain.len())
+        .expect("protect_rtcp");
     buf.truncate(n);
     buf
 }
@@ -275,10 +286,22 @@ fn srtcp_round_trip_tamper_and_replay() {
         assert_eq!(first[plain.len()..plain.len() + 4], [0x80, 0, 0, 0]);
         let second = protect_rtcp(&mut tx, &plain);
         assert_eq!(second[plain.len()..plain.len() + 4], [0x80, 0, 0, 1]);
-        for byte in [1, 5, 8, plain.len() - 1, plain.len(), plain.len() + 3, second.len() - 1] {
+        for byte in [
+            1,
+            5,
+            8,
+            plain.len() - 1,
+            plain.len(),
+            plain.len() + 3,
+            second.len() - 1,
+        ] {
             let mut bad = second.clone();
             bad[byte] ^= 0x80;
-            assert_eq!(unprotect_rtcp(&mut rx, &bad), Err(Error::AuthFailed), "byte {byte}");
+            assert_eq!(
+                unprotect_rtcp(&mut rx, &bad),
+                Err(Error::AuthFailed),
+                "byte {byte}"
+            );
         }
         assert_eq!(unprotect_rtcp(&mut rx, &second).expect("genuine"), plain);
         assert_eq!(unprotect_rtcp(&mut rx, &first).expect("reordered"), plain);
