@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing on the pinned stable toolchain, for a bounded time: every libFuzzer target
 # of crates/sip/fuzz (parse_message, endpoint, sdp), crates/rtp/fuzz (rtp, rtcp) and gateway/fuzz
-# (bot_message: the WebSocket agent's protocol.rs, compiled alone rather than the whole gateway).
+# (bot_message: the WebSocket agent's protocol.rs; twiml: the API's TwiML parser; api_request: the
+# API's request parsing, request.rs; each compiled alone rather than the whole gateway).
 #
 # No cargo-fuzz and no nightly: the targets are plain binaries of the libfuzzer-sys crate (which
 # compiles libFuzzer from its C++ source, so a C++ compiler is needed: scripts/setup.sh installs g++),
@@ -21,7 +22,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-30}
 shift || true
-all=(sip:parse_message sip:endpoint sip:sdp rtp:rtp rtp:rtcp gateway:bot_message)
+all=(sip:parse_message sip:endpoint sip:sdp rtp:rtp rtp:rtcp gateway:bot_message gateway:twiml
+    gateway:api_request)
 wanted=("$@")
 
 if ! command -v c++ >/dev/null; then
