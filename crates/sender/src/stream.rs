@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ontime_rtp::{Packetizer, FRAME_BYTES, MAX_FRAME_PACKET_BYTES};
+use ontime_srtp::{SrtpContext, MAX_SRTP_TAG_LEN};
 use ringbuf::traits::{Consumer, Observer, Producer, Split};
 use ringbuf::{HeapCons, HeapProd, HeapRb};
 
@@ -49,7 +50,8 @@ pub struct PacketInfo {
 /// spends delays every stream.
 pub trait PacketSink: Send + 'static {
     /// Take one RTP packet (header + 160-byte G.711 payload, or + 4-byte telephone-event payload
-    /// while DTMF plays). An error is counted as a send error.
+    /// while DTMF plays), or the SRTP packet when the stream has [`StreamConfig::srtp`]. An
+    /// error is counted as a send error.
     fn send_packet(&mut self, packet: &[u8], info: PacketInfo) -> io::Result<()>;
 }
 
@@ -102,6 +104,13 @@ pub struct StreamConfig {
     /// A recorder that wants exactly what went on the wire, silence included, sets this to a
     /// second or more of frames and drains it more often than that.
     pub sent_tap_frames: usize,
+    /// Protect every packet with SRTP under this context (default `None`: plain RTP). The
+    /// context holds the local master key (SDES: ours, from the SDP answer's or offer's
+    /// `a=crypto` line). Audio and telephone-event packets alike are encrypted and tagged in
+    /// the tick's packet buffer, in place: no allocation, no lock. The sent tap still gets the
+    /// plaintext audio. A packet SRTP refuses (it cannot, short of a key worn out after 2^48
+    /// packets) is not sent, and counted in [`StreamStats::srtp_errors`] and as a send error.
+    pub srtp: Option<SrtpContext>,
 }
 
 impl StreamConfig {
@@ -117,6 +126,7 @@ impl StreamConfig {
             mark_capacity: 256,
             event_capacity: 256,
             sent_tap_frames: 0,
+            srtp: None,
         }
     }
 }
@@ -175,6 +185,9 @@ pub struct StreamStats {
     /// DTMF sequences dropped whole because the stream's queue had no room for them behind what
     /// was still playing (more than [`crate::MAX_DTMF_SYMBOLS`] symbols at once).
     pub dtmf_dropped: u64,
+    /// Packets SRTP refused to protect (see [`StreamConfig::srtp`]; also counted in
+    /// `send_errors`).
+    pub srtp_errors: u64,
     /// The stream has been removed from the tick.
     pub removed: bool,
 }
@@ -199,6 +212,8 @@ pub(crate) struct StreamShared {
     pub(crate) dtmf_digits_sent: AtomicU64,
     /// DTMF sequences with no room in the stream's queue.
     pub(crate) dtmf_dropped: AtomicU64,
+    /// Packets SRTP refused to protect.
+    pub(crate) srtp_errors: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -311,6 +326,7 @@ impl StreamProducer {
             dtmf_packets_sent: self.shared.dtmf_packets_sent.load(Relaxed),
             dtmf_digits_sent: self.shared.dtmf_digits_sent.load(Relaxed),
             dtmf_dropped: self.shared.dtmf_dropped.load(Relaxed),
+            srtp_errors: self.shared.srtp_errors.load(Relaxed),
             removed: self.shared.removed.load(Acquire),
         }
     }
@@ -347,6 +363,8 @@ pub(crate) struct StreamState {
     pending_underruns: u32,
     /// DTMF queued by `Sender::send_dtmf`, played instead of the audio.
     dtmf: DtmfPlayer,
+    /// Protects each packet in place when the call negotiated SRTP.
+    srtp: Option<SrtpContext>,
 }
 
 /// Build both halves of a stream (off the tick: this allocates the rings).
@@ -417,6 +435,7 @@ pub(crate) fn new_stream(
         popped: 0,
         pending_underruns: 0,
         dtmf: DtmfPlayer::default(),
+        srtp: config.srtp,
     };
     let producer = StreamProducer {
         id,
@@ -507,13 +526,23 @@ impl StreamState {
         }
 
         // The scratch packet buffer is MAX_FRAME_PACKET_BYTES = header + one frame, the
-        // largest packet either writer can need; a failure would be a bug, counted as a send
-        // error.
+        // largest packet either writer can need, plus room for the SRTP tag; a failure would
+        // be a bug, counted as a send error.
         let written = match &telephone_event {
             None => self
                 .packetizer
                 .write_frame(&scratch.payload, &mut scratch.packet),
             Some(event) => write_event(&mut self.packetizer, event, &mut scratch.packet),
+        };
+        // SRTP in place in the same buffer, after the packetizer has moved on: a packet that
+        // cannot be protected is skipped, never sent in the clear, and its sequence number is
+        // not reused (that would reuse keystream).
+        let written = match (written, self.srtp.as_mut()) {
+            (Ok(len), Some(srtp)) => srtp.protect(&mut scratch.packet, len).map_err(|_| {
+                self.shared.srtp_errors.fetch_add(1, Relaxed);
+            }),
+            (Ok(len), None) => Ok(len),
+            (Err(_), _) => Err(()),
         };
         let sent = match written {
             Ok(len) => self.send(
@@ -632,17 +661,20 @@ fn write_event(
     Ok(len)
 }
 
+/// The tick's packet buffer: the largest packet either writer makes, and room for SRTP's tag.
+const SCRATCH_PACKET_BYTES: usize = MAX_FRAME_PACKET_BYTES + MAX_SRTP_TAG_LEN;
+
 /// Per-tick scratch buffers, allocated once with the engine.
 pub(crate) struct SlotScratch {
     pub(crate) payload: [u8; FRAME_BYTES],
-    pub(crate) packet: [u8; MAX_FRAME_PACKET_BYTES],
+    pub(crate) packet: [u8; SCRATCH_PACKET_BYTES],
 }
 
 impl Default for SlotScratch {
     fn default() -> Self {
         Self {
             payload: [0; FRAME_BYTES],
-            packet: [0; MAX_FRAME_PACKET_BYTES],
+            packet: [0; SCRATCH_PACKET_BYTES],
         }
     }
 }

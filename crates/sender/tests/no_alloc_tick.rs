@@ -1,5 +1,6 @@
 //! Proof that the 20 ms tick path allocates nothing: a counting global allocator, many streams,
-//! many ticks (DTMF telephone-events included), zero allocations after warm-up. `harness = false`
+//! many ticks (DTMF telephone-events included, SRTP-protected streams of both suites among
+//! plain ones), zero allocations after warm-up. `harness = false`
 //! so no test-runner thread allocates while we count. Frees are counted too: a command whose
 //! payload owned heap memory would be freed on the tick when dropped there.
 
@@ -15,6 +16,7 @@ use ontime_sender::{
     EngineConfig, PacketInfo, PacketSink, Sender, SenderConfig, StreamConfig, StreamOutput,
     TickEngine,
 };
+use ontime_srtp::{SrtpContext, Suite};
 
 struct CountingAllocator;
 
@@ -54,6 +56,45 @@ impl PacketSink for CountingSink {
     }
 }
 
+/// Unprotects every packet on the tick with the stream's key and counts those that
+/// authenticate and decrypt (SRTP's receive side allocates nothing either).
+struct SrtpCheckSink {
+    rx: SrtpContext,
+    ok: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+}
+
+impl PacketSink for SrtpCheckSink {
+    fn send_packet(&mut self, packet: &[u8], _info: PacketInfo) -> io::Result<()> {
+        let mut buf = [0u8; 256];
+        let Some(copy) = buf.get_mut(..packet.len()) else {
+            self.failed.fetch_add(1, Relaxed);
+            return Ok(());
+        };
+        copy.copy_from_slice(packet);
+        match self.rx.unprotect(copy) {
+            Ok(_) => self.ok.fetch_add(1, Relaxed),
+            Err(_) => self.failed.fetch_add(1, Relaxed),
+        };
+        Ok(())
+    }
+}
+
+/// The master key and salt of SRTP stream `i`.
+fn srtp_key(i: usize) -> ([u8; 16], [u8; 14]) {
+    ([i as u8; 16], [!(i as u8); 14])
+}
+
+/// The suite of SRTP stream `i`: both, alternately.
+fn srtp_suite(i: usize) -> Suite {
+    Suite::ALL[i / 3 % 2]
+}
+
+fn srtp_context(i: usize) -> SrtpContext {
+    let (key, salt) = srtp_key(i);
+    SrtpContext::new(srtp_suite(i), &key, &salt).expect("key")
+}
+
 const STREAMS: usize = 200;
 /// The telephone-event payload type the DTMF streams use.
 const PT_EVENT: u8 = 101;
@@ -66,12 +107,29 @@ fn engine_on_simulated_time() {
         ..EngineConfig::default()
     });
     let bytes = Arc::new(AtomicU64::new(0));
+    let srtp_ok = Arc::new(AtomicU64::new(0));
+    let srtp_failed = Arc::new(AtomicU64::new(0));
     let mut producers = Vec::new();
     for i in 0..STREAMS {
+        // A third of the streams are SRTP (both suites), checked by a receiving context; the
+        // sequence numbers start near the top so the rollover counter moves during the run.
+        let srtp = i % 3 == 0;
+        let output: Box<dyn PacketSink> = if srtp {
+            Box::new(SrtpCheckSink {
+                rx: srtp_context(i),
+                ok: Arc::clone(&srtp_ok),
+                failed: Arc::clone(&srtp_failed),
+            })
+        } else {
+            Box::new(CountingSink(Arc::clone(&bytes)))
+        };
         let mut config = StreamConfig::new(
-            Packetizer::with_initial(PT_PCMU, i as u32, 0, 0),
-            StreamOutput::Sink(Box::new(CountingSink(Arc::clone(&bytes)))),
+            Packetizer::with_initial(PT_PCMU, i as u32, 65_000, 0),
+            StreamOutput::Sink(output),
         );
+        if srtp {
+            config.srtp = Some(srtp_context(i));
+        }
         config.ring_capacity_bytes = 160 * 100;
         // Half the streams keep a copy of each sent frame (the gateway's recordings do).
         if i % 2 == 1 {
@@ -131,6 +189,20 @@ fn engine_on_simulated_time() {
     assert!(stats.ticks > 10_000 && stats.catchup_packets > 0 && stats.underruns > 0);
     // 50 streams x 50 rounds x 2 digits.
     assert_eq!(stats.dtmf_digits_sent, 5000, "every digit played");
+    let srtp_streams = STREAMS.div_ceil(3) as u64;
+    assert_eq!(
+        srtp_failed.load(Relaxed),
+        0,
+        "every SRTP packet authenticated"
+    );
+    assert_eq!(
+        srtp_ok.load(Relaxed),
+        stats.ticks * srtp_streams,
+        "one SRTP packet per slot per SRTP stream"
+    );
+    assert!(producers
+        .iter()
+        .all(|p| p.stats().srtp_errors == 0 && p.stats().send_errors == 0));
     assert_eq!(frees, 0, "{frees} frees in {served} wakes of the tick");
     assert_eq!(
         after - before,
@@ -139,8 +211,8 @@ fn engine_on_simulated_time() {
         after - before
     );
     println!(
-        "simulated: {} slots x {STREAMS} streams, {} packets, {} catch-up, {} underruns, {} DTMF digits, 0 allocations, 0 frees",
-        stats.ticks, stats.packets_sent, stats.catchup_packets, stats.underruns, stats.dtmf_digits_sent
+        "simulated: {} slots x {STREAMS} streams, {} packets ({} SRTP, unprotected by the sink), {} catch-up, {} underruns, {} DTMF digits, 0 allocations, 0 frees",
+        stats.ticks, stats.packets_sent, srtp_ok.load(Relaxed), stats.catchup_packets, stats.underruns, stats.dtmf_digits_sent
     );
 }
 
@@ -158,22 +230,31 @@ fn real_thread_with_udp() {
     rx.set_nonblocking(true).expect("nonblocking");
     let tx = Arc::new(UdpSocket::bind("127.0.0.1:0").expect("bind loopback"));
     let bytes = Arc::new(AtomicU64::new(0));
+    let srtp_ok = Arc::new(AtomicU64::new(0));
+    let srtp_failed = Arc::new(AtomicU64::new(0));
     let mut producers = Vec::new();
     for i in 0..100u32 {
+        // Streams 0, 3, 6, …: SRTP, over UDP (even) or into a checking sink (odd).
+        let srtp = i % 3 == 0;
         let output = if i % 2 == 0 {
             StreamOutput::Udp {
                 socket: Arc::clone(&tx),
                 remote: rx.local_addr().expect("bound"),
             }
+        } else if srtp {
+            StreamOutput::Sink(Box::new(SrtpCheckSink {
+                rx: srtp_context(i as usize),
+                ok: Arc::clone(&srtp_ok),
+                failed: Arc::clone(&srtp_failed),
+            }))
         } else {
             StreamOutput::Sink(Box::new(CountingSink(Arc::clone(&bytes))))
         };
-        let mut p = sender
-            .add_stream(StreamConfig::new(
-                Packetizer::with_initial(PT_PCMU, i, 0, 0),
-                output,
-            ))
-            .expect("add");
+        let mut config = StreamConfig::new(Packetizer::with_initial(PT_PCMU, i, 0, 0), output);
+        if srtp {
+            config.srtp = Some(srtp_context(i as usize));
+        }
+        let mut p = sender.add_stream(config).expect("add");
         p.push(&vec![0x11; 160 * 150]);
         p.mark(1).expect("mark");
         producers.push(p);
@@ -197,9 +278,27 @@ fn real_thread_with_udp() {
     let stats = sender.stats();
     let mut buf = [0u8; 512];
     let mut received = 0;
-    while rx.recv(&mut buf).is_ok() {
+    // The UDP SRTP streams' packets are unprotected here, off the tick, with one context per
+    // SSRC (the SSRC is the stream's index).
+    let mut receivers: Vec<Option<SrtpContext>> = (0..100)
+        .map(|i| (i % 6 == 0).then(|| srtp_context(i)))
+        .collect();
+    let mut udp_srtp = 0;
+    while let Ok(n) = rx.recv(&mut buf) {
         received += 1;
+        let ssrc = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize;
+        if let Some(Some(ctx)) = receivers.get_mut(ssrc) {
+            let plain = ctx
+                .unprotect(&mut buf[..n])
+                .expect("UDP SRTP packet authenticates");
+            assert_eq!(plain + srtp_suite(ssrc).srtp_tag_len(), n);
+            udp_srtp += 1;
+        } else {
+            assert!(n == 172 || n == 16, "plain RTP: {n} bytes");
+        }
     }
+    assert!(udp_srtp > 0, "SRTP over UDP arrived");
+    assert!(srtp_ok.load(Relaxed) > 0 && srtp_failed.load(Relaxed) == 0);
     assert!(stats.ticks - ticks_before >= 90, "the thread ticked");
     assert!(received > 0, "UDP packets arrived");
     assert!(stats.dtmf_digits_sent > 0, "DTMF played in the window");
@@ -211,9 +310,10 @@ fn real_thread_with_udp() {
     );
     assert_eq!(frees, 0, "{frees} frees on the real tick thread");
     println!(
-        "real thread: {} ticks x 100 streams in 2 s, realtime={}, {received} UDP packets received, {} DTMF digits, 0 allocations, 0 frees",
+        "real thread: {} ticks x 100 streams in 2 s (34 SRTP), realtime={}, {received} UDP packets received ({udp_srtp} SRTP), {} SRTP packets unprotected on the tick, {} DTMF digits, 0 allocations, 0 frees",
         stats.ticks - ticks_before,
         sender.is_realtime(),
+        srtp_ok.load(Relaxed),
         stats.dtmf_digits_sent
     );
 }
