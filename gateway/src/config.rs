@@ -131,6 +131,30 @@ pub enum AgentUnreachable {
     Fallback,
 }
 
+/// Whether call media is SRTP (RFC 3711, keyed by SDES in the SDP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SrtpMode {
+    /// Plain RTP only; SRTP offers get 488 with a Warning.
+    Off,
+    /// Answer SRTP offers (RTP/SAVP, or best-effort crypto on RTP/AVP) in kind, plain ones
+    /// plainly.
+    Optional,
+    /// SRTP only; plain offers get 488 with `Warning: 305 ... "SRTP required"`.
+    Required,
+}
+
+impl SrtpMode {
+    /// The SDP layer's policy.
+    pub fn policy(self) -> ontime_sip::SrtpPolicy {
+        match self {
+            SrtpMode::Off => ontime_sip::SrtpPolicy::Off,
+            SrtpMode::Optional => ontime_sip::SrtpPolicy::Optional,
+            SrtpMode::Required => ontime_sip::SrtpPolicy::Required,
+        }
+    }
+}
+
 /// What SIP from outside the trunk networks gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -283,6 +307,9 @@ pub struct Args {
     /// TwiML file every inbound call runs (instead of `--voice-url`).
     #[arg(long, env = "ONTIME_VOICE_TWIML")]
     pub voice_twiml: Option<PathBuf>,
+    /// SRTP for call media: `off`, `optional` (the default: answer in kind) or `required`.
+    #[arg(long, env = "ONTIME_SRTP", value_enum)]
+    pub srtp: Option<SrtpMode>,
     /// SIP over TCP listen address (off unless set).
     #[arg(long, env = "ONTIME_SIP_LISTEN_TCP")]
     pub sip_listen_tcp: Option<String>,
@@ -438,6 +465,7 @@ struct FileConfig {
     trunk_uri: Option<String>,
     voice_url: Option<String>,
     voice_twiml: Option<PathBuf>,
+    srtp: Option<SrtpMode>,
     sip_listen_tcp: Option<String>,
     sip_listen_tls: Option<String>,
     tls_cert: Option<PathBuf>,
@@ -525,6 +553,8 @@ pub struct Config {
     pub voice_url: Option<String>,
     /// TwiML every inbound call runs (the file's text).
     pub voice_twiml: Option<String>,
+    /// SRTP policy of call media.
+    pub srtp: ontime_sip::SrtpPolicy,
     /// SIP over TCP listen address.
     pub sip_listen_tcp: Option<SocketAddr>,
     /// SIP over TLS listen address.
@@ -584,6 +614,7 @@ impl Default for Config {
             trunk_uri: None,
             voice_url: None,
             voice_twiml: None,
+            srtp: ontime_sip::SrtpPolicy::Optional,
             sip_listen_tcp: None,
             sip_listen_tls: None,
             tls_cert: None,
@@ -867,6 +898,9 @@ impl Config {
         }
         if let Some(v) = pick!(sip_listen_tls) {
             c.sip_listen_tls = Some(parse("sip_listen_tls", &v)?);
+        }
+        if let Some(v) = args.srtp.or(file.srtp) {
+            c.srtp = v.policy();
         }
         c.tls_cert = pick!(tls_cert);
         c.tls_key = pick!(tls_key);

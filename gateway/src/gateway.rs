@@ -254,19 +254,6 @@ impl Gateway {
             addr: config.sip_listen,
             source,
         })?;
-        let (ops, ops_task) = http::serve(
-            config.metrics_listen,
-            Arc::new(Ops {
-                renderer,
-                slots: slots.clone(),
-            }),
-        )
-        .await
-        .map_err(|source| Error::Bind {
-            what: "metrics",
-            addr: config.metrics_listen,
-            source,
-        })?;
         let jitter_depth = Arc::new(JitterDepthGauge::default());
         let (sip_tx, sip_rx) = mpsc::unbounded_channel();
         let (registry_tx, registry_rx) = mpsc::unbounded_channel();
@@ -322,6 +309,20 @@ impl Gateway {
         .map_err(|source| Error::Bind {
             what: "SIP",
             addr: config.sip_listen,
+            source,
+        })?;
+        // Last: `/readyz` says ready only once every listener (SIP, API) is bound.
+        let (ops, ops_task) = http::serve(
+            config.metrics_listen,
+            Arc::new(Ops {
+                renderer,
+                slots: slots.clone(),
+            }),
+        )
+        .await
+        .map_err(|source| Error::Bind {
+            what: "metrics",
+            addr: config.metrics_listen,
             source,
         })?;
         let (api, api_task) = match api {

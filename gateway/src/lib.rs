@@ -43,12 +43,13 @@ pub use agent::{
     StubAgent, StubReplyError, WsAgent, WsAgentConfig, WsAgentError,
 };
 pub use config::{
-    AgentKind, AgentUnreachable, Args, BargeIn, Config, ConfigError, LogFormat, UntrustedSip,
+    AgentKind, AgentUnreachable, Args, BargeIn, Config, ConfigError, LogFormat, SrtpMode,
+    UntrustedSip,
 };
 pub use gateway::{Bound, Error, Gateway, GatewayBuilder, MetricsRenderer, DEFAULT_MODELS_DIR};
 pub use records::cdr::{CallDetailRecord, EndCause, RecordKind};
-pub use tls::TlsError;
 pub use records::recording::Track;
+pub use tls::TlsError;
 
 /// Metric names the gateway emits and bucket layouts for its histograms.
 pub mod metrics {

@@ -68,6 +68,8 @@ struct PendingCall {
     start_unix_ms: u64,
     /// The TwiML the call runs once answered.
     program: Vec<Verb>,
+    /// SDES keys when the media is SRTP.
+    srtp: Option<ontime_srtp::SdesKeys>,
     /// An outbound call's state: the ring timeout passed, the API cancelled it.
     timed_out: bool,
     rang: bool,
@@ -418,12 +420,30 @@ impl SipLoop {
     }
 
     fn reject(&mut self, call: ontime_sip::CallHandle, reason: RejectReason) {
+        self.reject_with(call, reason, None)
+    }
+
+    /// Refuse a call; a media refusal carries a `Warning: 305` saying why (RFC 3261 §20.43:
+    /// "incompatible media format"), for the peer's logs and its operator.
+    fn reject_with(
+        &mut self,
+        call: ontime_sip::CallHandle,
+        reason: RejectReason,
+        warning: Option<&str>,
+    ) {
         counter!(m::CALLS_REJECTED_TOTAL, "reason" => reason.label()).increment(1);
-        let headers = if reason.status() == 503 {
+        let mut headers = if reason.status() == 503 {
             vec![("Retry-After".to_string(), RETRY_AFTER_SECS.to_string())]
         } else {
             Vec::new()
         };
+        if let Some(text) = warning {
+            let agent = self.endpoint.config().local_addr;
+            headers.push((
+                "Warning".to_string(),
+                format!("305 {agent} \"{}\"", text.replace(['"', '\\'], "'")),
+            ));
+        }
         if let Err(e) = self
             .endpoint
             .reject(call, reason.status(), &headers, Instant::now())
@@ -515,13 +535,40 @@ impl SipLoop {
             return self.reject(call, RejectReason::NoRtpPort);
         };
         let local = self.local_media(port);
-        let (answer, negotiated) = match ontime_sip::sdp::answer_offer(&offer, &local) {
+        let mut keys = None;
+        let answered = ontime_sip::sdp::answer_offer_srtp(
+            &offer,
+            &local,
+            self.config.srtp,
+            &mut |_, section| match ontime_srtp::answer_offer(section.attribute_values("crypto")) {
+                Ok(k) => {
+                    let line = k.local.to_string();
+                    keys = Some(k);
+                    Some(line)
+                }
+                Err(e) => {
+                    info!(reason = e.reason(), "offered crypto lines unusable");
+                    None
+                }
+            },
+        );
+        let (answer, negotiated) = match answered {
             Ok(ok) => ok,
+            Err(ontime_sip::Error::Srtp(why)) => {
+                info!(why, "SRTP policy refused the offer: 488");
+                return self.reject_with(call, RejectReason::Srtp, Some(why));
+            }
             Err(e) => {
                 info!(error = %e, "no common codec: 488");
-                return self.reject(call, RejectReason::NoCommonCodec);
+                return self.reject_with(
+                    call,
+                    RejectReason::NoCommonCodec,
+                    Some("no common codec: PCMU or PCMA at 8000 Hz"),
+                );
             }
         };
+        // Only the chosen section's keys count (the closure may have seen others first).
+        let srtp = keys.filter(|_| negotiated.srtp);
         let info = CallInfo {
             call_sid: crate::call::new_call_sid(),
             account_sid: self.config.api_account_sid.clone(),
@@ -547,6 +594,7 @@ impl SipLoop {
             span: span.clone(),
             start_unix_ms,
             program: Vec::new(),
+            srtp,
             timed_out: false,
             rang: false,
         };
@@ -633,6 +681,9 @@ impl SipLoop {
         self.services
             .registry
             .answered(&p.info.call_sid, control_tx);
+        let media = if p.srtp.is_some() { "srtp" } else { "rtp" };
+        counter!(m::CALLS_ANSWERED_TOTAL, "transport" => p.info.transport.name(), "media" => media)
+            .increment(1);
         let start = CallStart {
             call,
             info: p.info,
@@ -641,6 +692,7 @@ impl SipLoop {
             start_unix_ms: p.start_unix_ms,
             settings: self.call_settings(),
             program: p.program,
+            srtp: p.srtp,
         };
         self.tasks.spawn(tracing::Instrument::instrument(
             driver::run(self.services.clone(), start, dialog_rx, control_rx),
@@ -737,6 +789,7 @@ impl SipLoop {
                 span: span.clone(),
                 start_unix_ms,
                 program: call.twiml,
+                srtp: None,
                 timed_out: false,
                 rang: false,
             },

@@ -45,6 +45,11 @@ pub const SIP_UNTRUSTED_REJECTED_TOTAL: &str = "ontime_sip_untrusted_rejected_to
 pub const SIP_DROP_REASONS: &[&str] = &["untrusted", "rate_limited", "slow_message"];
 /// SIP TCP/TLS connections open, by transport.
 pub const SIP_CONNECTIONS: &str = "ontime_sip_connections";
+/// SRTP/SRTCP packets from callers dropped, by reason (`auth_failed`, `replayed`, ...), and
+/// our own packets that could not be protected.
+pub const SRTP_DROPPED_TOTAL: &str = "ontime_srtp_dropped_total";
+/// Calls answered, by SIP transport and media (`rtp`, `srtp`).
+pub const CALLS_ANSWERED_TOTAL: &str = "ontime_calls_answered_total";
 /// SIP connections refused at the per-source or total bound.
 pub const SIP_CONNECTIONS_REFUSED_TOTAL: &str = "ontime_sip_connections_refused_total";
 /// TLS handshakes that failed or timed out, by side (`server`: a peer connecting to us;
@@ -310,6 +315,30 @@ pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
         "SIP messages dropped because their connection's send queue was full."
     );
     counter!(SIP_STREAM_SEND_DROPPED_TOTAL).absolute(0);
+    describe_counter!(
+        SRTP_DROPPED_TOTAL,
+        Unit::Count,
+        "SRTP/SRTCP packets dropped, by reason."
+    );
+    for r in [
+        "auth_failed",
+        "replayed",
+        "too_old",
+        "too_short",
+        "malformed",
+    ] {
+        counter!(SRTP_DROPPED_TOTAL, "reason" => r).absolute(0);
+    }
+    describe_counter!(
+        CALLS_ANSWERED_TOTAL,
+        Unit::Count,
+        "Calls answered, by SIP transport and media."
+    );
+    for t in ["udp", "tcp", "tls"] {
+        for media in ["rtp", "srtp"] {
+            counter!(CALLS_ANSWERED_TOTAL, "transport" => t, "media" => media).absolute(0);
+        }
+    }
     describe_counter!(TURNS_TOTAL, Unit::Count, "Caller turns detected.");
     counter!(TURNS_TOTAL).absolute(0);
     describe_counter!(

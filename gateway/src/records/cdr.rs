@@ -94,6 +94,8 @@ pub struct CallDetailRecord {
     pub direction: &'static str,
     /// The SIP transport: `udp`, `tcp` or `tls`.
     pub transport: &'static str,
+    /// The media was SRTP (encrypted and authenticated).
+    pub srtp: bool,
     /// The call's SID in the call-control API.
     pub call_sid: String,
     /// The Refer-To of the call's last transfer, if any.
@@ -142,6 +144,7 @@ impl CallDetailRecord {
             dtmf: String::new(),
             direction: info.direction.as_str(),
             transport: info.transport.name(),
+            srtp: false,
             call_sid: info.call_sid.clone(),
             transfer_target: None,
             transfer_result: None,
