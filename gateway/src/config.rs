@@ -261,7 +261,92 @@ pub struct Args {
     /// Interval of the interim call records written while a call is up (e.g. `60s`); 0: none.
     #[arg(long, env = "ONTIME_INTERIM_RECORD_INTERVAL")]
     pub interim_record_interval: Option<String>,
+    /// Listen address of the Twilio-compatible call-control API (off unless set). Its auth
+    /// token comes from `ONTIME_API_AUTH_TOKEN` or `--api-auth-token-file`, never a flag.
+    #[arg(long, env = "ONTIME_API_LISTEN")]
+    pub api_listen: Option<String>,
+    /// The API's account SID (`AC` and 32 hex digits): the Basic-auth user, the `{AccountSid}`
+    /// of every API path and the `accountSid` bots are told.
+    #[arg(long, env = "ONTIME_API_ACCOUNT_SID")]
+    pub api_account_sid: Option<String>,
+    /// File holding the API's auth token (instead of `ONTIME_API_AUTH_TOKEN`).
+    #[arg(long, env = "ONTIME_API_AUTH_TOKEN_FILE")]
+    pub api_auth_token_file: Option<PathBuf>,
+    /// SIP URI of the provider or SBC that outbound calls (the API's dial-out) go through,
+    /// e.g. `sip:192.0.2.1:5060`.
+    #[arg(long, env = "ONTIME_TRUNK_URI")]
+    pub trunk_uri: Option<String>,
+    /// Voice webhook: each inbound call is POSTed here (Twilio's parameters) and runs the TwiML
+    /// it answers with (`<Connect><Stream>` to a bot, `<Reject>`, `<Dial>`...).
+    #[arg(long, env = "ONTIME_VOICE_URL")]
+    pub voice_url: Option<String>,
+    /// TwiML file every inbound call runs (instead of `--voice-url`).
+    #[arg(long, env = "ONTIME_VOICE_TWIML")]
+    pub voice_twiml: Option<PathBuf>,
 }
+
+/// A secret read from the environment or a file: it never reaches a log line (`Debug` hides
+/// it) or a command line (there is no flag for its value).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// A secret.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The value, for the one place that needs it (authentication, signing).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Where outbound calls go: the trunk's SIP URI and the address it resolved to at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrunkUri {
+    /// `host[:port]` of the URI, for the Request-URI of numbers (`sip:+1555...@host:port`).
+    pub host_port: String,
+    /// Where INVITEs are sent.
+    pub addr: SocketAddr,
+}
+
+impl FromStr for TrunkUri {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        use std::net::ToSocketAddrs;
+        let rest = s
+            .trim()
+            .strip_prefix("sip:")
+            .ok_or_else(|| format!("`{s}` is not a sip: URI (e.g. sip:192.0.2.1:5060)"))?;
+        // Drop URI parameters and any user part: the trunk is a host.
+        let host_port = rest.split(';').next().unwrap_or("");
+        let host_port = host_port.rsplit('@').next().unwrap_or("").to_string();
+        if host_port.is_empty() {
+            return Err(format!("`{s}` has no host"));
+        }
+        let with_port = if host_port.ends_with(']') || !host_port.contains(':') {
+            format!("{host_port}:5060")
+        } else {
+            host_port.clone()
+        };
+        let addr = with_port
+            .to_socket_addrs()
+            .map_err(|e| format!("`{s}`: {e}"))?
+            .next()
+            .ok_or_else(|| format!("`{s}`: the host has no address"))?;
+        Ok(TrunkUri { host_port, addr })
+    }
+}
+
+/// The account SID bots are told when no API is configured (Twilio's shape, all zeros).
+pub const DEFAULT_ACCOUNT_SID: &str = "AC00000000000000000000000000000000";
 
 /// The TOML file: the same names as the flags, with underscores.
 #[derive(Debug, Default, Deserialize)]
@@ -298,6 +383,12 @@ struct FileConfig {
     untrusted_sip: Option<UntrustedSip>,
     sip_rate_limit: Option<u32>,
     sip_server_header: Option<String>,
+    api_listen: Option<String>,
+    api_account_sid: Option<String>,
+    api_auth_token_file: Option<PathBuf>,
+    trunk_uri: Option<String>,
+    voice_url: Option<String>,
+    voice_twiml: Option<PathBuf>,
     interim_record_interval: Option<String>,
 }
 
@@ -368,6 +459,18 @@ pub struct Config {
     pub sip_server_header: Option<String>,
     /// Interim call records while a call is up (None: none).
     pub interim_record_interval: Option<Duration>,
+    /// Call-control API listen address (None: no API).
+    pub api_listen: Option<SocketAddr>,
+    /// The account SID (API user, API paths, `accountSid` for bots).
+    pub api_account_sid: String,
+    /// The API's auth token (required when the API listens).
+    pub api_auth_token: Option<Secret>,
+    /// Where outbound calls go.
+    pub trunk_uri: Option<TrunkUri>,
+    /// Voice webhook for inbound calls.
+    pub voice_url: Option<String>,
+    /// TwiML every inbound call runs (the file's text).
+    pub voice_twiml: Option<String>,
 }
 
 impl Default for Config {
@@ -411,6 +514,12 @@ impl Default for Config {
             sip_rate_limit: 500,
             sip_server_header: Some("ontime-gateway".into()),
             interim_record_interval: Some(Duration::from_secs(60)),
+            api_listen: None,
+            api_account_sid: DEFAULT_ACCOUNT_SID.into(),
+            api_auth_token: None,
+            trunk_uri: None,
+            voice_url: None,
+            voice_twiml: None,
         }
     }
 }
@@ -671,7 +780,81 @@ impl Config {
             c.ws_forward_headers = list;
         }
         c.ws_ca_file = pick!(ws_ca_file);
+        c.resolve_call_control(&args, &file)?;
         Ok(c)
+    }
+
+    /// The call-control fields: API, trunk, voice webhook.
+    fn resolve_call_control(&mut self, args: &Args, file: &FileConfig) -> Result<(), ConfigError> {
+        let c = self;
+        macro_rules! pick {
+            ($name:ident) => {
+                args.$name.clone().or(file.$name.clone())
+            };
+        }
+        if let Some(v) = pick!(api_listen) {
+            c.api_listen = Some(parse("api_listen", &v)?);
+        }
+        if let Some(v) = pick!(api_account_sid) {
+            let v = v.trim();
+            let ok = v.len() == 34
+                && v.starts_with("AC")
+                && v[2..].chars().all(|ch| ch.is_ascii_hexdigit());
+            if !ok {
+                return Err(ConfigError::Invalid {
+                    field: "api_account_sid",
+                    reason: "must be AC followed by 32 hex digits, as Twilio's".into(),
+                });
+            }
+            c.api_account_sid = v.to_string();
+        }
+        c.api_auth_token = match pick!(api_auth_token_file) {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|e| ConfigError::Invalid {
+                    field: "api_auth_token_file",
+                    reason: format!("{}: {e}", path.display()),
+                })?;
+                Some(Secret::new(text.trim()))
+            }
+            None => std::env::var("ONTIME_API_AUTH_TOKEN")
+                .ok()
+                .map(|t| Secret::new(t.trim())),
+        }
+        .filter(|t| !t.expose().is_empty());
+        if c.api_listen.is_some() && c.api_auth_token.is_none() {
+            return Err(ConfigError::Invalid {
+                field: "api_auth_token",
+                reason: "the API needs an auth token: set ONTIME_API_AUTH_TOKEN or \
+                         api_auth_token_file"
+                    .into(),
+            });
+        }
+        if let Some(v) = pick!(trunk_uri) {
+            c.trunk_uri = Some(parse("trunk_uri", &v)?);
+        }
+        if let Some(v) = pick!(voice_url) {
+            if !(v.starts_with("http://") || v.starts_with("https://")) {
+                return Err(ConfigError::Invalid {
+                    field: "voice_url",
+                    reason: format!("`{v}` is not an http:// or https:// URL"),
+                });
+            }
+            c.voice_url = Some(v);
+        }
+        if let Some(path) = pick!(voice_twiml) {
+            if c.voice_url.is_some() {
+                return Err(ConfigError::Invalid {
+                    field: "voice_twiml",
+                    reason: "set voice_url or voice_twiml, not both".into(),
+                });
+            }
+            let text = std::fs::read_to_string(&path).map_err(|e| ConfigError::Invalid {
+                field: "voice_twiml",
+                reason: format!("{}: {e}", path.display()),
+            })?;
+            c.voice_twiml = Some(text);
+        }
+        Ok(())
     }
 
     /// Whether `ip` is inside one of the trunk networks.

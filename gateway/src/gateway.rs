@@ -26,6 +26,8 @@ use crate::ops::cgroup_watch::{self, CgroupWatch};
 use crate::ops::http::{self, OpsState};
 use crate::ops::metrics::{self as m, JitterDepthGauge};
 use crate::records::recording::CallRecording;
+use crate::registry::CallRegistry;
+use crate::routing::VoiceRoute;
 use crate::sip_loop::SipLoop;
 
 /// Folder searched for the runtime and models when neither flag nor env names one.
@@ -62,6 +64,9 @@ pub enum Error {
     /// The builder was not given an agent.
     #[error("no agent: call GatewayBuilder::agent")]
     NoAgent,
+    /// The `voice_twiml` document is not TwiML ontime runs.
+    #[error("config field `voice_twiml`: {0}")]
+    VoiceTwiml(String),
 }
 
 /// Renders the metrics the host's recorder collected (Prometheus text) for `/metrics`.
@@ -75,6 +80,8 @@ pub struct Bound {
     pub sip: SocketAddr,
     /// Metrics and health (HTTP).
     pub ops: SocketAddr,
+    /// The call-control API (HTTP), if configured.
+    pub api: Option<SocketAddr>,
 }
 
 /// Builds a [`Gateway`].
@@ -130,6 +137,8 @@ pub struct Gateway {
     jitter_depth: Arc<JitterDepthGauge>,
     sip_loop: SipLoop,
     ops_task: tokio::task::JoinHandle<()>,
+    registry: Arc<CallRegistry>,
+    api_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Gateway {
@@ -196,6 +205,30 @@ impl Gateway {
         })?;
         let jitter_depth = Arc::new(JitterDepthGauge::default());
         let (sip_tx, sip_rx) = mpsc::unbounded_channel();
+        let (registry_tx, registry_rx) = mpsc::unbounded_channel();
+        let admit_slots = slots.clone();
+        let registry = Arc::new(CallRegistry::new(
+            config.api_account_sid.clone(),
+            registry_tx,
+            crate::api::status_callbacks(&config),
+            config.trunk_uri.is_some(),
+            Box::new(move || admit_slots.ready()),
+        ));
+        let route = voice_route(&config)?;
+        let api = match config.api_listen {
+            Some(addr) => Some(
+                crate::api::serve(addr, registry.clone(), &config)
+                    .await
+                    .map_err(|source| Error::Bind {
+                        what: "API",
+                        addr,
+                        source,
+                    })?,
+            ),
+            None => None,
+        };
+        let mut ws_base = crate::agent::WsAgentConfig::from_config("", &config);
+        ws_base.url.clear();
         let services = CallServices {
             sender: sender.clone(),
             pool,
@@ -203,17 +236,33 @@ impl Gateway {
             sip: sip_tx,
             jitter_depth: jitter_depth.clone(),
             record_dir: config.record_dir.clone(),
+            registry: registry.clone(),
+            ws_base: Arc::new(ws_base),
         };
-        let sip_loop = SipLoop::new(sip_socket, config.clone(), slots.clone(), services, sip_rx)
-            .map_err(|source| Error::Bind {
-                what: "SIP",
-                addr: config.sip_listen,
-                source,
-            })?;
-        info!(%sip, metrics = %ops, rtp_ports = ?config.rtp_ports, max_calls = config.max_calls, "ontime-gateway ready");
+        let sip_loop = SipLoop::new(
+            sip_socket,
+            config.clone(),
+            slots.clone(),
+            services,
+            sip_rx,
+            registry_rx,
+            route,
+        )
+        .map_err(|source| Error::Bind {
+            what: "SIP",
+            addr: config.sip_listen,
+            source,
+        })?;
+        let (api, api_task) = match api {
+            Some((addr, task)) => (Some(addr), Some(task)),
+            None => (None, None),
+        };
+        info!(%sip, metrics = %ops, api = ?api, rtp_ports = ?config.rtp_ports, max_calls = config.max_calls, "ontime-gateway ready");
         Ok(Gateway {
             config,
-            bound: Bound { sip, ops },
+            bound: Bound { sip, ops, api },
+            registry,
+            api_task,
             sender,
             slots,
             jitter_depth,
@@ -225,6 +274,13 @@ impl Gateway {
     /// The addresses bound.
     pub fn local_addrs(&self) -> Bound {
         self.bound
+    }
+
+    /// The calls, as the call-control API sees and acts on them: an embedding program hangs
+    /// up, sends digits, transfers (`update`) and dials out (`create`) through this, exactly as
+    /// the HTTP API does.
+    pub fn call_control(&self) -> Arc<dyn crate::api::CallControl> {
+        self.registry.clone()
     }
 
     /// Serve calls until `shutdown` resolves, then drain: no new calls (503), calls in progress
@@ -258,6 +314,9 @@ impl Gateway {
         waiter.abort();
         self.sender.publish_metrics();
         self.ops_task.abort();
+        if let Some(t) = self.api_task {
+            t.abort();
+        }
         info!("ontime-gateway stopped");
     }
 }
@@ -265,6 +324,21 @@ impl Gateway {
 /// Where the runtime and models are: `models_dir` (the flag, or its `ONTIME_MODELS_DIR` twin as
 /// clap resolved it) wins; without it the inference crate's environment lookup, then the default
 /// folder. `ort_dylib_path` (flag or `ORT_DYLIB_PATH`) names the runtime library on its own.
+/// The voice route of inbound calls from the configuration.
+fn voice_route(config: &Config) -> Result<VoiceRoute, Error> {
+    if let Some(text) = &config.voice_twiml {
+        let verbs = crate::api::twiml::parse(text).map_err(|e| Error::VoiceTwiml(e.to_string()))?;
+        return Ok(VoiceRoute::Twiml(Arc::new(verbs)));
+    }
+    if let Some(url) = &config.voice_url {
+        return Ok(VoiceRoute::Url {
+            url: url.clone(),
+            fetch: crate::api::voice_fetcher(config),
+        });
+    }
+    Ok(VoiceRoute::Agent)
+}
+
 fn model_paths(config: &Config) -> ModelPaths {
     let mut paths = match &config.models_dir {
         Some(dir) => ModelPaths::in_dir(dir.clone()),

@@ -31,6 +31,8 @@ mod config;
 mod gateway;
 mod ops;
 mod records;
+mod registry;
+mod routing;
 mod sip_loop;
 
 pub use admission::RejectReason;

@@ -18,11 +18,14 @@ use tracing::{info, warn};
 use crate::admission::sip_guard::{SipGuard, Verdict};
 use crate::admission::{AdmittedCall, CallSlots, RejectReason, RETRY_AFTER_SECS};
 use crate::agent::{Admission, CallInfo};
+use crate::api::{CallStatus, Direction as CallDirection, NewCall, Verb};
 use crate::call::driver::{self, CallServices, CallStart, SipCall};
 use crate::call::{CallSettings, DialogEvent, SipRequest};
 use crate::config::Config;
 use crate::ops::metrics as m;
 use crate::records::cdr::{CallDetailRecord, EndCause};
+use crate::registry::RegistryRequest;
+use crate::routing::VoiceRoute;
 
 /// How long the SIP loop stays after the last call of a drain (RFC 3261 T4), absorbing
 /// retransmissions.
@@ -35,19 +38,25 @@ pub(crate) enum SipCommand {
     StopAccepting,
     /// The ring time of a call is over: answer it.
     Answer(ontime_sip::CallHandle),
-    /// The agent prepared a ringing call ([`Agent::prepare_call`]): answer or refuse it.
+    /// The agent prepared a ringing call ([`Agent::prepare_call`]) and the voice route
+    /// answered: answer or refuse it.
     AgentReady {
         /// The call.
         call: ontime_sip::CallHandle,
         /// Its facts (to release the agent's preparation if the call is gone).
         info: CallInfo,
-        /// The agent's verdict.
+        /// The verdict.
         admission: Admission,
+        /// The TwiML the call runs once answered.
+        program: Vec<Verb>,
     },
+    /// An outbound call rang for its `Timeout` without an answer: cancel it.
+    RingTimeout(ontime_sip::CallHandle),
 }
 
 /// A call admitted and ringing, answered after `answer_delay`.
 struct PendingCall {
+    /// Our answer (inbound) or offer (outbound) SDP.
     answer: SessionDescription,
     admitted: AdmittedCall,
     info: CallInfo,
@@ -55,6 +64,11 @@ struct PendingCall {
     local: LocalMedia,
     span: tracing::Span,
     start_unix_ms: u64,
+    /// The TwiML the call runs once answered.
+    program: Vec<Verb>,
+    /// An outbound call's state: the ring timeout passed, the API cancelled it.
+    timed_out: bool,
+    rang: bool,
 }
 
 struct CallEntry {
@@ -74,7 +88,14 @@ pub(crate) struct SipLoop {
     command_tx: mpsc::UnboundedSender<SipCommand>,
     call_requests: mpsc::UnboundedReceiver<SipCall>,
     calls: HashMap<ontime_sip::CallHandle, CallEntry>,
+    /// Inbound calls ringing.
     pending: HashMap<ontime_sip::CallHandle, PendingCall>,
+    /// Outbound calls placed, not answered yet.
+    dialing: HashMap<ontime_sip::CallHandle, PendingCall>,
+    /// CallSid → dialog, for the API's requests on calls not answered yet.
+    sids: HashMap<String, ontime_sip::CallHandle>,
+    registry_requests: mpsc::UnboundedReceiver<RegistryRequest>,
+    route: VoiceRoute,
     tasks: tokio::task::JoinSet<()>,
 }
 
@@ -86,6 +107,8 @@ impl SipLoop {
         slots: Arc<CallSlots>,
         services: CallServices,
         call_requests: mpsc::UnboundedReceiver<SipCall>,
+        registry_requests: mpsc::UnboundedReceiver<RegistryRequest>,
+        route: VoiceRoute,
     ) -> std::io::Result<SipLoop> {
         let local = socket.local_addr()?;
         let advertised = SocketAddr::new(config.public_ip, local.port());
@@ -116,6 +139,10 @@ impl SipLoop {
             call_requests,
             calls: HashMap::new(),
             pending: HashMap::new(),
+            dialing: HashMap::new(),
+            sids: HashMap::new(),
+            registry_requests,
+            route,
             tasks: tokio::task::JoinSet::new(),
         })
     }
@@ -143,6 +170,7 @@ impl SipLoop {
                 _ = sleep => self.endpoint.handle_timeout(Instant::now()),
                 Some(cmd) = self.commands.recv() => self.command(cmd),
                 Some(req) = self.call_requests.recv() => self.call_request(req),
+                Some(req) = self.registry_requests.recv() => self.registry_request(req),
                 changed = drain.changed(), if drain_deadline.is_none() => {
                     if changed.is_ok() {
                         if let Some(deadline) = *drain.borrow() {
@@ -164,7 +192,12 @@ impl SipLoop {
                         let _ = entry.dialog.send(DialogEvent::Hangup(EndCause::Drained));
                     }
                 }
-                if self.calls.is_empty() && self.pending.is_empty() {
+                if now >= deadline {
+                    for call in self.dialing.keys().copied().collect::<Vec<_>>() {
+                        let _ = self.endpoint.cancel(call, now);
+                    }
+                }
+                if self.calls.is_empty() && self.pending.is_empty() && self.dialing.is_empty() {
                     // Linger up to T4 so retransmitted BYEs/ACKs are still answered, then go
                     // (an INVITE server transaction may sit in RFC 6026's Accepted state longer).
                     let since = *idle_since.get_or_insert(now);
@@ -201,16 +234,57 @@ impl SipLoop {
     }
 
     fn call_request(&mut self, req: SipCall) {
+        let now = Instant::now();
         let result = match req.request {
-            SipRequest::Hangup => self.endpoint.hangup(req.call, Instant::now()),
+            SipRequest::Hangup => self.endpoint.hangup(req.call, now),
             SipRequest::HangupWithReason(reason) => {
                 let headers = [("Reason".to_string(), reason)];
+                self.endpoint.hangup_with_headers(req.call, &headers, now)
+            }
+            SipRequest::Refer(target) => {
+                let referred_by = format!(
+                    "sip:{}@{}",
+                    self.endpoint.config().user,
+                    self.endpoint.config().local_addr
+                );
+                let r = self
+                    .endpoint
+                    .refer(req.call, &target, Some(&referred_by), now);
+                if r.is_err() {
+                    // Not sent: the call learns it as a refusal and stays up.
+                    self.to_call(req.call, DialogEvent::ReferResponse(500));
+                }
+                r
+            }
+            SipRequest::InfoDtmf(digit, tone) => {
                 self.endpoint
-                    .hangup_with_headers(req.call, &headers, Instant::now())
+                    .send_info_dtmf(req.call, digit, tone.as_millis() as u32, now)
             }
         };
         if let Err(e) = result {
-            warn!(error = %e, "BYE could not be sent");
+            warn!(error = %e, "in-dialog request could not be sent");
+        }
+    }
+
+    fn registry_request(&mut self, req: RegistryRequest) {
+        match req {
+            RegistryRequest::DialOut { sid, call } => self.dial_out(sid, call),
+            RegistryRequest::EndRinging { sid } => {
+                let Some(&call) = self.sids.get(&sid) else {
+                    return;
+                };
+                if self.dialing.contains_key(&call) {
+                    if let Err(e) = self.endpoint.cancel(call, Instant::now()) {
+                        warn!(error = %e, "CANCEL failed");
+                    }
+                } else if self.pending.remove(&call).is_some() {
+                    // An inbound call the API ends before it is answered: declined.
+                    self.reject(call, RejectReason::Declined);
+                    self.services
+                        .registry
+                        .ended(&sid, CallStatus::Canceled, Some(603));
+                }
+            }
         }
     }
 
@@ -225,17 +299,53 @@ impl SipLoop {
                 call,
                 info,
                 admission,
+                program,
             } => match (self.pending.remove(&call), admission) {
-                (Some(p), Admission::Answer) => self.answer(call, p),
+                (Some(mut p), Admission::Answer) => {
+                    p.program = program;
+                    self.answer(call, p)
+                }
                 (Some(p), Admission::Reject) => {
                     let _enter = p.span.enter();
                     info!("agent unavailable: 503");
                     self.reject(call, RejectReason::AgentUnavailable);
+                    self.services
+                        .registry
+                        .ended(&p.info.call_sid, CallStatus::Failed, Some(503));
                     // dropping `p` gives its slot back
+                }
+                (Some(p), Admission::Refuse { busy }) => {
+                    let _enter = p.span.enter();
+                    let reason = if busy {
+                        RejectReason::Busy
+                    } else {
+                        RejectReason::Declined
+                    };
+                    info!(
+                        status = reason.status(),
+                        "the voice route rejected the call"
+                    );
+                    self.reject(call, reason);
+                    let status = if busy {
+                        CallStatus::Busy
+                    } else {
+                        CallStatus::Canceled
+                    };
+                    self.services
+                        .registry
+                        .ended(&p.info.call_sid, status, Some(reason.status()));
                 }
                 // The caller cancelled while the agent prepared: let it release what it holds.
                 (None, _) => self.services.agent.abandon_call(&info),
             },
+            SipCommand::RingTimeout(call) => {
+                if let Some(p) = self.dialing.get_mut(&call) {
+                    p.timed_out = true;
+                    if let Err(e) = self.endpoint.cancel(call, Instant::now()) {
+                        warn!(error = %e, "CANCEL failed");
+                    }
+                }
+            }
             SipCommand::StopAccepting => {
                 self.slots.stop_accepting();
                 self.endpoint.set_accepting(false);
@@ -286,8 +396,27 @@ impl SipLoop {
                 offer,
             } => self.reoffer(call, method, offer),
             Event::Dtmf { call, digit, .. } => self.to_call(call, DialogEvent::Dtmf(digit)),
+            Event::ReferResponse { call, status } => {
+                self.to_call(call, DialogEvent::ReferResponse(status))
+            }
+            Event::ReferProgress {
+                call,
+                status,
+                terminated,
+            } => self.to_call(call, DialogEvent::ReferProgress { status, terminated }),
+            Event::Progress { call, status, .. } => {
+                if let Some(p) = self.dialing.get_mut(&call) {
+                    if !p.rang && (180..=183).contains(&status) {
+                        p.rang = true;
+                        self.services.registry.ringing(&p.info.call_sid, status);
+                    }
+                }
+            }
+            Event::Answered { call, answer } => self.outbound_answered(call, answer),
             Event::Ended { call, reason } => {
-                if let Some(p) = self.pending.remove(&call) {
+                if let Some(p) = self.dialing.remove(&call) {
+                    self.end_unanswered_outbound(p, reason);
+                } else if let Some(p) = self.pending.remove(&call) {
                     self.end_unanswered(p, reason);
                 } else if let Some(e) = self.calls.remove(&call) {
                     let cause = match reason {
@@ -299,6 +428,7 @@ impl SipLoop {
                     };
                     let _ = e.dialog.send(DialogEvent::Ended(cause));
                 }
+                self.sids.retain(|_, c| *c != call);
             }
             other => tracing::debug!(?other, "SIP event not used by the gateway"),
         }
@@ -347,12 +477,17 @@ impl SipLoop {
             }
         };
         let info = CallInfo {
+            call_sid: crate::call::new_call_sid(),
+            account_sid: self.config.api_account_sid.clone(),
+            direction: CallDirection::Inbound,
             call_id: incoming.call_id.clone(),
             from: incoming.from.uri.clone(),
             to: incoming.to.uri.clone(),
             sip_headers: incoming.headers.clone(),
         };
-        info!(from = %info.from, to = %info.to, source = %incoming.source, codec = ?negotiated.codec, rtp_port = port, "call admitted");
+        info!(from = %info.from, to = %info.to, call_sid = %info.call_sid, source = %incoming.source, codec = ?negotiated.codec, rtp_port = port, "call admitted");
+        self.services.registry.inbound(&info);
+        self.sids.insert(info.call_sid.clone(), call);
         let start_unix_ms = crate::records::cdr::unix_ms_now();
         // Written now, so a crash from here on still leaves a record of the call.
         CallDetailRecord::start(&info, start_unix_ms).log();
@@ -364,11 +499,18 @@ impl SipLoop {
             local,
             span: span.clone(),
             start_unix_ms,
+            program: Vec::new(),
+            timed_out: false,
+            rang: false,
         };
         let delay = self.config.answer_delay;
-        if let Some(prepared) = self.services.agent.prepare_call(&pending.info) {
-            // Ring while the agent gets ready (e.g. connects to its bot) and the ring time
-            // passes, then answer or refuse: the SIP loop never waits for it.
+        if let Some(ready) = self
+            .route
+            .prepare(&pending.info, self.services.agent.clone())
+        {
+            // Ring while the voice route answers and the agent gets ready (e.g. connects to
+            // its bot) and the ring time passes, then answer or refuse: the SIP loop never
+            // waits for it.
             if let Err(e) = self.endpoint.ring(call, Instant::now()) {
                 warn!(error = %e, "180 failed");
             }
@@ -376,11 +518,12 @@ impl SipLoop {
             self.pending.insert(call, pending);
             let tx = self.command_tx.clone();
             tokio::spawn(async move {
-                let (admission, ()) = tokio::join!(prepared, tokio::time::sleep(delay));
+                let ((admission, program), ()) = tokio::join!(ready, tokio::time::sleep(delay));
                 let _ = tx.send(SipCommand::AgentReady {
                     call,
                     info,
                     admission,
+                    program,
                 });
             });
         } else if delay.is_zero() {
@@ -410,6 +553,10 @@ impl SipLoop {
             cname: format!("ontime@{}", self.config.public_ip),
             record: false,
             sender_origin: self.services.sender.origin(),
+            transfer_domain: match &self.config.trunk_uri {
+                Some(t) => t.host_port.clone(),
+                None => self.endpoint.config().local_addr.to_string(),
+            },
         }
     }
 
@@ -422,7 +569,13 @@ impl SipLoop {
             return;
         }
         info!("call answered");
+        self.start_call(call, p);
+    }
+
+    /// Start the task of an answered call (either way).
+    fn start_call(&mut self, call: ontime_sip::CallHandle, p: PendingCall) {
         let (dialog_tx, dialog_rx) = mpsc::unbounded_channel();
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
         self.calls.insert(
             call,
             CallEntry {
@@ -430,6 +583,9 @@ impl SipLoop {
                 local: p.local,
             },
         );
+        self.services
+            .registry
+            .answered(&p.info.call_sid, control_tx);
         let start = CallStart {
             call,
             info: p.info,
@@ -437,11 +593,180 @@ impl SipLoop {
             negotiated: p.negotiated,
             start_unix_ms: p.start_unix_ms,
             settings: self.call_settings(),
+            program: p.program,
         };
         self.tasks.spawn(tracing::Instrument::instrument(
-            driver::run(self.services.clone(), start, dialog_rx),
-            span.clone(),
+            driver::run(self.services.clone(), start, dialog_rx, control_rx),
+            p.span,
         ));
+    }
+
+    /// Place an outbound call for the API through the trunk.
+    fn dial_out(&mut self, sid: String, call: NewCall) {
+        let registry = self.services.registry.clone();
+        let fail = |status: CallStatus| {
+            counter!(m::OUTBOUND_CALLS_TOTAL, "result" => status.as_str()).increment(1);
+            registry.ended(&sid, status, None);
+        };
+        let Some(trunk) = self.config.trunk_uri.clone() else {
+            return fail(CallStatus::Failed);
+        };
+        let span = tracing::info_span!("call", call_sid = %sid);
+        let _enter = span.enter();
+        let admitted = match self.slots.admit(self.config.sip_listen.ip()) {
+            Ok(a) => a,
+            Err(reason) => {
+                info!(reason = reason.label(), "outbound call refused");
+                return fail(CallStatus::Failed);
+            }
+        };
+        let Some(port) = admitted.slot.port() else {
+            return fail(CallStatus::Failed);
+        };
+        let local = self.local_media(port);
+        let offer = ontime_sip::sdp::build_offer(&local);
+        let uri = |who: &str, host: &str| {
+            if who.starts_with("sip:") || who.starts_with("sips:") {
+                who.to_string()
+            } else {
+                format!("sip:{who}@{host}")
+            }
+        };
+        let target = uri(&call.to, &trunk.host_port);
+        let from = uri(&call.from, &self.config.public_ip.to_string());
+        let params = ontime_sip::CallParams {
+            target: target.clone(),
+            from: Some(from.clone()),
+            destination: trunk.addr,
+            transport: ontime_sip::Transport::Udp,
+            offer: offer.clone(),
+        };
+        let handle = match self.endpoint.place_call(params, Instant::now()) {
+            Ok(h) => h,
+            Err(e) => {
+                warn!(error = %e, "INVITE could not be sent");
+                return fail(CallStatus::Failed);
+            }
+        };
+        let call_id = self
+            .endpoint
+            .call_id(handle)
+            .unwrap_or_default()
+            .to_string();
+        info!(to = %target, from = %from, trunk = %trunk.addr, rtp_port = port, "dialling out");
+        registry.initiated(&sid, &call_id);
+        let info = CallInfo {
+            call_id,
+            call_sid: sid.clone(),
+            account_sid: self.config.api_account_sid.clone(),
+            direction: CallDirection::OutboundApi,
+            from,
+            to: target,
+            sip_headers: Vec::new(),
+        };
+        let start_unix_ms = crate::records::cdr::unix_ms_now();
+        CallDetailRecord::start(&info, start_unix_ms).log();
+        self.sids.insert(sid, handle);
+        // Negotiated for real from the answer; this placeholder never reaches a call.
+        let negotiated = ontime_sip::NegotiatedMedia {
+            remote_rtp: None,
+            codec: Codec::Pcmu,
+            payload_type: 0,
+            telephone_event_pt: None,
+            remote_ptime_ms: None,
+            remote_maxptime_ms: None,
+            local_direction: ontime_sip::Direction::SendRecv,
+        };
+        self.dialing.insert(
+            handle,
+            PendingCall {
+                answer: offer,
+                admitted,
+                info,
+                negotiated,
+                local,
+                span: span.clone(),
+                start_unix_ms,
+                program: call.twiml,
+                timed_out: false,
+                rang: false,
+            },
+        );
+        let tx = self.command_tx.clone();
+        let timeout = call.timeout;
+        tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            let _ = tx.send(SipCommand::RingTimeout(handle));
+        });
+    }
+
+    fn outbound_answered(
+        &mut self,
+        call: ontime_sip::CallHandle,
+        answer: Option<SessionDescription>,
+    ) {
+        let Some(mut p) = self.dialing.remove(&call) else {
+            return;
+        };
+        let span = p.span.clone();
+        let _enter = span.enter();
+        let negotiated = answer
+            .as_ref()
+            .ok_or_else(|| "the 200 had no SDP".to_string())
+            .and_then(|a| ontime_sip::sdp::read_answer(a, &p.local).map_err(|e| e.to_string()));
+        match negotiated {
+            Ok(n) => {
+                counter!(m::OUTBOUND_CALLS_TOTAL, "result" => "answered").increment(1);
+                info!(codec = ?n.codec, "outbound call answered");
+                p.negotiated = n;
+                self.start_call(call, p);
+            }
+            Err(why) => {
+                warn!(%why, "outbound call answered without usable media: hanging up");
+                let _ = self.endpoint.hangup(call, Instant::now());
+                counter!(m::OUTBOUND_CALLS_TOTAL, "result" => "failed").increment(1);
+                self.services
+                    .registry
+                    .ended(&p.info.call_sid, CallStatus::Failed, Some(200));
+                CallDetailRecord::unanswered(&p.info, p.start_unix_ms, EndCause::SignallingFailure)
+                    .log();
+            }
+        }
+    }
+
+    /// An outbound call that ended before an answer: busy, no answer, cancelled, failed.
+    fn end_unanswered_outbound(&mut self, p: PendingCall, reason: EndReason) {
+        let _enter = p.span.enter();
+        let (status, sip_status) = match &reason {
+            EndReason::Refused { status, .. } => match status {
+                486 | 600 => (CallStatus::Busy, Some(*status)),
+                408 | 480 => (CallStatus::NoAnswer, Some(*status)),
+                487 if p.timed_out => (CallStatus::NoAnswer, Some(487)),
+                487 => (CallStatus::Canceled, Some(487)),
+                s => (CallStatus::Failed, Some(*s)),
+            },
+            EndReason::Cancelled if p.timed_out => (CallStatus::NoAnswer, None),
+            EndReason::Cancelled => (CallStatus::Canceled, None),
+            EndReason::Timeout => (CallStatus::Failed, Some(408)),
+            _ => (CallStatus::Failed, None),
+        };
+        info!(
+            status = status.as_str(),
+            ?reason,
+            "outbound call not answered"
+        );
+        counter!(m::OUTBOUND_CALLS_TOTAL, "result" => status.as_str()).increment(1);
+        self.services
+            .registry
+            .ended(&p.info.call_sid, status, sip_status);
+        self.sids.retain(|s, _| *s != p.info.call_sid);
+        let cause = if status == CallStatus::Canceled {
+            EndCause::Cancelled
+        } else {
+            EndCause::SignallingFailure
+        };
+        CallDetailRecord::unanswered(&p.info, p.start_unix_ms, cause).log();
+        // dropping `p` gives its slot back
     }
 
     /// A call that ended before it was answered (CANCEL while ringing): free it and record it.
@@ -454,6 +779,10 @@ impl SipLoop {
         };
         // Whatever the agent prepared for it (a bot connection) will not be used.
         self.services.agent.abandon_call(&p.info);
+        self.services
+            .registry
+            .ended(&p.info.call_sid, CallStatus::Canceled, None);
+        self.sids.retain(|s, _| *s != p.info.call_sid);
         counter!(m::CALLS_TOTAL, "result" => cause.result_label()).increment(1);
         CallDetailRecord::unanswered(&p.info, p.start_unix_ms, cause).log();
         // dropping `p` gives its slot back

@@ -11,6 +11,7 @@ use ontime_rtp::FRAME;
 use ringbuf::traits::{Consumer, Producer, Split};
 use ringbuf::{HeapCons, HeapProd, HeapRb};
 
+use crate::dtmf::DtmfSequence;
 use crate::metrics_names as names;
 use crate::os::RawSocketAddr;
 use crate::stats::{SenderCounters, SenderStats, TickSample};
@@ -45,6 +46,8 @@ enum Control {
     Add(Box<StreamState>),
     Remove(StreamId),
     SetRemote(StreamId, RawSocketAddr),
+    /// Inline symbols, no heap: dropping it on the tick frees nothing.
+    Dtmf(StreamId, DtmfSequence),
 }
 
 /// The tick, on injected time. Slot `k` is due at `(k + 1) × 20 ms` after the engine's origin;
@@ -191,6 +194,11 @@ impl TickEngine {
                         s.set_remote(remote);
                     }
                 }
+                Ok(Control::Dtmf(id, sequence)) => {
+                    if let Some(s) = self.streams.iter_mut().find(|s| s.id == id) {
+                        s.queue_dtmf(&sequence);
+                    }
+                }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
@@ -285,6 +293,25 @@ impl Controller {
     /// the caller's real RTP source).
     pub fn set_remote(&self, id: StreamId, remote: SocketAddr) -> Result<()> {
         self.send(Control::SetRemote(id, RawSocketAddr::new(remote)))
+    }
+
+    /// Play DTMF digits on a stream as RFC 4733 telephone-events with payload type
+    /// `payload_type` (the call's negotiated telephone-event type, 96–127), from the next tick.
+    /// `digits` is Twilio's `<Play digits>` syntax: `0`–`9`, `*`, `#`, `A`–`D` (either case),
+    /// and `w` for a 0.5 s pause; 1 to [`crate::MAX_DTMF_SYMBOLS`] symbols. Each digit is a
+    /// [`crate::DTMF_TONE`] tone followed by a [`crate::DTMF_GAP`] of silence.
+    ///
+    /// Returns how long the sequence takes to play. Meanwhile the stream's queued audio waits
+    /// (nothing is consumed or counted as an underrun) and plays after it; `clear()` still
+    /// discards queued audio but does not cut the digits. A sequence sent while another is
+    /// playing is queued behind it when both fit in [`crate::MAX_DTMF_SYMBOLS`], and otherwise
+    /// dropped whole and counted in [`crate::StreamStats::dtmf_dropped`]. An unknown stream id
+    /// is ignored, as by [`Controller::set_remote`].
+    pub fn send_dtmf(&self, id: StreamId, payload_type: u8, digits: &str) -> Result<Duration> {
+        let sequence = DtmfSequence::parse(payload_type, digits)?;
+        let duration = sequence.duration();
+        self.send(Control::Dtmf(id, sequence))?;
+        Ok(duration)
     }
 
     fn send(&self, control: Control) -> Result<()> {

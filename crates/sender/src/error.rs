@@ -53,6 +53,25 @@ pub enum Error {
         /// Capacity of the mark queue.
         capacity: usize,
     },
+    /// A DTMF digit string holds a character other than `0`–`9`, `*`, `#`, `A`–`D` or `w`.
+    #[error("DTMF digits: {digit:?} at position {position} is not 0-9, *, #, A-D or w")]
+    InvalidDtmfDigit {
+        /// The offending character.
+        digit: char,
+        /// Its index in the string, in characters.
+        position: usize,
+    },
+    /// A DTMF digit string is empty or longer than [`crate::MAX_DTMF_SYMBOLS`].
+    #[error("DTMF digits: {len} symbols, expected 1 to {max}")]
+    DtmfLength {
+        /// Symbols given.
+        len: usize,
+        /// [`crate::MAX_DTMF_SYMBOLS`].
+        max: usize,
+    },
+    /// A telephone-event payload type outside the dynamic range 96–127.
+    #[error("telephone-event payload type {0} is not a dynamic payload type (96-127)")]
+    DtmfPayloadType(u8),
 }
 
 /// `Result` with this crate's [`Error`].

@@ -20,6 +20,10 @@
 //! producer.push(&[0xFF; 800]); // 100 ms of µ-law audio
 //! producer.mark(7)?; // reported as StreamEvent::Mark once its last byte was sent
 //! producer.end_utterance();
+//! // Twilio's <Play digits>: RFC 4733 telephone-events at the call's negotiated payload type;
+//! // the queued audio waits and resumes after the returned 0.9 s.
+//! let played = sender.send_dtmf(producer.id(), 101, "1w#")?;
+//! assert_eq!(played, std::time::Duration::from_millis(900));
 //! // ...barge-in:
 //! producer.clear();
 //! println!("{:?}", producer.stats());
@@ -27,27 +31,40 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## DTMF
+//! [`Sender::send_dtmf`] (or [`Controller::send_dtmf`]) plays digits on a stream as RFC 4733
+//! telephone-events: each digit is a [`DTMF_TONE`] event, one packet per 20 ms slot on the
+//! stream's SSRC and sequence numbers, all with the event's start timestamp, the marker on the
+//! first, the duration growing by 160 and the E bit on the last, which is sent three times
+//! (RFC 4733 §2.5.1.4); then silence to the end of a [`DTMF_GAP`]. A `w` is [`DTMF_PAUSE`] of
+//! silence. The media timestamp moves on one frame per slot throughout, so the stream's queued
+//! audio, which waits meanwhile, resumes on the clock. Digits played out are counted in
+//! [`StreamStats::dtmf_digits_sent`] and [`SenderStats::dtmf_digits_sent`].
+//!
 //! ## How the tick path stays free of locks and allocation
 //! - Audio and marks travel producer → tick in `ringbuf` SPSC rings (atomic head/tail, no lock);
 //!   events (marks played) travel back in another SPSC ring per stream.
 //! - `clear()` and `end_utterance()` publish a byte position in an `AtomicU64`; the tick compares
 //!   positions, so a clear needs no lock and takes effect on the next tick.
-//! - Streams are added/removed through a bounded `crossbeam-channel` the tick drains with
-//!   `try_recv` (array flavour: no allocation; it only takes its waker lock when a thread is
-//!   *blocked* on the channel, and no one ever blocks: the tick never waits on it and the
-//!   controller only uses `try_send`). Removed streams go back to the controller through a second
+//! - Streams are added/removed, and DTMF queued (as an inline array, so dropping it on the tick
+//!   frees nothing), through a bounded `crossbeam-channel` the tick drains with `try_recv`
+//!   (array flavour: no allocation; it only takes its waker lock when a thread is *blocked* on
+//!   the channel, and no one ever blocks: the tick never waits on it and the controller only
+//!   uses `try_send`). Removed streams go back to the controller through a second
 //!   bounded channel so their memory is freed off the real-time thread.
 //! - Counters are atomics; the `metrics` facade is fed from them by [`Sender::publish_metrics`]
 //!   outside the tick (the Prometheus recorder's histogram allocates on record).
 //! - Packets are built into a fixed buffer; UDP sends use `sendto(MSG_DONTWAIT)`.
 //!
-//! `tests/no_alloc_tick.rs` proves it with a counting global allocator.
+//! `tests/no_alloc_tick.rs` proves it with a counting global allocator (allocations and frees,
+//! DTMF included).
 
 // The README's examples are compiled and run with the doctests, so they stay true to the API.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod dtmf;
 mod engine;
 mod error;
 mod metrics_names;
@@ -56,6 +73,7 @@ mod sender;
 mod stats;
 mod stream;
 
+pub use dtmf::{DTMF_GAP, DTMF_PAUSE, DTMF_TONE, MAX_DTMF_SYMBOLS};
 pub use engine::{Controller, EngineConfig, TickEngine};
 pub use error::{Error, Result};
 pub use metrics_names::describe_metrics;

@@ -183,6 +183,11 @@ impl Sender {
         self.controller.set_remote(id, remote)
     }
 
+    /// See [`Controller::send_dtmf`].
+    pub fn send_dtmf(&self, id: StreamId, payload_type: u8, digits: &str) -> Result<Duration> {
+        self.controller.send_dtmf(id, payload_type, digits)
+    }
+
     /// See [`Controller::stats`].
     pub fn stats(&self) -> SenderStats {
         self.controller.stats()

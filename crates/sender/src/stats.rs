@@ -80,6 +80,7 @@ pub(crate) struct SenderCounters {
     pub(crate) silence_packets: AtomicU64,
     pub(crate) trace_dropped: AtomicU64,
     pub(crate) events_dropped: AtomicU64,
+    pub(crate) dtmf_digits_sent: AtomicU64,
     pub(crate) streams: AtomicU64,
     pub(crate) realtime: AtomicBool,
 }
@@ -110,6 +111,7 @@ impl SenderCounters {
             histogram,
             tick_trace_dropped: self.trace_dropped.load(Relaxed),
             events_dropped: self.events_dropped.load(Relaxed),
+            dtmf_digits_sent: self.dtmf_digits_sent.load(Relaxed),
         }
     }
 }
@@ -145,6 +147,8 @@ pub struct SenderStats {
     pub tick_trace_dropped: u64,
     /// Stream events (marks) lost because a producer did not read its events in time.
     pub events_dropped: u64,
+    /// DTMF digits played out, summed over streams (see [`crate::StreamStats::dtmf_digits_sent`]).
+    pub dtmf_digits_sent: u64,
 }
 
 impl SenderStats {

@@ -11,6 +11,7 @@ use ontime_rtp::{Packetizer, FRAME_BYTES, MAX_FRAME_PACKET_BYTES};
 use ringbuf::traits::{Consumer, Observer, Producer, Split};
 use ringbuf::{HeapCons, HeapProd, HeapRb};
 
+use crate::dtmf::{DtmfPlayer, DtmfSequence, DtmfSlot, EventPacket};
 use crate::os::{self, RawSocketAddr};
 use crate::stats::{SenderCounters, TickCounters};
 use crate::{Error, Result};
@@ -36,8 +37,10 @@ pub struct PacketInfo {
     pub scheduled: Duration,
     /// Sent as catch-up after a late wake (a later slot was already due).
     pub catch_up: bool,
-    /// The payload is all silence (between utterances, or an underrun).
+    /// The payload is all silence (between utterances, an underrun, or a DTMF gap or pause).
     pub silence: bool,
+    /// An RFC 4733 telephone-event packet (see [`crate::Sender::send_dtmf`]), not audio.
+    pub telephone_event: bool,
 }
 
 /// Where a stream's packets go instead of a UDP socket: tests, recorders, other transports.
@@ -45,7 +48,8 @@ pub struct PacketInfo {
 /// `send_packet` runs on the real-time tick: it must not block, lock or allocate. Whatever it
 /// spends delays every stream.
 pub trait PacketSink: Send + 'static {
-    /// Take one RTP packet (header + 160-byte payload). An error is counted as a send error.
+    /// Take one RTP packet (header + 160-byte G.711 payload, or + 4-byte telephone-event payload
+    /// while DTMF plays). An error is counted as a send error.
     fn send_packet(&mut self, packet: &[u8], info: PacketInfo) -> io::Result<()>;
 }
 
@@ -163,6 +167,14 @@ pub struct StreamStats {
     pub queued_bytes: usize,
     /// Sent frames the tap had no room for (the producer did not drain it in time).
     pub tap_dropped: u64,
+    /// RFC 4733 telephone-event packets sent successfully (also counted in `packets_sent`).
+    pub dtmf_packets_sent: u64,
+    /// DTMF digits played out: counted when a digit's third and last end packet has been sent
+    /// (the gateway's `ontime_dtmf_sent_total`).
+    pub dtmf_digits_sent: u64,
+    /// DTMF sequences dropped whole because the stream's queue had no room for them behind what
+    /// was still playing (more than [`crate::MAX_DTMF_SYMBOLS`] symbols at once).
+    pub dtmf_dropped: u64,
     /// The stream has been removed from the tick.
     pub removed: bool,
 }
@@ -181,6 +193,12 @@ pub(crate) struct StreamShared {
     pub(crate) removed: AtomicBool,
     /// Sent frames the tap had no room for.
     pub(crate) tap_dropped: AtomicU64,
+    /// Telephone-event packets sent.
+    pub(crate) dtmf_packets_sent: AtomicU64,
+    /// Digits whose last end packet has been sent.
+    pub(crate) dtmf_digits_sent: AtomicU64,
+    /// DTMF sequences with no room in the stream's queue.
+    pub(crate) dtmf_dropped: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -290,6 +308,9 @@ impl StreamProducer {
             worst_lateness: Duration::from_nanos(c.worst_lateness_ns.load(Relaxed)),
             queued_bytes: self.audio.occupied_len(),
             tap_dropped: self.shared.tap_dropped.load(Relaxed),
+            dtmf_packets_sent: self.shared.dtmf_packets_sent.load(Relaxed),
+            dtmf_digits_sent: self.shared.dtmf_digits_sent.load(Relaxed),
+            dtmf_dropped: self.shared.dtmf_dropped.load(Relaxed),
             removed: self.shared.removed.load(Acquire),
         }
     }
@@ -324,6 +345,8 @@ pub(crate) struct StreamState {
     popped: u64,
     /// Short frames mid-utterance not yet known to be holes (see `serve_slot`).
     pending_underruns: u32,
+    /// DTMF queued by `Sender::send_dtmf`, played instead of the audio.
+    dtmf: DtmfPlayer,
 }
 
 /// Build both halves of a stream (off the tick: this allocates the rings).
@@ -393,6 +416,7 @@ pub(crate) fn new_stream(
         silence,
         popped: 0,
         pending_underruns: 0,
+        dtmf: DtmfPlayer::default(),
     };
     let producer = StreamProducer {
         id,
@@ -414,13 +438,21 @@ impl StreamState {
         }
     }
 
+    /// Queue DTMF behind whatever is still playing; counted as dropped when it does not fit.
+    pub(crate) fn queue_dtmf(&mut self, sequence: &DtmfSequence) {
+        if !self.dtmf.enqueue(sequence) {
+            self.shared.dtmf_dropped.fetch_add(1, Relaxed);
+        }
+    }
+
     /// The producer is gone: remove at this tick.
     pub(crate) fn is_closed(&self) -> bool {
         self.shared.closed.load(Acquire)
     }
 
-    /// Serve one slot: apply a pending clear, take one frame (or silence), send it, report marks
-    /// reached. Allocation-free, lock-free.
+    /// Serve one slot: apply a pending clear, then send a DTMF telephone-event packet, DTMF
+    /// silence, or one frame of audio (or silence), and report marks reached. Allocation-free,
+    /// lock-free.
     pub(crate) fn serve_slot(
         &mut self,
         slot: u64,
@@ -430,7 +462,8 @@ impl StreamState {
         scratch: &mut SlotScratch,
         global: &SenderCounters,
     ) {
-        // Barge-in: drop everything queued before the clear position.
+        // Barge-in: drop everything queued before the clear position. It does not stop DTMF:
+        // a digit cut short would reach the far end as a different key press or none.
         let clear_to = self.shared.clear_to.load(Acquire);
         if clear_to > self.popped {
             let skip = (clear_to - self.popped).min(self.audio.occupied_len() as u64) as usize;
@@ -439,9 +472,93 @@ impl StreamState {
             self.report_marks(true, global);
         }
 
+        // While DTMF plays the audio ring is not touched: the agent's queued audio waits and
+        // resumes after the sequence, and the wait is neither consumed nor an underrun (the
+        // agent did not fall behind; the sender chose not to play). Every slot still sends
+        // exactly one packet and moves the media timestamp on by one frame, so audio resumes
+        // on the clock the caller has heard elapse.
+        let mut telephone_event = None;
+        let silence = match self.dtmf.next_slot(self.packetizer.next_timestamp()) {
+            DtmfSlot::Audio => self.take_audio(scratch, global),
+            DtmfSlot::Silence => {
+                scratch.payload.fill(self.silence);
+                true
+            }
+            DtmfSlot::Event(event) => {
+                // The tap gets silence for this slot: no audio went out, and a recorder keeps
+                // one frame per slot.
+                scratch.payload.fill(self.silence);
+                telephone_event = Some(event);
+                false
+            }
+        };
+        if silence {
+            global.silence_packets.fetch_add(1, Relaxed);
+        }
+        if let Some(tap) = self.sent.as_mut() {
+            // A 160-byte copy into a ring filled at creation: no allocation on the tick.
+            let frame = SentFrame {
+                scheduled,
+                payload: scratch.payload,
+            };
+            if tap.try_push(frame).is_err() {
+                self.shared.tap_dropped.fetch_add(1, Relaxed);
+            }
+        }
+
+        // The scratch packet buffer is MAX_FRAME_PACKET_BYTES = header + one frame, the
+        // largest packet either writer can need; a failure would be a bug, counted as a send
+        // error.
+        let written = match &telephone_event {
+            None => self
+                .packetizer
+                .write_frame(&scratch.payload, &mut scratch.packet),
+            Some(event) => write_event(&mut self.packetizer, event, &mut scratch.packet),
+        };
+        let sent = match written {
+            Ok(len) => self.send(
+                &scratch.packet[..len],
+                PacketInfo {
+                    stream: self.id,
+                    slot,
+                    scheduled,
+                    catch_up,
+                    silence,
+                    telephone_event: telephone_event.is_some(),
+                },
+            ),
+            Err(_) => Err(io::Error::from(io::ErrorKind::InvalidInput)),
+        };
+        let counters = &self.shared.counters;
+        counters.record_tick(lateness);
+        if catch_up {
+            counters.catchup_packets.fetch_add(1, Relaxed);
+            global.clock.catchup_packets.fetch_add(1, Relaxed);
+        }
+        if sent.is_ok() {
+            counters.packets_sent.fetch_add(1, Relaxed);
+            global.clock.packets_sent.fetch_add(1, Relaxed);
+            if telephone_event.is_some() {
+                self.shared.dtmf_packets_sent.fetch_add(1, Relaxed);
+            }
+        } else {
+            counters.send_errors.fetch_add(1, Relaxed);
+            global.clock.send_errors.fetch_add(1, Relaxed);
+        }
+        // A digit counts once its last end packet has gone, whether or not that copy's send
+        // failed (failures are counted above); the earlier copies carried the same end.
+        if telephone_event.is_some_and(|e| e.completes_digit) {
+            self.shared.dtmf_digits_sent.fetch_add(1, Relaxed);
+            global.dtmf_digits_sent.fetch_add(1, Relaxed);
+        }
+        self.report_marks(false, global);
+    }
+
+    /// Take one frame of audio into the scratch payload, padding with silence, and account for
+    /// underruns. Returns whether the frame is all silence (nothing was queued).
+    fn take_audio(&mut self, scratch: &mut SlotScratch, global: &SenderCounters) -> bool {
         let taken = self.audio.pop_slice(&mut scratch.payload[..]);
         self.popped += taken as u64;
-        let silence_only = taken == 0;
         // Underruns are known only in hindsight: a frame that ran short mid-utterance is a hole
         // the caller heard if the utterance's audio resumes afterwards, and a pause if the
         // utterance ends instead (an agent that streams in real time and marks no end, or
@@ -465,73 +582,15 @@ impl StreamState {
         if self.popped <= utterance_end {
             self.pending_underruns = 0;
         }
-        if silence_only {
-            global.silence_packets.fetch_add(1, Relaxed);
-        }
-        if let Some(tap) = self.sent.as_mut() {
-            // A 160-byte copy into a ring filled at creation: no allocation on the tick.
-            let frame = SentFrame {
-                scheduled,
-                payload: scratch.payload,
-            };
-            if tap.try_push(frame).is_err() {
-                self.shared.tap_dropped.fetch_add(1, Relaxed);
-            }
-        }
-
-        // The scratch packet buffer is MAX_FRAME_PACKET_BYTES = header + one frame, the
-        // only size write_frame can need; a failure would be a bug, counted as a send error.
-        let sent = match self
-            .packetizer
-            .write_frame(&scratch.payload, &mut scratch.packet)
-        {
-            Ok(len) => self.send(
-                &scratch.packet[..len],
-                slot,
-                scheduled,
-                catch_up,
-                silence_only,
-            ),
-            Err(_) => Err(io::Error::from(io::ErrorKind::InvalidInput)),
-        };
-        let counters = &self.shared.counters;
-        counters.record_tick(lateness);
-        if catch_up {
-            counters.catchup_packets.fetch_add(1, Relaxed);
-            global.clock.catchup_packets.fetch_add(1, Relaxed);
-        }
-        if sent.is_ok() {
-            counters.packets_sent.fetch_add(1, Relaxed);
-            global.clock.packets_sent.fetch_add(1, Relaxed);
-        } else {
-            counters.send_errors.fetch_add(1, Relaxed);
-            global.clock.send_errors.fetch_add(1, Relaxed);
-        }
-        self.report_marks(false, global);
+        taken == 0
     }
 
-    fn send(
-        &mut self,
-        packet: &[u8],
-        slot: u64,
-        scheduled: Duration,
-        catch_up: bool,
-        silence: bool,
-    ) -> io::Result<()> {
+    fn send(&mut self, packet: &[u8], info: PacketInfo) -> io::Result<()> {
         match &mut self.output {
             Output::Udp { socket, remote } => {
                 os::send_to_nonblocking(socket.as_ref(), packet, remote).map(|_| ())
             }
-            Output::Sink(sink) => sink.send_packet(
-                packet,
-                PacketInfo {
-                    stream: self.id,
-                    slot,
-                    scheduled,
-                    catch_up,
-                    silence,
-                },
-            ),
+            Output::Sink(sink) => sink.send_packet(packet, info),
         }
     }
 
@@ -551,6 +610,26 @@ impl StreamState {
             }
         }
     }
+}
+
+/// Write one telephone-event packet on the stream's SSRC and sequence, and move the media
+/// timestamp on by the frame the event replaces.
+fn write_event(
+    packetizer: &mut Packetizer,
+    event: &EventPacket,
+    out: &mut [u8],
+) -> ontime_rtp::Result<usize> {
+    let mut payload = [0u8; ontime_rtp::dtmf::TELEPHONE_EVENT_BYTES];
+    event.payload.write(&mut payload)?;
+    let len = packetizer.write_event(
+        event.payload_type,
+        event.marker,
+        event.timestamp,
+        &payload,
+        out,
+    )?;
+    packetizer.skip_frames(1);
+    Ok(len)
 }
 
 /// Per-tick scratch buffers, allocated once with the engine.

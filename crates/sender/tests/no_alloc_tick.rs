@@ -1,6 +1,7 @@
 //! Proof that the 20 ms tick path allocates nothing: a counting global allocator, many streams,
-//! many ticks, zero allocations after warm-up. `harness = false` so no test-runner thread
-//! allocates while we count.
+//! many ticks (DTMF telephone-events included), zero allocations after warm-up. `harness = false`
+//! so no test-runner thread allocates while we count. Frees are counted too: a command whose
+//! payload owned heap memory would be freed on the tick when dropped there.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io;
@@ -18,6 +19,7 @@ use ontime_sender::{
 struct CountingAllocator;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static FREES: AtomicU64 = AtomicU64::new(0);
 
 // SAFETY: defers to the system allocator; only counts calls.
 #[allow(unsafe_code)]
@@ -28,6 +30,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        FREES.fetch_add(1, Relaxed);
         // SAFETY: same contract as the caller's.
         unsafe { System.dealloc(ptr, layout) }
     }
@@ -52,9 +55,11 @@ impl PacketSink for CountingSink {
 }
 
 const STREAMS: usize = 200;
+/// The telephone-event payload type the DTMF streams use.
+const PT_EVENT: u8 = 101;
 
 /// Simulated time: 10 000 slots (200 s) of 200 streams in a fraction of a second, with a stall
-/// (catch-up path), clears, marks and underruns all exercised.
+/// (catch-up path), clears, marks, underruns and DTMF all exercised.
 fn engine_on_simulated_time() {
     let (mut engine, controller) = TickEngine::new(EngineConfig {
         metrics: false,
@@ -83,11 +88,20 @@ fn engine_on_simulated_time() {
     assert_eq!(engine.stream_count(), STREAMS);
 
     let before = ALLOCATIONS.load(Relaxed);
+    let frees_before = FREES.load(Relaxed);
     let mut served = 0u64;
     for round in 0..100u64 {
         // Producer side is not the tick; refill outside the counted region.
         let paused = ALLOCATIONS.load(Relaxed);
+        let frees_paused = FREES.load(Relaxed);
         for (i, p) in producers.iter_mut().enumerate() {
+            // A quarter of the streams play digits every other round (45 slots of a round's
+            // 100), so ticks send telephone-events, DTMF silence and audio side by side.
+            if i % 4 == 0 && round % 2 == 0 {
+                controller
+                    .send_dtmf(p.id(), PT_EVENT, "1w#")
+                    .expect("control room");
+            }
             p.push(&audio[..160 * (40 + i % 50)]);
             if round % 3 == 0 {
                 p.mark(round).expect("mark room");
@@ -99,6 +113,7 @@ fn engine_on_simulated_time() {
             while p.try_sent_frame().is_some() {}
         }
         assert_eq!(ALLOCATIONS.load(Relaxed), paused, "producer side allocated");
+        assert_eq!(FREES.load(Relaxed), frees_paused, "producer side freed");
         for step in 0..100u64 {
             // Every 50th step wakes 130 ms late: catch-up of 6 slots.
             now += if step % 50 == 49 {
@@ -111,8 +126,12 @@ fn engine_on_simulated_time() {
         }
     }
     let after = ALLOCATIONS.load(Relaxed);
+    let frees = FREES.load(Relaxed) - frees_before;
     let stats = controller.stats();
     assert!(stats.ticks > 10_000 && stats.catchup_packets > 0 && stats.underruns > 0);
+    // 50 streams x 50 rounds x 2 digits.
+    assert_eq!(stats.dtmf_digits_sent, 5000, "every digit played");
+    assert_eq!(frees, 0, "{frees} frees in {served} wakes of the tick");
     assert_eq!(
         after - before,
         0,
@@ -120,8 +139,8 @@ fn engine_on_simulated_time() {
         after - before
     );
     println!(
-        "simulated: {} slots x {STREAMS} streams, {} packets, {} catch-up, {} underruns, 0 allocations",
-        stats.ticks, stats.packets_sent, stats.catchup_packets, stats.underruns
+        "simulated: {} slots x {STREAMS} streams, {} packets, {} catch-up, {} underruns, {} DTMF digits, 0 allocations, 0 frees",
+        stats.ticks, stats.packets_sent, stats.catchup_packets, stats.underruns, stats.dtmf_digits_sent
     );
 }
 
@@ -161,12 +180,20 @@ fn real_thread_with_udp() {
     }
     // Warm-up: let the tick take the streams and settle.
     std::thread::sleep(Duration::from_millis(200));
+    // A fifth of the streams play 9 digits (1.8 s) through the counted window.
+    for p in producers.iter().step_by(5) {
+        sender
+            .send_dtmf(p.id(), PT_EVENT, "123456789")
+            .expect("control room");
+    }
     let ticks_before = sender.stats().ticks;
     let before = ALLOCATIONS.load(Relaxed);
+    let frees_before = FREES.load(Relaxed);
     // The main thread only sleeps; the receive socket is drained afterwards by size, so the only
     // code running is the tick.
     std::thread::sleep(Duration::from_secs(2));
     let after = ALLOCATIONS.load(Relaxed);
+    let frees = FREES.load(Relaxed) - frees_before;
     let stats = sender.stats();
     let mut buf = [0u8; 512];
     let mut received = 0;
@@ -175,16 +202,19 @@ fn real_thread_with_udp() {
     }
     assert!(stats.ticks - ticks_before >= 90, "the thread ticked");
     assert!(received > 0, "UDP packets arrived");
+    assert!(stats.dtmf_digits_sent > 0, "DTMF played in the window");
     assert_eq!(
         after - before,
         0,
         "{} allocations on the real tick thread",
         after - before
     );
+    assert_eq!(frees, 0, "{frees} frees on the real tick thread");
     println!(
-        "real thread: {} ticks x 100 streams in 2 s, realtime={}, {received} UDP packets received, 0 allocations",
+        "real thread: {} ticks x 100 streams in 2 s, realtime={}, {received} UDP packets received, {} DTMF digits, 0 allocations, 0 frees",
         stats.ticks - ticks_before,
-        sender.is_realtime()
+        sender.is_realtime(),
+        stats.dtmf_digits_sent
     );
 }
 

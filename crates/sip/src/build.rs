@@ -179,7 +179,7 @@ pub(crate) fn h(name: &str, value: impl Into<String>) -> (String, String) {
     (name.to_string(), value.into())
 }
 
-/// RFC 3261 §21 (and RFC 4028, RFC 3311) reason phrases.
+/// RFC 3261 §21 (and RFC 4028, RFC 3311, RFC 6665) reason phrases.
 pub(crate) fn reason_phrase(code: u16) -> &'static str {
     match code {
         100 => "Trying",
@@ -219,6 +219,7 @@ pub(crate) fn reason_phrase(code: u16) -> &'static str {
         486 => "Busy Here",
         487 => "Request Terminated",
         488 => "Not Acceptable Here",
+        489 => "Bad Event",
         491 => "Request Pending",
         493 => "Undecipherable",
         500 => "Server Internal Error",

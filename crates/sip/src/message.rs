@@ -31,7 +31,7 @@ pub struct Limits {
     pub max_transactions: usize,
     /// Budget reserved for server transactions of live dialogs: requests that match a dialog's
     /// Call-ID and both tags and come from a source it trusts (BYE, re-INVITE, UPDATE, INFO,
-    /// OPTIONS), and CANCELs of INVITE transactions we hold. No out-of-dialog flood can make the endpoint
+    /// OPTIONS, NOTIFY), and CANCELs of INVITE transactions we hold. No out-of-dialog flood can make the endpoint
     /// refuse these; beyond this budget they get a stateless 503 too.
     pub max_in_dialog_transactions: usize,
 }
@@ -559,6 +559,32 @@ fn parse_start_line(line: &str) -> Result<StartLine, (u16, String)> {
     })
 }
 
+/// The status code of a `message/sipfrag` body (RFC 3420) that starts with a status line, as the
+/// NOTIFYs of a REFER subscription carry (RFC 3515 §2.4.5): `SIP/2.0 180 Ringing`, perhaps
+/// followed by header fields. The line is read by the rules of a response's status line, so a
+/// fragment and a response agree on what a status line is; `None` when the body does not start
+/// with one.
+pub(crate) fn sipfrag_status(body: &[u8]) -> Option<u16> {
+    let line = body.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    match parse_start_line(std::str::from_utf8(line).ok()?) {
+        Ok(StartLine::Response { code, .. }) => Some(code),
+        _ => None,
+    }
+}
+
+/// A header value of the form `token *( SEMI generic-param )`, as Event and Subscription-State
+/// are (RFC 6665 §8.4): the token and the parameters (names lower-cased). `None` when the token
+/// or a parameter is malformed.
+pub(crate) fn parse_token_params(value: &str) -> Option<(&str, Params)> {
+    let (token, params) = value.split_at(value.find(';').unwrap_or(value.len()));
+    let token = token.trim();
+    if !is_token(token) {
+        return None;
+    }
+    Some((token, parse_params(params).ok()?))
+}
+
 /// The scheme of an absolute URI (`ALPHA *(ALPHA / DIGIT / "+" / "-" / ".") ":"`).
 pub fn uri_scheme(uri: &str) -> Option<&str> {
     let (scheme, rest) = uri.split_once(':')?;
@@ -703,8 +729,11 @@ pub(crate) fn split_list(value: &str) -> Vec<&str> {
     out
 }
 
+/// Header parameters: names lower-cased, values as written (`None` for a bare name).
+pub(crate) type Params = Vec<(String, Option<String>)>;
+
 /// `*( SEMI generic-param )` with LWS allowed around `;` and `=` (RFC 3261 §25.1 SEMI, EQUAL).
-fn parse_params(s: &str) -> Result<Vec<(String, Option<String>)>, String> {
+fn parse_params(s: &str) -> Result<Params, String> {
     let mut out = Vec::new();
     let s = s.trim();
     if s.is_empty() {
@@ -1286,6 +1315,39 @@ From: <sip:b@192.0.2.2>;tag=1\r\nTo: sip:a@192.0.2.1\r\nCall-ID: c1\r\nCSeq: 1 O
             Some("nobodyknowsthisscheme")
         );
         assert!(!is_sip_uri("tel:+1"));
+    }
+
+    #[test]
+    fn sipfrag_status_lines() {
+        assert_eq!(sipfrag_status(b"SIP/2.0 100 Trying\r\n"), Some(100));
+        assert_eq!(sipfrag_status(b"SIP/2.0 200 OK"), Some(200));
+        let with_headers = b"SIP/2.0 603 Declined\r\nCSeq: 1 INVITE\r\n\r\n";
+        assert_eq!(sipfrag_status(with_headers), Some(603));
+        for bad in [
+            &b""[..],
+            b"garbage",
+            b"SIP/2.0 2000 OK",
+            b"SIP/2.0 099 Low",
+            b"SIP/3.0 200 OK",
+            b"INVITE sip:a@b SIP/2.0",
+            b"\r\nSIP/2.0 200 OK",
+            b"SIP/2.0 \xff\xfe OK",
+        ] {
+            assert_eq!(sipfrag_status(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn token_and_params() {
+        let (token, params) = parse_token_params("refer ; id=93").unwrap();
+        assert_eq!(token, "refer");
+        assert_eq!(params, [("id".to_string(), Some("93".to_string()))]);
+        let (token, params) = parse_token_params("terminated;reason=noresource").unwrap();
+        assert_eq!((token, params.len()), ("terminated", 1));
+        assert!(parse_token_params("active").unwrap().1.is_empty());
+        assert!(parse_token_params("").is_none());
+        assert!(parse_token_params("a b;id=1").is_none());
+        assert!(parse_token_params("refer;id=<x>").is_none());
     }
 
     proptest::proptest! {

@@ -38,7 +38,7 @@ fn status_lines(r: &[String]) -> Vec<&str> {
 #[test]
 fn unknown_dialog_gets_481() {
     let mut ep = uas();
-    for m in ["BYE", "INVITE", "UPDATE", "INFO", "OPTIONS"] {
+    for m in ["BYE", "INVITE", "UPDATE", "INFO", "OPTIONS", "NOTIFY"] {
         let r = responses(
             &mut ep,
             &request(m, ";tag=nope", &format!(";branch=z9hG4bK{m}"), ""),
@@ -65,10 +65,10 @@ fn unknown_dialog_gets_481() {
 #[test]
 fn methods_not_served_get_405_with_allow_and_unknown_ones_501() {
     let mut ep = uas();
+    // NOTIFY is served, inside a dialog only (tests/refer.rs); we send REFER but take none.
     for m in [
         "REGISTER",
         "SUBSCRIBE",
-        "NOTIFY",
         "MESSAGE",
         "REFER",
         "PUBLISH",
@@ -76,7 +76,9 @@ fn methods_not_served_get_405_with_allow_and_unknown_ones_501() {
     ] {
         let r = responses(&mut ep, &request(m, "", &format!(";branch=z9hG4bK{m}"), ""));
         assert_eq!(status_lines(&r), ["SIP/2.0 405 Method Not Allowed"], "{m}");
-        assert!(r[0].contains("\r\nAllow: INVITE, ACK, BYE, CANCEL, OPTIONS, UPDATE, INFO\r\n"));
+        assert!(
+            r[0].contains("\r\nAllow: INVITE, ACK, BYE, CANCEL, OPTIONS, UPDATE, INFO, NOTIFY\r\n")
+        );
     }
     let r = responses(&mut ep, &request("FROB", "", ";branch=z9hG4bKfrob", ""));
     assert_eq!(status_lines(&r), ["SIP/2.0 501 Not Implemented"]);

@@ -37,17 +37,23 @@ pub enum RejectReason {
     /// The agent could not serve the call (e.g. its bot is unreachable): 503 with Retry-After,
     /// sent after ringing.
     AgentUnavailable,
+    /// The voice route said `<Reject reason="busy"/>`: 486.
+    Busy,
+    /// The voice route said `<Reject/>`, or the API ended the ringing call: 603.
+    Declined,
 }
 
 impl RejectReason {
     /// Every reason, for registering the metric's labels at zero.
-    pub const ALL: [RejectReason; 6] = [
+    pub const ALL: [RejectReason; 8] = [
         RejectReason::NotTrunk,
         RejectReason::MaxCalls,
         RejectReason::NoRtpPort,
         RejectReason::Draining,
         RejectReason::NoCommonCodec,
         RejectReason::AgentUnavailable,
+        RejectReason::Busy,
+        RejectReason::Declined,
     ];
 
     /// The metric label.
@@ -59,6 +65,8 @@ impl RejectReason {
             RejectReason::Draining => "draining",
             RejectReason::NoCommonCodec => "no_common_codec",
             RejectReason::AgentUnavailable => "agent_unavailable",
+            RejectReason::Busy => "busy",
+            RejectReason::Declined => "declined",
         }
     }
     /// The SIP status sent.
@@ -66,6 +74,8 @@ impl RejectReason {
         match self {
             RejectReason::NotTrunk => 403,
             RejectReason::NoCommonCodec => 488,
+            RejectReason::Busy => 486,
+            RejectReason::Declined => 603,
             _ => 503,
         }
     }

@@ -18,6 +18,12 @@ pub use ws::{WsAgent, WsAgentConfig, WsAgentError};
 pub struct CallInfo {
     /// SIP Call-ID.
     pub call_id: String,
+    /// The call's SID in the call-control API (`CA` + 32 hex digits; the WebSocket `callSid`).
+    pub call_sid: String,
+    /// The account SID (the WebSocket `accountSid`).
+    pub account_sid: String,
+    /// Which way the call goes.
+    pub direction: crate::api::Direction,
     /// From URI.
     pub from: String,
     /// To URI.
@@ -48,8 +54,41 @@ pub enum AgentEvent<'a> {
     Dtmf(char),
     /// A mark the agent queued has been played (its last frame sent).
     MarkPlayed(&'a str),
+    /// A transfer ([`AgentAction::Transfer`], TwiML `<Dial>`/`<Refer>`) has an outcome. On
+    /// [`TransferResult::Completed`] the gateway hangs up its leg next; otherwise the call stays.
+    Transfer {
+        /// The Refer-To URI.
+        target: &'a str,
+        /// What happened.
+        result: TransferResult,
+        /// The SIP status that decided it (REFER response or NOTIFY sipfrag), if any.
+        sip_status: Option<u16>,
+    },
     /// The call ended.
     Ended,
+}
+
+/// How a blind transfer by REFER ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferResult {
+    /// The trunk reported the new call answered (a final 2xx NOTIFY); our leg is hung up.
+    Completed,
+    /// The trunk refused the REFER.
+    Rejected,
+    /// The trunk accepted the REFER but the new call failed (a non-2xx final NOTIFY), or no
+    /// outcome came in time.
+    Failed,
+}
+
+impl TransferResult {
+    /// The name used in metrics, events and records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferResult::Completed => "completed",
+            TransferResult::Rejected => "rejected",
+            TransferResult::Failed => "failed",
+        }
+    }
 }
 
 /// What an agent asks the gateway to do.
@@ -73,6 +112,13 @@ pub enum AgentAction {
     /// Hang up with this RFC 3326 `Reason` header value on the BYE (e.g.
     /// `Q.850;cause=41;text="agent disconnected"`).
     HangupWithReason(String),
+    /// Send DTMF to the caller, in `<Play digits>` syntax (`0-9 * # A-D`, `w` = 0.5 s pause):
+    /// RFC 4733 events from the real-time sender, or SIP INFO when the caller offered no
+    /// telephone-event.
+    SendDigits(String),
+    /// Blind transfer by SIP REFER to a SIP URI (`sip:agent@pbx.example`) or a number
+    /// (`+15551234567`, routed by the trunk). The outcome arrives as [`AgentEvent::Transfer`].
+    Transfer(String),
 }
 
 /// An agent's verdict on a call before it is answered (see [`Agent::prepare_call`]).
@@ -82,6 +128,11 @@ pub enum Admission {
     Answer,
     /// Refuse it with 503 (the agent cannot serve it, e.g. a remote bot is unreachable).
     Reject,
+    /// Refuse it as the voice route says (`<Reject>`): 486 when `busy`, else 603.
+    Refuse {
+        /// `reason="busy"`.
+        busy: bool,
+    },
 }
 
 /// What [`Agent::prepare_call`] returns: resolves once the agent is ready (or not).

@@ -112,6 +112,9 @@ mod tests {
         );
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let info = CallInfo {
+            call_sid: crate::call::new_call_sid(),
+            account_sid: crate::config::DEFAULT_ACCOUNT_SID.into(),
+            direction: crate::api::Direction::Inbound,
             call_id: "c".into(),
             from: "a".into(),
             to: "b".into(),

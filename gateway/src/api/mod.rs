@@ -16,3 +16,29 @@ pub use control::{
     StatusCallback, StatusCallbackEvent,
 };
 pub use twiml::{DialTarget, Verb};
+
+// ---- wiring placeholders, replaced when the HTTP layer lands ----
+use std::sync::Arc;
+
+/// Serve the API on `addr` (bound address and task).
+pub(crate) async fn serve(
+    addr: std::net::SocketAddr,
+    _control: Arc<dyn CallControl>,
+    _config: &crate::config::Config,
+) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+    let l = tokio::net::TcpListener::bind(addr).await?;
+    let a = l.local_addr()?;
+    Ok((a, tokio::spawn(async move { drop(l) })))
+}
+
+/// The status-callback sink.
+pub(crate) fn status_callbacks(
+    _config: &crate::config::Config,
+) -> Option<crate::registry::CallbackSink> {
+    None
+}
+
+/// The voice webhook fetcher.
+pub(crate) fn voice_fetcher(_config: &crate::config::Config) -> crate::routing::Fetcher {
+    Arc::new(|_, _| Box::pin(async { Err("not yet".to_string()) }))
+}

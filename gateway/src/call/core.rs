@@ -23,8 +23,13 @@ use tracing::info;
 
 use super::inbound::{law_of, InboundMedia, InboundOutcome};
 use super::outbound::Outbound;
+use super::program::{
+    refer_to, PendingTransfer, Program, Step, TransferOutcome, INFO_DIGIT_TONE,
+    REASON_NORMAL_CLEARING,
+};
 use super::rtcp::{OutgoingStream, RtcpSession};
-use crate::agent::{AgentAction, AgentEvent, CallInfo};
+use crate::agent::{AgentAction, AgentEvent, CallInfo, TransferResult};
+use crate::api::{DialTarget, Verb};
 use crate::config::BargeIn;
 use crate::ops::metrics as m;
 use crate::records::cdr::{CallDetailRecord, EndCause, RecordKind};
@@ -75,6 +80,8 @@ pub struct CallSettings {
     /// The sender's schedule origin (`ontime_sender::Sender::origin`): sent frames carry their
     /// slot time from it, which places them on the recording's timeline.
     pub sender_origin: Instant,
+    /// `host[:port]` numbers are transferred to (`sip:+1555...@host`): the trunk's.
+    pub transfer_domain: String,
 }
 
 /// What the SIP side tells a call.
@@ -91,6 +98,25 @@ pub enum DialogEvent {
     Ended(EndCause),
     /// Hang up now with this cause (drain timeout, operator).
     Hangup(EndCause),
+    /// The final response to our REFER (408 on timeout).
+    ReferResponse(u16),
+    /// A NOTIFY about our REFER: the new call's status so far (RFC 3515 sipfrag).
+    ReferProgress {
+        /// The sipfrag's status code.
+        status: u16,
+        /// The subscription is over (no more NOTIFYs).
+        terminated: bool,
+    },
+}
+
+/// What the call-control API asks of a call.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum CallCommand {
+    /// `Status=completed`: BYE with Q.850 cause 16.
+    Complete,
+    /// Run this TwiML now, instead of whatever ran.
+    Run(Vec<Verb>),
 }
 
 /// What the call asks of the SIP side.
@@ -101,6 +127,10 @@ pub enum SipRequest {
     Hangup,
     /// Send BYE with this RFC 3326 `Reason` header value.
     HangupWithReason(String),
+    /// Blind transfer: send REFER with this Refer-To URI.
+    Refer(String),
+    /// Send this DTMF digit by SIP INFO, with this tone length.
+    InfoDtmf(char, Duration),
 }
 
 /// An agent event the call produced, owned (the driver lends it as [`AgentEvent`]).
@@ -123,6 +153,8 @@ pub enum AgentNotice {
     Dtmf(char),
     /// A mark was played.
     MarkPlayed(String),
+    /// A transfer has an outcome.
+    Transfer(TransferOutcome),
     /// The call ended.
     Ended,
 }
@@ -140,6 +172,11 @@ impl AgentNotice {
             AgentNotice::BargeIn => AgentEvent::BargeIn,
             AgentNotice::Dtmf(d) => AgentEvent::Dtmf(*d),
             AgentNotice::MarkPlayed(name) => AgentEvent::MarkPlayed(name),
+            AgentNotice::Transfer(t) => AgentEvent::Transfer {
+                target: &t.target,
+                result: t.result,
+                sip_status: t.sip_status,
+            },
             AgentNotice::Ended => AgentEvent::Ended,
         }
     }
@@ -188,6 +225,25 @@ pub enum CallOutput {
     Sip(SipRequest),
     /// Log this interim record (the call is up; its counters so far).
     Interim(Box<CallDetailRecord>),
+    /// Queue these digits as RFC 4733 events on the stream at this payload type, then tell
+    /// [`CallCore::digits_queued`] how long they play.
+    SendDigits {
+        /// The stream.
+        stream: StreamId,
+        /// The negotiated telephone-event payload type.
+        payload_type: u8,
+        /// `<Play digits>` syntax.
+        digits: String,
+    },
+    /// Bridge the call to this bot, replacing the current agent.
+    ConnectStream {
+        /// `ws://` or `wss://`.
+        url: String,
+        /// Extra `customParameters`.
+        parameters: Vec<(String, String)>,
+    },
+    /// A transfer has an outcome (for the status callback).
+    Transfer(TransferOutcome),
     /// The call is over: log the record, close the recording at `recording_end` samples and
     /// give the resources back. Nothing follows.
     Ended {
@@ -237,6 +293,9 @@ pub struct CallCore {
     turns: u64,
     barge_ins: u64,
     dtmf: String,
+    program: Program,
+    transfer: Option<PendingTransfer>,
+    last_transfer: Option<TransferOutcome>,
     phase: Phase,
     outputs: VecDeque<CallOutput>,
 }
@@ -305,6 +364,9 @@ impl CallCore {
             turns: 0,
             barge_ins: 0,
             dtmf: String::new(),
+            program: Program::default(),
+            transfer: None,
+            last_transfer: None,
             phase: Phase::Up,
             outputs: VecDeque::new(),
         };
@@ -326,7 +388,12 @@ impl CallCore {
     /// When to call [`CallCore::handle_timeout`] next (`None` once the call has ended).
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.phase {
-            Phase::Up => Some(self.next_tick),
+            // A TwiML pause ends between two ticks at the latest.
+            Phase::Up => Some(
+                self.program
+                    .wake_at()
+                    .map_or(self.next_tick, |t| t.min(self.next_tick)),
+            ),
             Phase::HangingUp { give_up_at, .. } => Some(self.next_tick.min(give_up_at)),
             Phase::Ended => None,
         }
@@ -418,6 +485,128 @@ impl CallCore {
                 self.finish(cause, now);
             }
             DialogEvent::Hangup(cause) => self.hang_up(cause, SipRequest::Hangup, now),
+            DialogEvent::ReferResponse(status) => {
+                let outcome = self.transfer.as_ref().and_then(|t| t.on_response(status));
+                if let Some(o) = outcome {
+                    self.transfer_ended(o, now);
+                }
+            }
+            DialogEvent::ReferProgress { status, terminated } => {
+                let outcome = self
+                    .transfer
+                    .as_ref()
+                    .and_then(|t| t.on_progress(status, terminated));
+                if let Some(o) = outcome {
+                    self.transfer_ended(o, now);
+                }
+            }
+        }
+    }
+
+    /// A command from the call-control API.
+    pub fn handle_command(&mut self, command: CallCommand, now: Instant) {
+        if self.phase != Phase::Up {
+            return;
+        }
+        match command {
+            CallCommand::Complete => self.hang_up(
+                EndCause::GatewayBye,
+                SipRequest::HangupWithReason(REASON_NORMAL_CLEARING.into()),
+                now,
+            ),
+            CallCommand::Run(verbs) => {
+                self.program.replace(verbs);
+                self.run_program(now);
+            }
+        }
+    }
+
+    /// The sender queued the digits of [`CallOutput::SendDigits`] (they play for `took`), or
+    /// refused them (`None`).
+    pub fn digits_queued(&mut self, digits: &str, took: Option<Duration>, now: Instant) {
+        if took.is_some() {
+            let n = digits
+                .chars()
+                .filter(|d| !d.eq_ignore_ascii_case(&'w'))
+                .count();
+            counter!(m::DTMF_SENT_TOTAL).increment(n as u64);
+        }
+        self.program.digits_queued(took, now);
+        self.run_program(now);
+    }
+
+    /// Carry out the program's steps due now.
+    fn run_program(&mut self, now: Instant) {
+        while self.phase == Phase::Up {
+            let rtp_digits =
+                self.negotiated.telephone_event_pt.is_some() && self.out.producer().is_some();
+            let Some(step) = self.program.poll(now, rtp_digits) else {
+                return;
+            };
+            match step {
+                Step::Hangup(reason) => self.hang_up(
+                    EndCause::GatewayBye,
+                    SipRequest::HangupWithReason(reason.into()),
+                    now,
+                ),
+                Step::SendDigits(digits) => {
+                    match (self.negotiated.telephone_event_pt, self.out.producer()) {
+                        (Some(payload_type), Some(p)) => {
+                            self.outputs.push_back(CallOutput::SendDigits {
+                                stream: p.id(),
+                                payload_type,
+                                digits,
+                            })
+                        }
+                        _ => self.program.digits_queued(None, now),
+                    }
+                }
+                Step::InfoDigit(d) => {
+                    counter!(m::DTMF_SENT_TOTAL).increment(1);
+                    self.outputs
+                        .push_back(CallOutput::Sip(SipRequest::InfoDtmf(d, INFO_DIGIT_TONE)));
+                }
+                Step::Transfer(target) => self.start_transfer(&target, now),
+                Step::Connect { url, parameters } => {
+                    info!(%url, "connecting the call to a new bot");
+                    self.outputs
+                        .push_back(CallOutput::ConnectStream { url, parameters });
+                }
+            }
+        }
+    }
+
+    fn start_transfer(&mut self, target: &DialTarget, now: Instant) {
+        let uri = refer_to(target, &self.settings.transfer_domain);
+        if self.transfer.is_some() {
+            // One REFER at a time (RFC 3515 subscriptions would otherwise need ids).
+            let o = TransferOutcome {
+                target: uri,
+                result: TransferResult::Rejected,
+                sip_status: None,
+            };
+            return self.transfer_ended(o, now);
+        }
+        info!(target = %uri, "transferring the call (REFER)");
+        self.transfer = Some(PendingTransfer::new(uri.clone(), now));
+        self.outputs
+            .push_back(CallOutput::Sip(SipRequest::Refer(uri)));
+    }
+
+    fn transfer_ended(&mut self, outcome: TransferOutcome, now: Instant) {
+        self.transfer = None;
+        counter!(m::TRANSFERS_TOTAL, "result" => outcome.result.as_str()).increment(1);
+        info!(target = %outcome.target, result = outcome.result.as_str(), sip_status = ?outcome.sip_status, "transfer ended");
+        self.last_transfer = Some(outcome.clone());
+        self.notify(AgentNotice::Transfer(outcome.clone()));
+        let completed = outcome.result == TransferResult::Completed;
+        self.outputs.push_back(CallOutput::Transfer(outcome));
+        if completed {
+            // The caller is with the transfer target now: our leg ends.
+            self.hang_up(EndCause::Transferred, SipRequest::Hangup, now);
+        } else {
+            self.program.transfer_done();
+            self.run_program(now);
         }
     }
 
@@ -526,6 +715,19 @@ impl CallCore {
                 SipRequest::HangupWithReason(reason),
                 now,
             ),
+            AgentAction::SendDigits(digits) => {
+                self.program.push(Verb::PlayDigits(digits));
+                self.run_program(now);
+            }
+            AgentAction::Transfer(target) => {
+                let target = if target.starts_with("sip:") || target.starts_with("sips:") {
+                    DialTarget::Sip(target)
+                } else {
+                    DialTarget::Number(target)
+                };
+                self.program.push(Verb::Transfer(target));
+                self.run_program(now);
+            }
         }
     }
 
@@ -548,6 +750,11 @@ impl CallCore {
             self.next_tick + FRAME
         };
         self.play_caller_audio(now);
+        let transfer_over = self.transfer.as_ref().and_then(|t| t.on_timeout(now));
+        if let Some(o) = transfer_over {
+            self.transfer_ended(o, now);
+        }
+        self.run_program(now);
         self.release_prebuffer(now);
         if self
             .last_play
@@ -803,6 +1010,10 @@ impl CallCore {
             turns: self.turns,
             barge_ins: self.barge_ins,
             dtmf: self.dtmf.clone(),
+            direction: self.info.direction.as_str(),
+            call_sid: self.info.call_sid.clone(),
+            transfer_target: self.last_transfer.as_ref().map(|t| t.target.clone()),
+            transfer_result: self.last_transfer.as_ref().map(|t| t.result.as_str()),
         }
     }
 }

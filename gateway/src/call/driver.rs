@@ -15,11 +15,15 @@ use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tracing::warn;
 
-use super::core::{CallCore, CallOutput, CallSettings, DialogEvent, SipRequest};
+use super::core::{CallCommand, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest};
 use crate::admission::AdmittedCall;
-use crate::agent::{Agent, AgentOutput, CallInfo};
+use crate::agent::{
+    Admission, Agent, AgentCall, AgentEvent, AgentOutput, CallInfo, WsAgent, WsAgentConfig,
+};
+use crate::api::{CallStatus, Verb};
 use crate::ops::metrics::JitterDepthGauge;
 use crate::records::recording::CallRecording;
+use crate::registry::CallRegistry;
 
 /// Sent frames the sender keeps for a recording call: the driver drains them every 20 ms, so a
 /// second leaves room for a stalled task.
@@ -49,6 +53,10 @@ pub struct CallServices {
     pub jitter_depth: Arc<JitterDepthGauge>,
     /// Where recordings go, if anywhere.
     pub record_dir: Option<std::path::PathBuf>,
+    /// The calls the API sees.
+    pub registry: Arc<CallRegistry>,
+    /// The WebSocket settings a `<Connect><Stream>` bot gets (its URL and parameters added).
+    pub ws_base: Arc<WsAgentConfig>,
 }
 
 /// What the SIP loop hands a new call.
@@ -65,6 +73,15 @@ pub struct CallStart {
     pub start_unix_ms: u64,
     /// Settings of the call core.
     pub settings: CallSettings,
+    /// TwiML the call runs from the start.
+    pub program: Vec<Verb>,
+}
+
+/// The agent of a call whose TwiML connects its own bot, until that bot is connected.
+struct NoAgent;
+
+impl AgentCall for NoAgent {
+    fn on_event(&mut self, _event: AgentEvent<'_>) {}
 }
 
 /// Run one call to its end.
@@ -72,6 +89,7 @@ pub async fn run(
     services: CallServices,
     start: CallStart,
     mut dialog: mpsc::UnboundedReceiver<DialogEvent>,
+    mut control: mpsc::UnboundedReceiver<CallCommand>,
 ) {
     let CallStart {
         call,
@@ -80,7 +98,9 @@ pub async fn run(
         negotiated,
         start_unix_ms,
         mut settings,
+        program,
     } = start;
+    let sid = info.call_sid.clone();
     let (rtp_async, rtcp_async) = match (
         admitted.rtp.try_clone().and_then(UdpSocket::from_std),
         admitted.rtcp.try_clone().and_then(UdpSocket::from_std),
@@ -92,6 +112,7 @@ pub async fn run(
                 call,
                 request: SipRequest::Hangup,
             });
+            services.registry.ended(&sid, CallStatus::Failed, None);
             return; // dropping `admitted` releases the slot
         }
     };
@@ -116,7 +137,17 @@ pub async fn run(
     settings.sender_origin = services.sender.origin();
 
     let (agent_tx, mut agent_rx) = mpsc::unbounded_channel();
-    let mut agent = services.agent.start_call(&info, AgentOutput::new(agent_tx));
+    let mut agent: Box<dyn AgentCall> =
+        if matches!(program.first(), Some(Verb::ConnectStream { .. })) {
+            Box::new(NoAgent)
+        } else {
+            services
+                .agent
+                .start_call(&info, AgentOutput::new(agent_tx.clone()))
+        };
+    // A `<Connect><Stream>` bot being connected, and the one connected (kept alive).
+    let (connected_tx, mut connected_rx) = mpsc::unbounded_channel::<Arc<WsAgent>>();
+    let mut _stream_agent: Option<Arc<WsAgent>> = None;
     let mut core = CallCore::new(
         settings,
         info,
@@ -125,6 +156,9 @@ pub async fn run(
         Instant::now(),
         SystemTime::now(),
     );
+    if !program.is_empty() {
+        core.handle_command(CallCommand::Run(program), Instant::now());
+    }
     let mut depth = services.jitter_depth.share();
     let mut rtp_buf = vec![0u8; 2048];
     let mut rtcp_buf = vec![0u8; 2048];
@@ -169,11 +203,49 @@ pub async fn run(
                     }
                 }
                 CallOutput::Interim(record) => record.log(),
+                CallOutput::SendDigits {
+                    stream,
+                    payload_type,
+                    digits,
+                } => {
+                    let took = services
+                        .sender
+                        .send_dtmf(stream, payload_type, &digits)
+                        .map_err(|e| warn!(error = %e, "digits not sent"))
+                        .ok();
+                    core.digits_queued(&digits, took, Instant::now());
+                }
+                CallOutput::ConnectStream { url, parameters } => {
+                    // The current agent is done with this call; the new bot takes over once
+                    // connected (the caller hears silence meanwhile).
+                    agent.on_event(AgentEvent::Ended);
+                    agent = Box::new(NoAgent);
+                    let mut config = (*services.ws_base).clone();
+                    config.url = url;
+                    config.custom_parameters.extend(parameters);
+                    match WsAgent::new(config) {
+                        Ok(ws) => {
+                            let ws = Arc::new(ws);
+                            let prepared = ws.prepare_call(core.info());
+                            let tx = connected_tx.clone();
+                            tokio::spawn(async move {
+                                if let Some(p) = prepared {
+                                    // Unreachable: start_call plays the fallback and hangs up.
+                                    let _: Admission = p.await;
+                                }
+                                let _ = tx.send(ws);
+                            });
+                        }
+                        Err(e) => warn!(error = %e, "cannot connect the stream"),
+                    }
+                }
+                CallOutput::Transfer(outcome) => services.registry.transferred(&sid, &outcome),
                 CallOutput::Sip(request) => {
                     let _ = services.sip.send(SipCall { call, request });
                 }
                 CallOutput::Ended { cdr, recording_end } => {
                     cdr.log();
+                    services.registry.ended(&sid, CallStatus::Completed, None);
                     if let Some(r) = recording.take() {
                         if let Err(e) = r.finish(recording_end) {
                             warn!(error = %e, "recording could not be finalised");
@@ -200,6 +272,11 @@ pub async fn run(
             _ = tokio::time::sleep_until(wake.into()) => core.handle_timeout(Instant::now()),
             Some(ev) = inference_rx.recv() => core.handle_inference(ev, Instant::now()),
             Some(action) = agent_rx.recv() => core.handle_agent(action, Instant::now()),
+            Some(command) = control.recv() => core.handle_command(command, Instant::now()),
+            Some(ws) = connected_rx.recv() => {
+                agent = ws.start_call(core.info(), AgentOutput::new(agent_tx.clone()));
+                _stream_agent = Some(ws);
+            }
             ev = dialog.recv() => match ev {
                 Some(ev) => core.handle_dialog(ev, Instant::now()),
                 // The SIP loop is gone: nothing will end the dialog for us.

@@ -5,13 +5,20 @@ mod core;
 pub(crate) mod driver;
 mod inbound;
 mod outbound;
+pub(crate) mod program;
 mod rtcp;
 
 pub use self::core::{
-    AgentNotice, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest, BURST, HANGUP_WAIT,
-    PREBUFFER, REPLY_GAP,
+    AgentNotice, CallCommand, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest, BURST,
+    HANGUP_WAIT, PREBUFFER, REPLY_GAP,
 };
 pub use outbound::StreamTotals;
+pub use program::TransferOutcome;
+
+/// A fresh call SID in Twilio's shape (`CA` and 32 hex digits).
+pub fn new_call_sid() -> String {
+    format!("CA{:032x}", rand::random::<u128>())
+}
 
 #[cfg(test)]
 mod tests;

@@ -13,25 +13,36 @@ use ontime_sender::{
 };
 use ontime_sip::{Codec, Direction, NegotiatedMedia};
 
+use super::program::{REASON_NORMAL_CLEARING, TRANSFER_WAIT};
 use super::{
-    AgentNotice, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest, HANGUP_WAIT,
+    AgentNotice, CallCommand, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest,
+    TransferOutcome, HANGUP_WAIT,
 };
-use crate::agent::{AgentAction, CallInfo};
+use crate::agent::{AgentAction, CallInfo, TransferResult};
+use crate::api::{DialTarget, Verb};
 use crate::config::BargeIn;
 use crate::records::cdr::{CallDetailRecord, EndCause};
 use crate::records::recording::Track;
 
 const CALLER: &str = "192.0.2.10:30000";
 
-/// Counts the packets the tick sent, by payload type.
-struct CountingSink(Arc<AtomicU64>);
+/// Counts the packets the tick sent, and apart the telephone-events (payload type 101).
+struct CountingSink(Arc<AtomicU64>, Arc<AtomicU64>);
 
 impl PacketSink for CountingSink {
-    fn send_packet(&mut self, _packet: &[u8], _info: PacketInfo) -> std::io::Result<()> {
+    fn send_packet(&mut self, packet: &[u8], _info: PacketInfo) -> std::io::Result<()> {
         self.0.fetch_add(1, Ordering::Relaxed);
+        if packet
+            .get(1)
+            .is_some_and(|b| b & 0x7f == TELEPHONE_EVENT_PT)
+        {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
     }
 }
+
+const TELEPHONE_EVENT_PT: u8 = 101;
 
 fn media(direction: Direction, payload_type: u8) -> NegotiatedMedia {
     NegotiatedMedia {
@@ -42,7 +53,7 @@ fn media(direction: Direction, payload_type: u8) -> NegotiatedMedia {
             Codec::Pcmu
         },
         payload_type,
-        telephone_event_pt: Some(101),
+        telephone_event_pt: Some(TELEPHONE_EVENT_PT),
         remote_ptime_ms: None,
         remote_maxptime_ms: None,
         local_direction: direction,
@@ -59,6 +70,7 @@ fn settings(origin: Instant) -> CallSettings {
         cname: "ontime@test".into(),
         record: false,
         sender_origin: origin,
+        transfer_domain: "trunk.example:5060".into(),
     }
 }
 
@@ -70,7 +82,12 @@ struct Sim {
     engine: TickEngine,
     controller: Controller,
     sent: Arc<AtomicU64>,
+    sent_events: Arc<AtomicU64>,
     notices: Vec<AgentNotice>,
+    transfers: Vec<TransferOutcome>,
+    connects: Vec<String>,
+    /// When each SIP request was asked for.
+    sip_at: Vec<Instant>,
     sip: Vec<SipRequest>,
     interim: Vec<CallDetailRecord>,
     ended: Option<(CallDetailRecord, u64)>,
@@ -98,6 +115,9 @@ impl Sim {
         // Answered 7 ms into the sender's 20 ms grid: the recording must still line up.
         let answered = origin + Duration::from_millis(7);
         let info = CallInfo {
+            call_sid: crate::call::new_call_sid(),
+            account_sid: crate::config::DEFAULT_ACCOUNT_SID.into(),
+            direction: crate::api::Direction::Inbound,
             call_id: "sim-call".into(),
             from: "sip:caller@example.com".into(),
             to: "sip:bot@example.com".into(),
@@ -118,7 +138,11 @@ impl Sim {
             engine,
             controller,
             sent: Arc::new(AtomicU64::new(0)),
+            sent_events: Arc::new(AtomicU64::new(0)),
             notices: Vec::new(),
+            transfers: Vec::new(),
+            connects: Vec::new(),
+            sip_at: Vec::new(),
             sip: Vec::new(),
             interim: Vec::new(),
             ended: None,
@@ -146,7 +170,10 @@ impl Sim {
                     let config = {
                         let mut c = StreamConfig::new(
                             packetizer.clone(),
-                            StreamOutput::Sink(Box::new(CountingSink(self.sent.clone()))),
+                            StreamOutput::Sink(Box::new(CountingSink(
+                                self.sent.clone(),
+                                self.sent_events.clone(),
+                            ))),
                         );
                         c.sent_tap_frames = 50;
                         c
@@ -178,7 +205,23 @@ impl Sim {
                     let skip = t.len() - at;
                     t.extend_from_slice(&pcm[skip.min(pcm.len())..]);
                 }
-                CallOutput::Sip(r) => self.sip.push(r),
+                CallOutput::Sip(r) => {
+                    self.sip.push(r);
+                    self.sip_at.push(self.now);
+                }
+                CallOutput::SendDigits {
+                    stream,
+                    payload_type,
+                    digits,
+                } => {
+                    let took = self
+                        .controller
+                        .send_dtmf(stream, payload_type, &digits)
+                        .ok();
+                    self.core.digits_queued(&digits, took, self.now);
+                }
+                CallOutput::ConnectStream { url, .. } => self.connects.push(url),
+                CallOutput::Transfer(t) => self.transfers.push(t),
                 CallOutput::Interim(r) => self.interim.push(*r),
                 CallOutput::Ended { cdr, recording_end } => {
                     assert!(self.ended.is_none(), "ended twice");
@@ -777,4 +820,171 @@ fn pipecat_pacing_plays_without_underruns() {
     }
     sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
     assert_eq!(sim.cdr().underruns, 0, "{:?}", sim.cdr());
+}
+
+#[test]
+fn the_apis_completed_status_hangs_up_with_q850_cause_16() {
+    let mut sim = Sim::new(settings);
+    sim.run_for(seconds(1.0));
+    sim.core.handle_command(CallCommand::Complete, sim.now);
+    sim.drain();
+    assert_eq!(
+        sim.sip,
+        vec![SipRequest::HangupWithReason(REASON_NORMAL_CLEARING.into())]
+    );
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.cdr().cause, Some(EndCause::GatewayBye));
+}
+
+#[test]
+fn play_digits_go_out_as_telephone_events_then_the_twiml_goes_on() {
+    let mut sim = Sim::new(|o| CallSettings {
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    sim.run_for(seconds(0.5));
+    let asked = sim.now;
+    sim.core.handle_command(
+        CallCommand::Run(vec![Verb::PlayDigits("1w#".into()), Verb::Hangup]),
+        sim.now,
+    );
+    sim.drain();
+    sim.run_for(seconds(3.0));
+    // Two digits: each a 100 ms event (5 packets, the last the end packet) plus the end
+    // packet's two retransmissions.
+    assert_eq!(sim.sent_events.load(Ordering::Relaxed), 2 * (5 + 2));
+    assert_eq!(sim.sip.len(), 1, "{:?}", sim.sip);
+    assert_eq!(
+        sim.sip[0],
+        SipRequest::HangupWithReason(REASON_NORMAL_CLEARING.into())
+    );
+    // The hangup waits for the digits: 200 ms + 500 ms + 200 ms.
+    assert!(sim.sip_at[0] - asked >= Duration::from_millis(900));
+}
+
+#[test]
+fn without_telephone_event_digits_go_by_sip_info_one_per_200_ms() {
+    let mut sim = Sim::new(settings);
+    sim.core.handle_dialog(
+        DialogEvent::Media(NegotiatedMedia {
+            telephone_event_pt: None,
+            ..media(Direction::SendRecv, PT_PCMU)
+        }),
+        sim.now,
+    );
+    sim.drain();
+    sim.agent(AgentAction::SendDigits("12".into()));
+    sim.run_for(seconds(1.0));
+    let info: Vec<_> = sim
+        .sip
+        .iter()
+        .filter_map(|r| match r {
+            SipRequest::InfoDtmf(d, _) => Some(*d),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(info, vec!['1', '2']);
+    assert_eq!(sim.sent_events.load(Ordering::Relaxed), 0);
+    assert!(sim.sip_at[1] - sim.sip_at[0] >= Duration::from_millis(200));
+}
+
+#[test]
+fn an_accepted_transfer_ends_our_leg_once_the_target_answers() {
+    let mut sim = Sim::new(settings);
+    sim.run_for(seconds(0.5));
+    sim.core.handle_command(
+        CallCommand::Run(vec![Verb::Transfer(DialTarget::Sip(
+            "sip:agent@192.0.2.55".into(),
+        ))]),
+        sim.now,
+    );
+    sim.drain();
+    assert_eq!(
+        sim.sip,
+        vec![SipRequest::Refer("sip:agent@192.0.2.55".into())]
+    );
+    sim.dialog(DialogEvent::ReferResponse(202));
+    sim.dialog(DialogEvent::ReferProgress {
+        status: 100,
+        terminated: false,
+    });
+    assert_eq!(sim.sip.len(), 1);
+    assert!(sim.transfers.is_empty());
+    sim.dialog(DialogEvent::ReferProgress {
+        status: 200,
+        terminated: true,
+    });
+    assert_eq!(sim.sip.len(), 2);
+    assert_eq!(sim.sip[1], SipRequest::Hangup);
+    assert_eq!(sim.transfers.len(), 1);
+    assert_eq!(sim.transfers[0].result, TransferResult::Completed);
+    let told = sim
+        .notices
+        .iter()
+        .filter(|n| matches!(n, AgentNotice::Transfer(t) if t.result == TransferResult::Completed))
+        .count();
+    assert_eq!(told, 1);
+    sim.dialog(DialogEvent::Ended(EndCause::GatewayBye));
+    let cdr = sim.cdr();
+    assert_eq!(cdr.cause, Some(EndCause::Transferred));
+    assert_eq!(cdr.transfer_target.as_deref(), Some("sip:agent@192.0.2.55"));
+    assert_eq!(cdr.transfer_result, Some("completed"));
+}
+
+#[test]
+fn a_declined_transfer_leaves_the_call_with_the_bot_and_tells_it() {
+    let mut sim = Sim::new(settings);
+    sim.run_for(seconds(0.5));
+    sim.agent(AgentAction::Transfer("+15550100".into()));
+    assert_eq!(
+        sim.sip,
+        vec![SipRequest::Refer("sip:+15550100@trunk.example:5060".into())]
+    );
+    sim.dialog(DialogEvent::ReferResponse(603));
+    sim.run_for(seconds(1.0));
+    assert_eq!(sim.sip.len(), 1, "no BYE: {:?}", sim.sip);
+    assert!(sim.ended.is_none());
+    assert_eq!(
+        sim.transfers,
+        vec![TransferOutcome {
+            target: "sip:+15550100@trunk.example:5060".into(),
+            result: TransferResult::Rejected,
+            sip_status: Some(603),
+        }]
+    );
+    assert_eq!(
+        sim.notices
+            .iter()
+            .filter(|n| matches!(n, AgentNotice::Transfer(_)))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn a_transfer_without_news_fails_after_its_wait_and_the_twiml_goes_on() {
+    let mut sim = Sim::new(|o| CallSettings {
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    sim.core.handle_command(
+        CallCommand::Run(vec![
+            Verb::Transfer(DialTarget::Sip("sip:a@192.0.2.1".into())),
+            Verb::ConnectStream {
+                url: "ws://127.0.0.1:1/bot".into(),
+                parameters: Vec::new(),
+            },
+        ]),
+        sim.now,
+    );
+    sim.drain();
+    sim.dialog(DialogEvent::ReferResponse(202));
+    sim.run_for(TRANSFER_WAIT - seconds(1.0));
+    assert!(sim.transfers.is_empty());
+    assert!(sim.connects.is_empty());
+    sim.run_for(seconds(2.0));
+    assert_eq!(sim.transfers.len(), 1);
+    assert_eq!(sim.transfers[0].result, TransferResult::Failed);
+    assert_eq!(sim.connects, vec!["ws://127.0.0.1:1/bot".to_string()]);
+    assert!(sim.ended.is_none());
 }

@@ -22,6 +22,8 @@ pub enum EndCause {
     SessionExpired,
     /// The ACK never came (timer H) or the transaction failed.
     SignallingFailure,
+    /// The caller was transferred by REFER and our leg hung up.
+    Transferred,
 }
 
 impl EndCause {
@@ -88,6 +90,14 @@ pub struct CallDetailRecord {
     pub barge_ins: u64,
     /// DTMF digits received.
     pub dtmf: String,
+    /// `inbound` or `outbound-api`.
+    pub direction: &'static str,
+    /// The call's SID in the call-control API.
+    pub call_sid: String,
+    /// The Refer-To of the call's last transfer, if any.
+    pub transfer_target: Option<String>,
+    /// Its result (`completed`, `rejected`, `failed`).
+    pub transfer_result: Option<&'static str>,
 }
 
 /// Unix time now in ms (for CDR fields).
@@ -128,6 +138,10 @@ impl CallDetailRecord {
             turns: 0,
             barge_ins: 0,
             dtmf: String::new(),
+            direction: info.direction.as_str(),
+            call_sid: info.call_sid.clone(),
+            transfer_target: None,
+            transfer_result: None,
         }
     }
 

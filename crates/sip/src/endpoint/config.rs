@@ -83,10 +83,10 @@ pub struct Config {
     pub rng_seed: Option<u64>,
     /// Also accept in-dialog requests from these sources (e.g. every address of the trunk).
     ///
-    /// A request inside a dialog (BYE, re-INVITE, UPDATE, INFO, OPTIONS, ACK) is accepted only
-    /// when its Call-ID, To tag (ours) and From tag (theirs) match a live dialog (else 481) and
-    /// it comes from the IP the dialog's INVITE came from (or, for a call we placed, the IP we
-    /// sent the INVITE to), from the IP literal of the remote target or of the first route, or
+    /// A request inside a dialog (BYE, re-INVITE, UPDATE, INFO, OPTIONS, NOTIFY, ACK) is accepted
+    /// only when its Call-ID, To tag (ours) and From tag (theirs) match a live dialog (else 481)
+    /// and it comes from the IP the dialog's INVITE came from (or, for a call we placed, the IP
+    /// we sent the INVITE to), from the IP literal of the remote target or of the first route, or
     /// from an IP this predicate returns `true` for; any other source gets 403 and changes
     /// nothing. `None` (the default) trusts no other address.
     pub trusted_peer: Option<TrustedPeer>,

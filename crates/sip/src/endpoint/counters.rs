@@ -11,13 +11,14 @@ use crate::message::Message;
 ///   retransmissions included (they are on the wire too).
 ///
 /// `method` is the request's method (`INVITE`, `ACK`, `BYE`, `CANCEL`, `OPTIONS`, `INFO`,
-/// `UPDATE`, else `other`) or the response's status class (`1xx` … `6xx`). A message that cannot
-/// be parsed counts here as well (labelled from its start line: the method or status class when
-/// the line names one, else `other`) and in [`INVALID_MESSAGES_TOTAL`].
+/// `UPDATE`, `REFER`, `NOTIFY`, else `other`) or the response's status class (`1xx` … `6xx`). A
+/// message that cannot be parsed counts here as well (labelled from its start line: the method
+/// or status class when the line names one, else `other`) and in [`INVALID_MESSAGES_TOTAL`].
 const MESSAGES_TOTAL: &str = "ontime_sip_messages_total";
 
 /// `ontime_sip_invalid_messages_total`: messages received that could not be parsed (answered 400
-/// or the like when they can be answered, else dropped). Each one also counts once in
+/// or the like when they can be answered, else dropped), and NOTIFYs of our REFER whose
+/// `message/sipfrag` body could not be (answered 400). Each one also counts once in
 /// [`MESSAGES_TOTAL`] with `direction="in"`.
 const INVALID_MESSAGES_TOTAL: &str = "ontime_sip_invalid_messages_total";
 
@@ -122,6 +123,8 @@ fn method_label(token: &[u8]) -> &'static str {
         b"OPTIONS" => "OPTIONS",
         b"INFO" => "INFO",
         b"UPDATE" => "UPDATE",
+        b"REFER" => "REFER",
+        b"NOTIFY" => "NOTIFY",
         _ => OTHER,
     }
 }
@@ -168,6 +171,13 @@ pub(super) fn start_line_label(bytes: &[u8]) -> &'static str {
         return OTHER;
     }
     method_label(first)
+}
+
+/// Counts a received message whose body the endpoint must read but could not (a NOTIFY's
+/// `message/sipfrag`) in [`INVALID_MESSAGES_TOTAL`]; the message itself already counted in
+/// [`MESSAGES_TOTAL`] when it arrived.
+pub(super) fn count_unreadable_body() {
+    metrics::counter!(INVALID_MESSAGES_TOTAL).increment(1);
 }
 
 /// Counts one message in [`MESSAGES_TOTAL`].
@@ -281,6 +291,8 @@ mod tests {
         assert_eq!(start_line_label(b"SIP/2.0 603 Decline\r\n"), "6xx");
         assert_eq!(start_line_label(b"SIP/2.0 99 Odd\r\n"), "other");
         assert_eq!(start_line_label(b"MESSAGE sip:a@b SIP/2.0\r\n"), "other");
+        assert_eq!(start_line_label(b"REFER sip:a@b SIP/2.0\r\n"), "REFER");
+        assert_eq!(start_line_label(b"NOTIFY sip:a@b SIP/2.0\r\n"), "NOTIFY");
         assert_eq!(start_line_label(b"invite sip:a@b SIP/2.0\r\n"), "other");
         assert_eq!(start_line_label(b""), "other");
     }
@@ -390,7 +402,9 @@ mod tests {
                 ok = Some(t);
             }
             let to_tag = to_tag_param(&ok.unwrap().payload);
-            let wrong_tag = request("INFO", 2, &to_tag, "").replace(";tag=a", ";tag=z");
+            // The From tag only: our random To tag may begin with an `a` too.
+            let wrong_tag =
+                request("INFO", 2, &to_tag, "").replace(";tag=a\r\nTo:", ";tag=z\r\nTo:");
             uas.handle_datagram(wrong_tag.as_bytes(), peer, now);
             uas.handle_datagram(request("ACK", 1, &to_tag, "").as_bytes(), stranger, now);
             assert_eq!(recorder.get(&refused("wrong_tag")), 1);

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::message::{parse_name_addr, uri_socket_addr, Message, Method};
 use crate::sdp::SessionDescription;
 
+use super::refer::Referral;
 use super::transaction::ServerKey;
 use super::{CallHandle, EndReason, Endpoint, Event, Transport};
 
@@ -92,6 +93,31 @@ pub(super) struct Call {
     pub(super) acked: bool,
     /// The peer listed `timer` in Supported (RFC 4028 §9: only then may we Require it).
     pub(super) peer_supports_timer: bool,
+    /// Our latest REFER and the subscription it made.
+    pub(super) referral: Option<Referral>,
+}
+
+impl Call {
+    /// What a command inside the call needs: the call established and not `busy` with an earlier
+    /// command, else [`Error::InvalidState`] naming `busy_state` or the call's state.
+    pub(super) fn ready_for(
+        &self,
+        action: &'static str,
+        busy: bool,
+        busy_state: &'static str,
+    ) -> Result<()> {
+        match (self.state, busy) {
+            (CallState::Established, false) => Ok(()),
+            (CallState::Established, true) => Err(Error::InvalidState {
+                action,
+                state: busy_state,
+            }),
+            (state, _) => Err(Error::InvalidState {
+                action,
+                state: state.name(),
+            }),
+        }
+    }
 }
 
 /// Longest session interval we honour (RFC 4028 sets no ceiling; a day keeps `Instant`
@@ -207,6 +233,21 @@ impl Endpoint {
             self.dialogs.remove(&(c.call_id, c.local_tag));
             self.events.push_back(Event::Ended { call, reason });
         }
+    }
+
+    /// RFC 3261 §12.2.1.2: a 481 or 408 to a request inside the dialog means the dialog is gone,
+    /// so the call ends (with a BYE, in case the peer is still there). Whether it did.
+    pub(super) fn end_if_dialog_gone(
+        &mut self,
+        call: CallHandle,
+        status: u16,
+        now: Instant,
+    ) -> bool {
+        if status != 481 && status != 408 {
+            return false;
+        }
+        self.hangup_inner(call, now, EndReason::DialogGone { status });
+        true
     }
 
     pub(super) fn restart_session_timer(&mut self, call: CallHandle, now: Instant) {

@@ -163,6 +163,28 @@ pub enum Event {
         /// Status.
         status: u16,
     },
+    /// The final response to our REFER ([`Endpoint::refer`], RFC 3515): 2xx (normally 202
+    /// Accepted) means the peer will try the transfer and reports how it goes with
+    /// [`Event::ReferProgress`]; 300 and above mean it will not (408: no response came). After a
+    /// 481 or 408 the dialog is gone as well: [`Event::Ended`] with [`EndReason::DialogGone`]
+    /// follows, as for any request inside the dialog (RFC 3261 §12.2.1.2).
+    ReferResponse {
+        /// The call.
+        call: CallHandle,
+        /// Status received (408 on timeout).
+        status: u16,
+    },
+    /// The peer reported the progress of the transfer we asked for with a NOTIFY (RFC 3515
+    /// §2.4.5), already answered 200. It may come before [`Event::ReferResponse`].
+    ReferProgress {
+        /// The call.
+        call: CallHandle,
+        /// The status of the transferred call, from the NOTIFY's `message/sipfrag` body: 1xx
+        /// while it is being tried, 2xx once answered, 300 and above when it failed.
+        status: u16,
+        /// `Subscription-State: terminated`: the last report for this transfer.
+        terminated: bool,
+    },
 }
 
 /// Parameters of a call we place.

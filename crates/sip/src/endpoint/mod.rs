@@ -11,9 +11,11 @@
 //! - `transaction`: server and client transactions and their timers (RFC 3261 §17);
 //! - `dialog`: call and dialog state, in-dialog requests, session timers (RFC 4028);
 //! - `uas`: requests the peer sends us and our answers to them (INVITE, CANCEL, ACK, re-INVITE,
-//!   UPDATE, INFO, OPTIONS, BYE);
+//!   UPDATE, INFO, OPTIONS, BYE, NOTIFY);
 //! - `uac`: requests we originate (INVITE, CANCEL, BYE, re-INVITE, OPTIONS, INFO, ACK) and what
 //!   their responses mean for the call;
+//! - `refer`: blind transfer (RFC 3515): the REFER we send, its result, and the NOTIFYs that
+//!   report the transfer's progress;
 //! - `dtmf`: DTMF bodies of SIP INFO;
 //! - `stateless`: stateless responses for requests the application keeps from the endpoint;
 //! - `counters`: the endpoint's counters.
@@ -33,6 +35,7 @@ mod counters;
 mod dialog;
 mod dtmf;
 mod event;
+mod refer;
 mod stateless;
 mod transaction;
 mod uac;
@@ -48,7 +51,7 @@ use dialog::{session_interval, Call};
 use transaction::{ClientTx, ServerKey, ServerTx};
 
 /// Methods this UA serves (RFC 3261 §20.5 Allow).
-const ALLOW: &str = "INVITE, ACK, BYE, CANCEL, OPTIONS, UPDATE, INFO";
+const ALLOW: &str = "INVITE, ACK, BYE, CANCEL, OPTIONS, UPDATE, INFO, NOTIFY";
 /// Option tags we support (RFC 3261 §20.37).
 const SUPPORTED: &str = "timer";
 
@@ -197,7 +200,9 @@ impl Endpoint {
         }
     }
 
-    /// Messages that could not be parsed (answered 400 or dropped) since start.
+    /// Messages that could not be parsed (answered 400 or dropped) since start, and NOTIFYs of
+    /// our REFER whose `message/sipfrag` body could not be (answered 400): the number in
+    /// `ontime_sip_invalid_messages_total`.
     pub fn invalid_messages(&self) -> u64 {
         self.invalid_messages
     }
@@ -269,6 +274,16 @@ impl Endpoint {
             .user_agent
             .as_ref()
             .map(|ua| h(name, ua.clone()))
+    }
+
+    /// `Warning: 399 <our address> "<text>"` (RFC 3261 §20.43): why a request was refused, for
+    /// the peer's logs.
+    pub(super) fn warning(&self, text: &str) -> (String, String) {
+        let text = text.replace('"', "'");
+        h(
+            "Warning",
+            format!("399 {} \"{text}\"", self.config.local_addr),
+        )
     }
 
     pub(super) fn contact(&self, transport: Transport) -> String {

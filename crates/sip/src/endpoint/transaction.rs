@@ -27,6 +27,7 @@ pub(super) enum Owner {
     Bye(CallHandle),
     Cancel(CallHandle),
     InDialog(CallHandle),
+    Refer(CallHandle),
     Options(RequestHandle),
 }
 

@@ -178,18 +178,8 @@ impl Endpoint {
         now: Instant,
     ) -> Result<()> {
         let c = self.call_mut(call)?;
-        if c.state != CallState::Established || c.reinvite_in_progress || c.pending_offer.is_some()
-        {
-            let state = if c.state == CallState::Established {
-                "renegotiating"
-            } else {
-                c.state.name()
-            };
-            return Err(Error::InvalidState {
-                action: "re-INVITE",
-                state,
-            });
-        }
+        let busy = c.reinvite_in_progress || c.pending_offer.is_some();
+        c.ready_for("re-INVITE", busy, "renegotiating")?;
         self.send_reinvite(call, Some(offer.to_sdp_string().into_bytes()), now)
     }
 
@@ -307,6 +297,7 @@ impl Endpoint {
                 granted_session: None,
                 acked: false,
                 peer_supports_timer: true,
+                referral: None,
             },
         );
         self.dialogs.insert((call_id, local_tag), call);
@@ -489,9 +480,7 @@ impl Endpoint {
                     if let Some(c) = self.calls.get_mut(&call) {
                         c.reinvite_in_progress = false;
                     }
-                    if code == 481 || code == 408 {
-                        self.hangup_inner(call, now, EndReason::DialogGone { status: code });
-                    } else {
+                    if !self.end_if_dialog_gone(call, code, now) {
                         self.events
                             .push_back(Event::UpdateFailed { call, status: code });
                     }
@@ -516,6 +505,7 @@ impl Endpoint {
                     });
                 }
             }
+            Owner::Refer(call) => self.on_refer_result(call, code, now),
             Owner::Cancel(_) | Owner::InDialog(_) => {}
         }
     }

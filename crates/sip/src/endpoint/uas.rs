@@ -1,6 +1,6 @@
 //! The UAS side: requests the peer sends us (a new INVITE, CANCEL, the ACK of our 2xx, and inside
-//! a dialog BYE, OPTIONS, INFO, re-INVITE and UPDATE) and the application's answers to them
-//! (ring, answer, reject, answer or reject an update).
+//! a dialog BYE, OPTIONS, INFO, re-INVITE, UPDATE and NOTIFY, the last read in `refer`) and the
+//! application's answers to them (ring, answer, reject, answer or reject an update).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -60,7 +60,12 @@ impl Endpoint {
             (Method::Invite, None) => self.on_new_invite(key, msg, source, transport, now),
             (Method::Options, None) => self.on_options(&key, now),
             (
-                Method::Invite | Method::Update | Method::Info | Method::Bye | Method::Options,
+                Method::Invite
+                | Method::Update
+                | Method::Info
+                | Method::Bye
+                | Method::Options
+                | Method::Notify,
                 Some(_),
             ) => match self.match_dialog(&msg, source) {
                 DialogMatch::Found(call) => self.on_in_dialog(call, key, msg, now),
@@ -76,7 +81,8 @@ impl Endpoint {
                     self.respond(&key, 403, &[], b"", now);
                 }
             },
-            (Method::Bye | Method::Update | Method::Info, None) => {
+            // RFC 6665 §4.1.3: a NOTIFY that matches no subscription gets 481 too.
+            (Method::Bye | Method::Update | Method::Info | Method::Notify, None) => {
                 self.respond(&key, 481, &[], b"", now)
             }
             (Method::Extension(_), _) => self.respond(&key, 501, &[h("Allow", ALLOW)], b"", now),
@@ -129,14 +135,7 @@ impl Endpoint {
             None => None,
             Some(Ok(s)) => Some(s),
             Some(Err(e)) => {
-                let warning = h(
-                    "Warning",
-                    format!(
-                        "399 {} \"{}\"",
-                        self.config.local_addr,
-                        e.to_string().replace('"', "'")
-                    ),
-                );
+                let warning = self.warning(&e.to_string());
                 self.respond(&key, 400, &[warning], b"", now);
                 return;
             }
@@ -155,10 +154,7 @@ impl Endpoint {
                 Some((session_interval(secs), we_refresh))
             }
             Some(None) => {
-                let w = h(
-                    "Warning",
-                    format!("399 {} \"bad Session-Expires\"", self.config.local_addr),
-                );
+                let w = self.warning("bad Session-Expires");
                 self.respond(&key, 400, &[w], b"", now);
                 return;
             }
@@ -223,6 +219,7 @@ impl Endpoint {
                 granted_session: granted,
                 acked: false,
                 peer_supports_timer: supports_timer,
+                referral: None,
             },
         );
         self.dialogs
@@ -335,10 +332,7 @@ impl Endpoint {
                             });
                         }
                         None => {
-                            let w = h(
-                                "Warning",
-                                format!("399 {} \"unreadable DTMF body\"", self.config.local_addr),
-                            );
+                            let w = self.warning("unreadable DTMF body");
                             self.respond(&key, 400, &[w], b"", now);
                         }
                     }
@@ -355,6 +349,7 @@ impl Endpoint {
             method @ (Method::Invite | Method::Update) => {
                 self.on_offer_request(call, key, msg, method, now)
             }
+            Method::Notify => self.on_notify(call, &key, &msg, now),
             _ => self.respond(&key, 405, &[h("Allow", ALLOW)], b"", now),
         }
     }
@@ -415,14 +410,7 @@ impl Endpoint {
                 } else {
                     415
                 };
-                let w = h(
-                    "Warning",
-                    format!(
-                        "399 {} \"{}\"",
-                        self.config.local_addr,
-                        e.to_string().replace('"', "'")
-                    ),
-                );
+                let w = self.warning(&e.to_string());
                 self.respond(&key, code, &[w, h("Accept", "application/sdp")], b"", now);
             }
             Some(Ok(offer)) => {

@@ -54,6 +54,7 @@ pub const SENT_EVENTS: &[&str] = &[
     protocol::EVENT_SPEECH_STOPPED,
     protocol::EVENT_TURN_ENDED,
     protocol::EVENT_BARGE_IN,
+    protocol::EVENT_TRANSFER,
 ];
 
 /// The Reason header (RFC 3326) of the BYE sent when the bot goes away mid-call: Q.850 cause 41,
@@ -372,7 +373,10 @@ impl Agent for WsAgent {
                 custom.push((name.clone(), v.clone()));
             }
         }
-        let encoder = TwilioEncoder::new(protocol::StreamIds::random(), custom);
+        let encoder = TwilioEncoder::new(
+            protocol::StreamIds::for_call(&info.call_sid, &info.account_sid),
+            custom,
+        );
         let task = ConnectionTask {
             ws,
             encoder,
@@ -417,6 +421,11 @@ enum ToBot {
     SpeechStarted,
     SpeechStopped,
     TurnEnded(Option<f32>),
+    Transfer {
+        target: String,
+        result: &'static str,
+        sip_status: Option<u16>,
+    },
 }
 
 /// The call task's side: turns events into messages for the connection task, never waiting.
@@ -452,6 +461,15 @@ impl AgentCall for WsCall {
             // The connection task always learns of a barge-in (it returns the bot's cleared
             // marks); it forwards the ontime events only when enabled.
             AgentEvent::BargeIn => self.control(ToBot::BargeIn),
+            AgentEvent::Transfer {
+                target,
+                result,
+                sip_status,
+            } => self.control(ToBot::Transfer {
+                target: target.to_string(),
+                result: result.as_str(),
+                sip_status,
+            }),
             AgentEvent::SpeechStarted if self.ontime_events => self.control(ToBot::SpeechStarted),
             AgentEvent::SpeechStopped if self.ontime_events => self.control(ToBot::SpeechStopped),
             AgentEvent::TurnEnded { probability } if self.ontime_events => {
@@ -615,6 +633,14 @@ impl ConnectionTask {
             ToBot::TurnEnded(p) => {
                 let t = self.encoder.ontime(protocol::EVENT_TURN_ENDED, Some(p));
                 self.send(protocol::EVENT_TURN_ENDED, t).await
+            }
+            ToBot::Transfer {
+                target,
+                result,
+                sip_status,
+            } => {
+                let t = self.encoder.transfer(&target, result, sip_status);
+                self.send(protocol::EVENT_TRANSFER, t).await
             }
         }
     }

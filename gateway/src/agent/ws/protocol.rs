@@ -17,6 +17,10 @@ pub const EVENT_SPEECH_STOPPED: &str = "ontime.speech_stopped";
 pub const EVENT_TURN_ENDED: &str = "ontime.turn_ended";
 /// ontime event: the caller's speech cleared the bot's queued audio.
 pub const EVENT_BARGE_IN: &str = "ontime.barge_in";
+/// ontime event: a transfer of the call has an outcome (`transfer.target`, `transfer.result`:
+/// `completed`, `rejected` or `failed`, `transfer.sipStatus`). Always sent: a bot that asked
+/// for a transfer needs to know it did not happen.
+pub const EVENT_TRANSFER: &str = "ontime.transfer";
 
 /// The identifiers of one stream, in Twilio's shapes (`MZ…`, `CA…`, `AC…` + 32 hex digits).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,13 +34,13 @@ pub struct StreamIds {
 }
 
 impl StreamIds {
-    /// Fresh random identifiers (the account is all zeros: there is no Twilio account).
-    pub fn random() -> StreamIds {
-        let hex = |prefix: &str| format!("{prefix}{:032x}", rand::random::<u128>());
+    /// A fresh stream of this call: the call and account SIDs are the ones the call-control
+    /// API knows, so a bot can act on its own call.
+    pub fn for_call(call_sid: &str, account_sid: &str) -> StreamIds {
         StreamIds {
-            stream_sid: hex("MZ"),
-            call_sid: hex("CA"),
-            account_sid: format!("AC{:032x}", 0u128),
+            stream_sid: format!("MZ{:032x}", rand::random::<u128>()),
+            call_sid: call_sid.to_string(),
+            account_sid: account_sid.to_string(),
         }
     }
 }
@@ -166,6 +170,17 @@ impl TwilioEncoder {
             v["turn"] = json!({"probability": p});
         }
         v.to_string()
+    }
+
+    /// `ontime.transfer`: the outcome of a transfer.
+    pub fn transfer(&mut self, target: &str, result: &str, sip_status: Option<u16>) -> String {
+        json!({
+            "event": EVENT_TRANSFER,
+            "sequenceNumber": self.next_sequence(),
+            "streamSid": self.ids.stream_sid,
+            "transfer": {"target": target, "result": result, "sipStatus": sip_status},
+        })
+        .to_string()
     }
 }
 

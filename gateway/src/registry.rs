@@ -1,0 +1,427 @@
+//! The call registry: every call the call-control API can see, by CallSid, with its Twilio
+//! status, the channel to its task while it is up, and its status callbacks. It implements
+//! [`CallControl`]: the HTTP API and embedding programs act on calls through it. Its lock is
+//! held for a map lookup at a time, never across I/O, and the real-time sender never takes it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use tokio::sync::mpsc;
+
+use crate::agent::CallInfo;
+use crate::api::{
+    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
+    StatusCallback, StatusCallbackEvent,
+};
+use crate::call::{CallCommand, TransferOutcome};
+
+/// Ended calls kept for `GET` after they end (oldest forgotten first).
+const ENDED_KEPT: usize = 1000;
+
+/// What the registry asks of the SIP loop.
+#[derive(Debug)]
+pub(crate) enum RegistryRequest {
+    /// Place this call (its entry exists, `queued`).
+    DialOut {
+        /// The CallSid.
+        sid: String,
+        /// What to place.
+        call: NewCall,
+    },
+    /// End a call not answered yet: CANCEL ours, refuse theirs.
+    EndRinging {
+        /// The CallSid.
+        sid: String,
+    },
+}
+
+/// Sends one status callback: the callback, the call's parameters (Twilio's names).
+pub(crate) type CallbackSink = Arc<dyn Fn(&StatusCallback, Vec<(String, String)>) + Send + Sync>;
+
+struct Entry {
+    view: CallView,
+    /// The call task's command channel, while the call is up.
+    control: Option<mpsc::UnboundedSender<CallCommand>>,
+    status_callback: Option<StatusCallback>,
+    /// SequenceNumber of the next status callback.
+    sequence: u32,
+}
+
+#[derive(Default)]
+struct Inner {
+    calls: HashMap<String, Entry>,
+    /// Ended calls, oldest first, for forgetting.
+    ended: VecDeque<String>,
+}
+
+/// Every call the API can see.
+pub struct CallRegistry {
+    account_sid: String,
+    inner: Mutex<Inner>,
+    sip: mpsc::UnboundedSender<RegistryRequest>,
+    callbacks: Option<CallbackSink>,
+    /// Whether dial-out has somewhere to go.
+    has_trunk: bool,
+    /// Whether new calls are admitted now (capacity and drain), checked before dialling.
+    can_admit: Box<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl std::fmt::Debug for CallRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallRegistry")
+            .field("account_sid", &self.account_sid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallRegistry {
+    pub(crate) fn new(
+        account_sid: String,
+        sip: mpsc::UnboundedSender<RegistryRequest>,
+        callbacks: Option<CallbackSink>,
+        has_trunk: bool,
+        can_admit: Box<dyn Fn() -> bool + Send + Sync>,
+    ) -> CallRegistry {
+        CallRegistry {
+            account_sid,
+            inner: Mutex::new(Inner::default()),
+            sip,
+            callbacks,
+            has_trunk,
+            can_admit,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding the lock leaves plain data behind: keep serving.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An inbound call arrived (ringing).
+    pub(crate) fn inbound(&self, info: &CallInfo) {
+        let now = SystemTime::now();
+        let view = CallView {
+            sid: info.call_sid.clone(),
+            account_sid: self.account_sid.clone(),
+            from: info.from.clone(),
+            to: info.to.clone(),
+            status: CallStatus::Ringing,
+            direction: Direction::Inbound,
+            date_created: now,
+            date_updated: now,
+            start_time: None,
+            end_time: None,
+            duration_secs: None,
+            sip_call_id: info.call_id.clone(),
+        };
+        self.lock().calls.insert(
+            view.sid.clone(),
+            Entry {
+                view,
+                control: None,
+                status_callback: None,
+                sequence: 0,
+            },
+        );
+    }
+
+    /// The SIP Call-ID of an outbound call is known (its INVITE left).
+    pub(crate) fn initiated(&self, sid: &str, sip_call_id: &str) {
+        let mut inner = self.lock();
+        if let Some(e) = inner.calls.get_mut(sid) {
+            e.view.sip_call_id = sip_call_id.to_string();
+            e.view.date_updated = SystemTime::now();
+        }
+        drop(inner);
+        self.callback(sid, StatusCallbackEvent::Initiated, None);
+    }
+
+    /// An outbound call rings (first 180/183).
+    pub(crate) fn ringing(&self, sid: &str, sip_status: u16) {
+        if self.set_status(sid, CallStatus::Ringing) {
+            self.callback(sid, StatusCallbackEvent::Ringing, Some(sip_status));
+        }
+    }
+
+    /// The call was answered; its task takes commands on `control`.
+    pub(crate) fn answered(&self, sid: &str, control: mpsc::UnboundedSender<CallCommand>) {
+        let mut inner = self.lock();
+        let Some(e) = inner.calls.get_mut(sid) else {
+            return;
+        };
+        let now = SystemTime::now();
+        e.view.status = CallStatus::InProgress;
+        e.view.start_time = Some(now);
+        e.view.date_updated = now;
+        e.control = Some(control);
+        drop(inner);
+        self.callback(sid, StatusCallbackEvent::Answered, Some(200));
+    }
+
+    /// A transfer ended: the status callback hears of it.
+    pub(crate) fn transferred(&self, sid: &str, outcome: &TransferOutcome) {
+        let extra = vec![
+            ("TransferTarget".to_string(), outcome.target.clone()),
+            (
+                "TransferResult".to_string(),
+                outcome.result.as_str().to_string(),
+            ),
+        ];
+        self.callback_with(sid, None, outcome.sip_status, extra);
+    }
+
+    /// The call ended with this final status (`sip_status`: the response that decided it).
+    pub(crate) fn ended(&self, sid: &str, status: CallStatus, sip_status: Option<u16>) {
+        let mut inner = self.lock();
+        let Some(e) = inner.calls.get_mut(sid) else {
+            return;
+        };
+        if e.view.status.is_final() {
+            return;
+        }
+        let now = SystemTime::now();
+        e.view.status = status;
+        e.view.end_time = Some(now);
+        e.view.date_updated = now;
+        e.view.duration_secs = Some(
+            e.view
+                .start_time
+                .and_then(|s| now.duration_since(s).ok())
+                .map_or(0, |d| d.as_secs()),
+        );
+        e.control = None;
+        inner.ended.push_back(sid.to_string());
+        while inner.ended.len() > ENDED_KEPT {
+            if let Some(old) = inner.ended.pop_front() {
+                inner.calls.remove(&old);
+            }
+        }
+        drop(inner);
+        self.callback(sid, StatusCallbackEvent::Completed, sip_status);
+    }
+
+    /// Register an outbound call about to be placed.
+    fn outbound(&self, sid: &str, call: &NewCall) -> CallView {
+        let now = SystemTime::now();
+        let view = CallView {
+            sid: sid.to_string(),
+            account_sid: self.account_sid.clone(),
+            from: call.from.clone(),
+            to: call.to.clone(),
+            status: CallStatus::Queued,
+            direction: Direction::OutboundApi,
+            date_created: now,
+            date_updated: now,
+            start_time: None,
+            end_time: None,
+            duration_secs: None,
+            sip_call_id: String::new(),
+        };
+        self.lock().calls.insert(
+            sid.to_string(),
+            Entry {
+                view: view.clone(),
+                control: None,
+                status_callback: call.status_callback.clone(),
+                sequence: 0,
+            },
+        );
+        view
+    }
+
+    fn set_status(&self, sid: &str, status: CallStatus) -> bool {
+        let mut inner = self.lock();
+        match inner.calls.get_mut(sid) {
+            Some(e) if e.view.status != status && !e.view.status.is_final() => {
+                e.view.status = status;
+                e.view.date_updated = SystemTime::now();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn callback(&self, sid: &str, event: StatusCallbackEvent, sip_status: Option<u16>) {
+        self.callback_with(sid, Some(event), sip_status, Vec::new());
+    }
+
+    /// Send the call's status callback for `event` (None: always, for transfer news) if it
+    /// asked for it, with Twilio's parameters.
+    fn callback_with(
+        &self,
+        sid: &str,
+        event: Option<StatusCallbackEvent>,
+        sip_status: Option<u16>,
+        extra: Vec<(String, String)>,
+    ) {
+        let Some(sink) = &self.callbacks else {
+            return;
+        };
+        let mut inner = self.lock();
+        let Some(e) = inner.calls.get_mut(sid) else {
+            return;
+        };
+        let Some(cb) = e.status_callback.clone() else {
+            return;
+        };
+        if let Some(ev) = event {
+            if !cb.events.contains(&ev) {
+                return;
+            }
+        }
+        let v = &e.view;
+        let mut params = vec![
+            ("CallSid".to_string(), v.sid.clone()),
+            ("AccountSid".to_string(), v.account_sid.clone()),
+            ("From".to_string(), v.from.clone()),
+            ("To".to_string(), v.to.clone()),
+            ("CallStatus".to_string(), v.status.as_str().to_string()),
+            ("Direction".to_string(), v.direction.as_str().to_string()),
+            ("ApiVersion".to_string(), "2010-04-01".to_string()),
+            (
+                "CallbackSource".to_string(),
+                "call-progress-events".to_string(),
+            ),
+            ("SequenceNumber".to_string(), e.sequence.to_string()),
+            ("Timestamp".to_string(), rfc2822(SystemTime::now())),
+        ];
+        if let Some(ev) = event {
+            params.push(("StatusCallbackEvent".to_string(), ev.as_str().to_string()));
+        }
+        if let Some(d) = v.duration_secs {
+            params.push(("CallDuration".to_string(), d.to_string()));
+            params.push(("Duration".to_string(), d.div_ceil(60).max(1).to_string()));
+        }
+        if let Some(s) = sip_status {
+            params.push(("SipResponseCode".to_string(), s.to_string()));
+        }
+        params.extend(extra);
+        e.sequence += 1;
+        drop(inner);
+        sink(&cb, params);
+    }
+}
+
+/// RFC 2822 date, as Twilio writes its timestamps (`Tue, 31 Aug 2010 20:36:28 +0000`).
+pub(crate) fn rfc2822(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    // Civil from days (Howard Hinnant's algorithm): no date crate needed for one format.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    format!(
+        "{}, {:02} {} {} {:02}:{:02}:{:02} +0000",
+        WEEKDAYS[(days % 7) as usize],
+        day,
+        MONTHS[(month - 1) as usize],
+        year,
+        h,
+        m,
+        s
+    )
+}
+
+impl CallControl for CallRegistry {
+    fn account_sid(&self) -> &str {
+        &self.account_sid
+    }
+
+    fn get(&self, sid: &str) -> Option<CallView> {
+        self.lock().calls.get(sid).map(|e| e.view.clone())
+    }
+
+    fn list(&self, filter: &CallFilter) -> Vec<CallView> {
+        let inner = self.lock();
+        let mut calls: Vec<CallView> = inner
+            .calls
+            .values()
+            .map(|e| &e.view)
+            .filter(|v| filter.status.is_none_or(|s| v.status == s))
+            .filter(|v| filter.to.as_ref().is_none_or(|t| &v.to == t))
+            .filter(|v| filter.from.as_ref().is_none_or(|f| &v.from == f))
+            .cloned()
+            .collect();
+        drop(inner);
+        calls.sort_by_key(|c| std::cmp::Reverse(c.date_created));
+        calls
+    }
+
+    fn update(&self, sid: &str, update: CallUpdate) -> Result<CallView, ControlError> {
+        let inner = self.lock();
+        let e = inner
+            .calls
+            .get(sid)
+            .ok_or_else(|| ControlError::NotFound(sid.to_string()))?;
+        let view = e.view.clone();
+        match (update, view.status) {
+            // Hanging up a call that is over already is done: say so, as the call is.
+            (CallUpdate::Complete | CallUpdate::Cancel, s) if s.is_final() => Ok(view),
+            (_, s) if s.is_final() => Err(ControlError::NotInProgress),
+            (CallUpdate::Complete, CallStatus::InProgress) => {
+                if let Some(c) = &e.control {
+                    let _ = c.send(CallCommand::Complete);
+                }
+                Ok(view)
+            }
+            (CallUpdate::Run(verbs), CallStatus::InProgress) => {
+                if let Some(c) = &e.control {
+                    let _ = c.send(CallCommand::Run(verbs));
+                }
+                Ok(view)
+            }
+            (CallUpdate::Run(_), _) => Err(ControlError::NotInProgress),
+            // Twilio: canceling an answered call does nothing.
+            (CallUpdate::Cancel, CallStatus::InProgress) => Ok(view),
+            // Not answered yet: `completed` and `canceled` both end it.
+            (CallUpdate::Complete | CallUpdate::Cancel, _) => {
+                let _ = self.sip.send(RegistryRequest::EndRinging {
+                    sid: sid.to_string(),
+                });
+                Ok(view)
+            }
+        }
+    }
+
+    fn create(&self, call: NewCall) -> Result<CallView, ControlError> {
+        if !self.has_trunk {
+            return Err(ControlError::NoTrunk);
+        }
+        if !(self.can_admit)() {
+            return Err(ControlError::AtCapacity);
+        }
+        let sid = crate::call::new_call_sid();
+        let view = self.outbound(&sid, &call);
+        let _ = self.sip.send(RegistryRequest::DialOut { sid, call });
+        Ok(view)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc2822_dates_match_twilio_examples() {
+        // 2010-08-31T20:36:28Z, the date of Twilio's own examples.
+        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_283_286_988);
+        assert_eq!(rfc2822(t), "Tue, 31 Aug 2010 20:36:28 +0000");
+        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(951_782_400);
+        assert_eq!(rfc2822(t), "Tue, 29 Feb 2000 00:00:00 +0000");
+    }
+}
