@@ -64,6 +64,9 @@ pub enum Error {
     /// The builder was not given an agent.
     #[error("no agent: call GatewayBuilder::agent")]
     NoAgent,
+    /// The call-control API's HTTP client could not be built (TLS roots).
+    #[error("call-control API: {0}")]
+    Api(String),
     /// The `voice_twiml` document is not TwiML ontime runs.
     #[error("config field `voice_twiml`: {0}")]
     VoiceTwiml(String),
@@ -207,17 +210,19 @@ impl Gateway {
         let (sip_tx, sip_rx) = mpsc::unbounded_channel();
         let (registry_tx, registry_rx) = mpsc::unbounded_channel();
         let admit_slots = slots.clone();
+        let callbacks =
+            crate::api::wiring::callbacks(&config).map_err(|e| Error::Api(e.to_string()))?;
         let registry = Arc::new(CallRegistry::new(
             config.api_account_sid.clone(),
             registry_tx,
-            crate::api::status_callbacks(&config),
+            callbacks.clone(),
             config.trunk_uri.is_some(),
             Box::new(move || admit_slots.ready()),
         ));
-        let route = voice_route(&config)?;
+        let route = voice_route(&config, &callbacks)?;
         let api = match config.api_listen {
             Some(addr) => Some(
-                crate::api::serve(addr, registry.clone(), &config)
+                crate::api::wiring::start(addr, registry.clone(), &config, callbacks.clone())
                     .await
                     .map_err(|source| Error::Bind {
                         what: "API",
@@ -325,15 +330,24 @@ impl Gateway {
 /// clap resolved it) wins; without it the inference crate's environment lookup, then the default
 /// folder. `ort_dylib_path` (flag or `ORT_DYLIB_PATH`) names the runtime library on its own.
 /// The voice route of inbound calls from the configuration.
-fn voice_route(config: &Config) -> Result<VoiceRoute, Error> {
+fn voice_route(config: &Config, callbacks: &crate::api::Callbacks) -> Result<VoiceRoute, Error> {
     if let Some(text) = &config.voice_twiml {
-        let verbs = crate::api::twiml::parse(text).map_err(|e| Error::VoiceTwiml(e.to_string()))?;
+        let verbs = crate::api::parse_twiml(text).map_err(|e| Error::VoiceTwiml(e.to_string()))?;
         return Ok(VoiceRoute::Twiml(Arc::new(verbs)));
     }
     if let Some(url) = &config.voice_url {
+        let callbacks = callbacks.clone();
         return Ok(VoiceRoute::Url {
             url: url.clone(),
-            fetch: crate::api::voice_fetcher(config),
+            fetch: Arc::new(move |url, params| {
+                let callbacks = callbacks.clone();
+                Box::pin(async move {
+                    callbacks
+                        .fetch_twiml(&url, false, &params)
+                        .await
+                        .map_err(|e| e.to_string())
+                })
+            }),
         });
     }
     Ok(VoiceRoute::Agent)

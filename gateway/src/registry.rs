@@ -4,15 +4,15 @@
 //! held for a map lookup at a time, never across I/O, and the real-time sender never takes it.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use tokio::sync::mpsc;
 
 use crate::agent::CallInfo;
 use crate::api::{
-    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
-    StatusCallback, StatusCallbackEvent,
+    call_params, CallControl, CallFilter, CallStatus, CallUpdate, CallView, Callbacks,
+    ControlError, Direction, NewCall, StatusCallback, StatusCallbackEvent, StatusReporter,
 };
 use crate::call::{CallCommand, TransferOutcome};
 
@@ -36,16 +36,13 @@ pub(crate) enum RegistryRequest {
     },
 }
 
-/// Sends one status callback: the callback, the call's parameters (Twilio's names).
-pub(crate) type CallbackSink = Arc<dyn Fn(&StatusCallback, Vec<(String, String)>) + Send + Sync>;
-
 struct Entry {
     view: CallView,
     /// The call task's command channel, while the call is up.
     control: Option<mpsc::UnboundedSender<CallCommand>>,
+    /// Where the call's progress goes, if it asked (`StatusCallback`).
     status_callback: Option<StatusCallback>,
-    /// SequenceNumber of the next status callback.
-    sequence: u32,
+    reporter: Option<StatusReporter>,
 }
 
 #[derive(Default)]
@@ -60,7 +57,7 @@ pub struct CallRegistry {
     account_sid: String,
     inner: Mutex<Inner>,
     sip: mpsc::UnboundedSender<RegistryRequest>,
-    callbacks: Option<CallbackSink>,
+    callbacks: Callbacks,
     /// Whether dial-out has somewhere to go.
     has_trunk: bool,
     /// Whether new calls are admitted now (capacity and drain), checked before dialling.
@@ -79,7 +76,7 @@ impl CallRegistry {
     pub(crate) fn new(
         account_sid: String,
         sip: mpsc::UnboundedSender<RegistryRequest>,
-        callbacks: Option<CallbackSink>,
+        callbacks: Callbacks,
         has_trunk: bool,
         can_admit: Box<dyn Fn() -> bool + Send + Sync>,
     ) -> CallRegistry {
@@ -121,7 +118,7 @@ impl CallRegistry {
                 view,
                 control: None,
                 status_callback: None,
-                sequence: 0,
+                reporter: None,
             },
         );
     }
@@ -168,7 +165,7 @@ impl CallRegistry {
                 outcome.result.as_str().to_string(),
             ),
         ];
-        self.callback_with(sid, None, outcome.sip_status, extra);
+        self.transfer_callback(sid, outcome.sip_status, extra);
     }
 
     /// The call ended with this final status (`sip_status`: the response that decided it).
@@ -224,7 +221,10 @@ impl CallRegistry {
                 view: view.clone(),
                 control: None,
                 status_callback: call.status_callback.clone(),
-                sequence: 0,
+                reporter: call
+                    .status_callback
+                    .clone()
+                    .map(|cb| self.callbacks.reporter(cb)),
             },
         );
         view
@@ -242,99 +242,33 @@ impl CallRegistry {
         }
     }
 
+    /// Report `event` to the call's status callback, if it asked for it.
     fn callback(&self, sid: &str, event: StatusCallbackEvent, sip_status: Option<u16>) {
-        self.callback_with(sid, Some(event), sip_status, Vec::new());
-    }
-
-    /// Send the call's status callback for `event` (None: always, for transfer news) if it
-    /// asked for it, with Twilio's parameters.
-    fn callback_with(
-        &self,
-        sid: &str,
-        event: Option<StatusCallbackEvent>,
-        sip_status: Option<u16>,
-        extra: Vec<(String, String)>,
-    ) {
-        let Some(sink) = &self.callbacks else {
-            return;
-        };
-        let mut inner = self.lock();
-        let Some(e) = inner.calls.get_mut(sid) else {
-            return;
-        };
-        let Some(cb) = e.status_callback.clone() else {
-            return;
-        };
-        if let Some(ev) = event {
-            if !cb.events.contains(&ev) {
-                return;
+        let inner = self.lock();
+        if let Some(e) = inner.calls.get(sid) {
+            if let Some(r) = &e.reporter {
+                r.report(event, &e.view, sip_status);
             }
         }
-        let v = &e.view;
-        let mut params = vec![
-            ("CallSid".to_string(), v.sid.clone()),
-            ("AccountSid".to_string(), v.account_sid.clone()),
-            ("From".to_string(), v.from.clone()),
-            ("To".to_string(), v.to.clone()),
-            ("CallStatus".to_string(), v.status.as_str().to_string()),
-            ("Direction".to_string(), v.direction.as_str().to_string()),
-            ("ApiVersion".to_string(), "2010-04-01".to_string()),
-            (
-                "CallbackSource".to_string(),
-                "call-progress-events".to_string(),
-            ),
-            ("SequenceNumber".to_string(), e.sequence.to_string()),
-            ("Timestamp".to_string(), rfc2822(SystemTime::now())),
-        ];
-        if let Some(ev) = event {
-            params.push(("StatusCallbackEvent".to_string(), ev.as_str().to_string()));
-        }
-        if let Some(d) = v.duration_secs {
-            params.push(("CallDuration".to_string(), d.to_string()));
-            params.push(("Duration".to_string(), d.div_ceil(60).max(1).to_string()));
-        }
+    }
+
+    /// Tell the call's status callback how a transfer ended (always, if it has one: a bot
+    /// that asked for a transfer needs to know it did not happen).
+    fn transfer_callback(&self, sid: &str, sip_status: Option<u16>, extra: Vec<(String, String)>) {
+        let inner = self.lock();
+        let Some(e) = inner.calls.get(sid) else {
+            return;
+        };
+        let Some(target) = &e.status_callback else {
+            return;
+        };
+        let mut params = call_params(&e.view);
         if let Some(s) = sip_status {
             params.push(("SipResponseCode".to_string(), s.to_string()));
         }
         params.extend(extra);
-        e.sequence += 1;
-        drop(inner);
-        sink(&cb, params);
+        self.callbacks.send(target, params);
     }
-}
-
-/// RFC 2822 date, as Twilio writes its timestamps (`Tue, 31 Aug 2010 20:36:28 +0000`).
-pub(crate) fn rfc2822(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
-    // Civil from days (Howard Hinnant's algorithm): no date crate needed for one format.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    format!(
-        "{}, {:02} {} {} {:02}:{:02}:{:02} +0000",
-        WEEKDAYS[(days % 7) as usize],
-        day,
-        MONTHS[(month - 1) as usize],
-        year,
-        h,
-        m,
-        s
-    )
 }
 
 impl CallControl for CallRegistry {
@@ -409,19 +343,5 @@ impl CallControl for CallRegistry {
         let view = self.outbound(&sid, &call);
         let _ = self.sip.send(RegistryRequest::DialOut { sid, call });
         Ok(view)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rfc2822_dates_match_twilio_examples() {
-        // 2010-08-31T20:36:28Z, the date of Twilio's own examples.
-        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_283_286_988);
-        assert_eq!(rfc2822(t), "Tue, 31 Aug 2010 20:36:28 +0000");
-        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(951_782_400);
-        assert_eq!(rfc2822(t), "Tue, 29 Feb 2000 00:00:00 +0000");
     }
 }

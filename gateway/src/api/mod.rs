@@ -3,42 +3,66 @@
 //! send digits, transfer and dial out through ontime unchanged.
 //!
 //! - `control`: the contract between the HTTP layer and the gateway's calls ([`CallControl`]);
-//! - `twiml`: the TwiML verbs ontime runs, and their parser;
-//! - `http`: the HTTP server (routes, Basic auth, Twilio's JSON shapes and errors);
-//! - `callback`: status callbacks and TwiML fetches (signed, bounded retries);
-//! - `signature`: `X-Twilio-Signature`.
+//! - `twiml`: the TwiML verbs ontime runs, and their parser ([`parse_twiml`]);
+//! - `http`: the HTTP server ([`serve`]: routes, Basic auth, Twilio's JSON shapes and errors);
+//! - `callback`: TwiML fetches and status callbacks to the bot's server ([`Callbacks`]:
+//!   signed, bounded);
+//! - [`signature`], `X-Twilio-Signature`;
+//! - `date`: RFC 2822 dates as Twilio writes them.
 
+mod callback;
 pub(crate) mod control;
+mod date;
+mod http;
+pub mod signature;
+#[cfg(test)]
+mod test_support;
 pub(crate) mod twiml;
 
+pub use callback::{
+    call_params, status_params, CallbackConfig, CallbackError, Callbacks, FetchError,
+    StatusReporter, API_VERSION,
+};
 pub use control::{
     CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
     StatusCallback, StatusCallbackEvent,
 };
-pub use twiml::{DialTarget, Verb};
+pub use http::{serve, ApiState};
+pub use twiml::{parse as parse_twiml, DialTarget, TwimlError, Verb, MAX_TWIML_BYTES};
 
-// ---- wiring placeholders, replaced when the HTTP layer lands ----
-use std::sync::Arc;
+/// The gateway's side of the API: bind and serve it, build its callback client.
+pub(crate) mod wiring {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
 
-/// Serve the API on `addr` (bound address and task).
-pub(crate) async fn serve(
-    addr: std::net::SocketAddr,
-    _control: Arc<dyn CallControl>,
-    _config: &crate::config::Config,
-) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
-    let l = tokio::net::TcpListener::bind(addr).await?;
-    let a = l.local_addr()?;
-    Ok((a, tokio::spawn(async move { drop(l) })))
-}
+    use super::{serve, ApiState, CallControl, Callbacks};
+    use crate::config::Config;
 
-/// The status-callback sink.
-pub(crate) fn status_callbacks(
-    _config: &crate::config::Config,
-) -> Option<crate::registry::CallbackSink> {
-    None
-}
+    /// The callback client of the gateway: signs with the API's auth token (empty without an
+    /// API: voice-webhook fetches then carry a signature nobody can check).
+    pub(crate) fn callbacks(config: &Config) -> Result<Callbacks, super::CallbackError> {
+        let token = config
+            .api_auth_token
+            .as_ref()
+            .map_or(String::new(), |t| t.expose().to_string());
+        Callbacks::new(token)
+    }
 
-/// The voice webhook fetcher.
-pub(crate) fn voice_fetcher(_config: &crate::config::Config) -> crate::routing::Fetcher {
-    Arc::new(|_, _| Box::pin(async { Err("not yet".to_string()) }))
+    /// Bind the API on `addr` and serve it until the task is aborted.
+    pub(crate) async fn start(
+        addr: SocketAddr,
+        control: Arc<dyn CallControl>,
+        config: &Config,
+        callbacks: Callbacks,
+    ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        let token = config
+            .api_auth_token
+            .as_ref()
+            .map_or(String::new(), |t| t.expose().to_string());
+        let state = Arc::new(ApiState::new(control, token, callbacks));
+        let task = tokio::spawn(serve(listener, state, std::future::pending::<()>()));
+        Ok((bound, task))
+    }
 }

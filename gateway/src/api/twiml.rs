@@ -1,4 +1,8 @@
 //! The TwiML verbs ontime runs, and their parser.
+//!
+//! TwiML reaches ontime from bots (`Twiml=` and `Url=` of the API, the gateway's voice URL).
+//! It is parsed whole before anything runs, so that a verb or attribute ontime does not honour
+//! is refused in the API's answer, naming it, instead of being skipped in the middle of a call.
 
 use std::time::Duration;
 
@@ -36,7 +40,626 @@ pub enum Verb {
     },
 }
 
-/// Placeholder until the parser lands.
-pub fn parse(_xml: &str) -> Result<Vec<Verb>, String> {
-    Err("TwiML parser not built yet".into())
+/// Largest TwiML document accepted (Twilio's own limit is 64 KB).
+pub const MAX_TWIML_BYTES: usize = 64 * 1024;
+/// Deepest element nesting accepted: `<Response><Connect><Stream><Parameter>` is 4; the bound
+/// keeps hostile documents from costing more than a few allocations per level.
+const MAX_DEPTH: usize = 8;
+/// Most elements in one document (verbs, nouns and parameters together).
+const MAX_ELEMENTS: usize = 1024;
+/// Longest `<Pause length>` accepted, in seconds (a pause longer than this is surely a mistake).
+pub const MAX_PAUSE_SECS: u64 = 600;
+/// Longest `<Play digits>` string.
+const MAX_DIGITS: usize = 256;
+
+/// Why a TwiML document was refused. Each message names the verb or attribute at fault, since
+/// it goes back to the bot's author in a Twilio-shaped 400 (code 12100).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TwimlError {
+    /// Larger than [`MAX_TWIML_BYTES`].
+    #[error("TwiML document is {0} bytes; the limit is {MAX_TWIML_BYTES}")]
+    TooLarge(usize),
+    /// Not well-formed XML, or XML ontime will not read (DOCTYPE, entities, nesting too deep).
+    #[error("TwiML is not well-formed: {0}")]
+    Malformed(String),
+    /// The root element is not `<Response>`.
+    #[error("TwiML root element must be <Response>, found <{0}>")]
+    Root(String),
+    /// A verb ontime does not run (`<Say>`, `<Gather>`, ...), or a noun in the wrong place.
+    #[error("<{0}> is not supported{1}")]
+    Unsupported(String, &'static str),
+    /// An attribute ontime does not honour.
+    #[error("attribute '{attribute}' of <{element}> is not supported")]
+    Attribute {
+        /// The element carrying it.
+        element: String,
+        /// The attribute's name.
+        attribute: String,
+    },
+    /// A supported verb with a bad value or shape; the text says which.
+    #[error("<{element}>: {reason}")]
+    Invalid {
+        /// The element at fault.
+        element: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// One parsed element: the generic tree the verbs are read from. Parsing to a tree first keeps
+/// the XML event handling (entities, nesting, bounds) apart from the TwiML rules.
+#[derive(Debug, Default)]
+struct Element {
+    name: String,
+    attrs: Vec<(String, String)>,
+    children: Vec<Element>,
+    text: String,
+}
+
+impl Element {
+    /// Refuse any attribute not in `allowed`, naming the first one found.
+    fn only_attrs(&self, allowed: &[&str]) -> Result<(), TwimlError> {
+        match self
+            .attrs
+            .iter()
+            .find(|(k, _)| !allowed.contains(&k.as_str()))
+        {
+            Some((k, _)) => Err(TwimlError::Attribute {
+                element: self.name.clone(),
+                attribute: k.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn attr(&self, name: &str) -> Option<&str> {
+        self.attrs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn invalid(&self, reason: impl Into<String>) -> TwimlError {
+        TwimlError::Invalid {
+            element: self.name.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Refuse child elements (verbs like `<Hangup>` take none).
+    fn no_children(&self) -> Result<(), TwimlError> {
+        match self.children.first() {
+            Some(c) => Err(TwimlError::Unsupported(
+                c.name.clone(),
+                match self.name.as_str() {
+                    "Response" => "",
+                    _ => " inside this verb",
+                },
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuse text content (whitespace aside).
+    fn no_text(&self) -> Result<(), TwimlError> {
+        if self.text.trim().is_empty() {
+            Ok(())
+        } else {
+            Err(self.invalid("text content is not supported here"))
+        }
+    }
+
+    /// The only child, or an error naming what is there instead.
+    fn single_child(&self, what: &str) -> Result<&Element, TwimlError> {
+        self.no_text()?;
+        match self.children.as_slice() {
+            [one] => Ok(one),
+            [] => Err(self.invalid(format!("needs one {what}"))),
+            _ => Err(self.invalid(format!("only one {what} is supported"))),
+        }
+    }
+}
+
+fn xml_err(e: impl std::fmt::Display) -> TwimlError {
+    TwimlError::Malformed(e.to_string())
+}
+
+/// Read `xml` into an element tree, refusing DOCTYPEs, unknown entities, deep nesting and
+/// more than [`MAX_ELEMENTS`] elements.
+fn parse_tree(xml: &str) -> Result<Element, TwimlError> {
+    use quick_xml::events::{BytesStart, Event};
+    use quick_xml::XmlVersion;
+
+    fn open(e: &BytesStart<'_>) -> Result<Element, TwimlError> {
+        let name = e.name().as_ref().to_string();
+        let mut attrs = Vec::new();
+        // `attributes()` checks for duplicates, so `<Pause length="1" length="2">` is refused.
+        for a in e.attributes() {
+            let a = a.map_err(xml_err)?;
+            let key = a.key.as_ref().to_string();
+            // Only the five predefined entities and character references resolve; anything
+            // else (which would need a DTD) is an error.
+            let value = a
+                .normalized_value(XmlVersion::Implicit1_0)
+                .map_err(xml_err)?;
+            attrs.push((key, value.into_owned()));
+        }
+        Ok(Element {
+            name,
+            attrs,
+            ..Element::default()
+        })
+    }
+
+    let mut reader = quick_xml::Reader::from_str(xml);
+    let mut stack: Vec<Element> = Vec::new();
+    let mut root: Option<Element> = None;
+    let mut count = 0usize;
+    loop {
+        let event = reader.read_event().map_err(xml_err)?;
+        // Text outside the root is allowed only as whitespace; a second root is an error.
+        let closed = match event {
+            Event::Start(e) | Event::Empty(e) if root.is_some() => {
+                return Err(TwimlError::Malformed(format!(
+                    "content after the root element: <{}>",
+                    e.name().as_ref()
+                )));
+            }
+            Event::Start(e) => {
+                count += 1;
+                if stack.len() >= MAX_DEPTH || count > MAX_ELEMENTS {
+                    return Err(TwimlError::Malformed(
+                        "too deeply nested or too long".into(),
+                    ));
+                }
+                stack.push(open(&e)?);
+                None
+            }
+            Event::Empty(e) => {
+                count += 1;
+                if stack.len() >= MAX_DEPTH || count > MAX_ELEMENTS {
+                    return Err(TwimlError::Malformed(
+                        "too deeply nested or too long".into(),
+                    ));
+                }
+                Some(open(&e)?)
+            }
+            // The reader checks that end names match their start.
+            Event::End(_) => match stack.pop() {
+                Some(el) => Some(el),
+                None => return Err(TwimlError::Malformed("unmatched end tag".into())),
+            },
+            Event::Text(t) => {
+                let text = t.xml10_content();
+                match stack.last_mut() {
+                    Some(el) => el.text.push_str(&text),
+                    None if text.trim().is_empty() => {}
+                    None => return Err(TwimlError::Malformed("text outside <Response>".into())),
+                }
+                None
+            }
+            Event::CData(t) => {
+                let text = t.into_inner().into_owned();
+                match stack.last_mut() {
+                    Some(el) => el.text.push_str(&text),
+                    None => return Err(TwimlError::Malformed("CDATA outside <Response>".into())),
+                }
+                None
+            }
+            Event::GeneralRef(r) => {
+                let resolved = match r.resolve_char_ref().map_err(xml_err)? {
+                    Some(c) => c.to_string(),
+                    None => match quick_xml::escape::resolve_predefined_entity(&r) {
+                        Some(s) => s.to_string(),
+                        None => {
+                            return Err(TwimlError::Malformed(format!(
+                                "entity &{}; is not allowed",
+                                &*r
+                            )))
+                        }
+                    },
+                };
+                match stack.last_mut() {
+                    Some(el) => el.text.push_str(&resolved),
+                    None => return Err(TwimlError::Malformed("text outside <Response>".into())),
+                }
+                None
+            }
+            // A DTD could define entities (billion laughs) or fetch external ones: never read.
+            Event::DocType(_) => {
+                return Err(TwimlError::Malformed("a DOCTYPE is not allowed".into()))
+            }
+            Event::Decl(_) | Event::PI(_) | Event::Comment(_) => None,
+            Event::Eof => break,
+        };
+        if let Some(el) = closed {
+            match stack.last_mut() {
+                Some(parent) => parent.children.push(el),
+                None => root = Some(el),
+            }
+        }
+    }
+    if let Some(open) = stack.last() {
+        return Err(TwimlError::Malformed(format!(
+            "<{}> is not closed",
+            open.name
+        )));
+    }
+    root.ok_or_else(|| TwimlError::Malformed("no root element".into()))
+}
+
+/// Parse a TwiML document into the verbs ontime runs, in order.
+///
+/// The root must be `<Response>`. Every verb, noun and attribute ontime does not honour is an
+/// error naming it, rather than being skipped: a bot that asks for `<Say>` or a `<Dial
+/// callerId>` would otherwise believe it happened.
+pub fn parse(xml: &str) -> Result<Vec<Verb>, TwimlError> {
+    if xml.len() > MAX_TWIML_BYTES {
+        return Err(TwimlError::TooLarge(xml.len()));
+    }
+    let root = parse_tree(xml)?;
+    if root.name != "Response" {
+        return Err(TwimlError::Root(root.name));
+    }
+    root.only_attrs(&[])?;
+    root.no_text()?;
+    root.children.iter().map(verb).collect()
+}
+
+fn verb(el: &Element) -> Result<Verb, TwimlError> {
+    match el.name.as_str() {
+        "Hangup" => {
+            el.only_attrs(&[])?;
+            el.no_children()?;
+            el.no_text()?;
+            Ok(Verb::Hangup)
+        }
+        "Pause" => {
+            el.only_attrs(&["length"])?;
+            el.no_children()?;
+            el.no_text()?;
+            let secs = match el.attr("length") {
+                None => 1,
+                Some(v) => match v.trim().parse::<u64>() {
+                    Ok(n) if n <= MAX_PAUSE_SECS => n,
+                    _ => {
+                        return Err(el.invalid(format!(
+                            "length must be a whole number of seconds from 0 to {MAX_PAUSE_SECS}, got {v:?}"
+                        )))
+                    }
+                },
+            };
+            Ok(Verb::Pause(Duration::from_secs(secs)))
+        }
+        "Play" => {
+            el.only_attrs(&["digits"])?;
+            el.no_children()?;
+            let Some(digits) = el.attr("digits") else {
+                return Err(el.invalid(
+                    "only the digits form (<Play digits=\"...\"/>) is supported, not audio URLs",
+                ));
+            };
+            if !el.text.trim().is_empty() {
+                return Err(el.invalid("audio URLs are not supported, only digits"));
+            }
+            if digits.is_empty()
+                || digits.len() > MAX_DIGITS
+                || !digits
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || matches!(c, '*' | '#' | 'A'..='D' | 'w'))
+            {
+                return Err(el.invalid(format!(
+                    "digits must be 1 to {MAX_DIGITS} of 0-9 * # A-D w, got {digits:?}"
+                )));
+            }
+            Ok(Verb::PlayDigits(digits.to_string()))
+        }
+        "Dial" => {
+            // Every <Dial> attribute (callerId, timeout, action, record, ...) describes a
+            // bridged second leg; ontime transfers by REFER, where none of them can apply.
+            el.only_attrs(&[])?;
+            if el.children.is_empty() {
+                let number = el.text.trim();
+                if number.is_empty() {
+                    return Err(el.invalid("needs a <Sip>, a <Number> or a number"));
+                }
+                return Ok(Verb::Transfer(DialTarget::Number(e164(el, number)?)));
+            }
+            let target = el.single_child("<Sip> or <Number>")?;
+            match target.name.as_str() {
+                "Sip" => sip_target(target),
+                "Number" => {
+                    target.only_attrs(&[])?;
+                    target.no_children()?;
+                    Ok(Verb::Transfer(DialTarget::Number(e164(
+                        target,
+                        target.text.trim(),
+                    )?)))
+                }
+                other => Err(TwimlError::Unsupported(other.into(), " inside <Dial>")),
+            }
+        }
+        "Refer" => {
+            el.only_attrs(&[])?;
+            let target = el.single_child("<Sip>")?;
+            match target.name.as_str() {
+                "Sip" => sip_target(target),
+                other => Err(TwimlError::Unsupported(other.into(), " inside <Refer>")),
+            }
+        }
+        "Connect" => {
+            el.only_attrs(&[])?;
+            let stream = el.single_child("<Stream>")?;
+            if stream.name != "Stream" {
+                return Err(TwimlError::Unsupported(
+                    stream.name.clone(),
+                    " inside <Connect>",
+                ));
+            }
+            stream.only_attrs(&["url"])?;
+            stream.no_text()?;
+            let url = stream.attr("url").unwrap_or_default().trim();
+            if !(url.starts_with("ws://") || url.starts_with("wss://")) || url.len() < 7 {
+                return Err(stream.invalid(format!("url must be ws:// or wss://, got {url:?}")));
+            }
+            let mut parameters = Vec::with_capacity(stream.children.len());
+            for p in &stream.children {
+                if p.name != "Parameter" {
+                    return Err(TwimlError::Unsupported(p.name.clone(), " inside <Stream>"));
+                }
+                p.only_attrs(&["name", "value"])?;
+                p.no_children()?;
+                p.no_text()?;
+                let (Some(name), Some(value)) = (p.attr("name"), p.attr("value")) else {
+                    return Err(p.invalid("needs both name and value"));
+                };
+                parameters.push((name.to_string(), value.to_string()));
+            }
+            Ok(Verb::ConnectStream {
+                url: url.to_string(),
+                parameters,
+            })
+        }
+        "Reject" => {
+            el.only_attrs(&["reason"])?;
+            el.no_children()?;
+            el.no_text()?;
+            match el.attr("reason") {
+                None | Some("rejected") => Ok(Verb::Reject { busy: false }),
+                Some("busy") => Ok(Verb::Reject { busy: true }),
+                Some(other) => {
+                    Err(el.invalid(format!("reason must be busy or rejected, got {other:?}")))
+                }
+            }
+        }
+        other => Err(TwimlError::Unsupported(other.into(), "")),
+    }
+}
+
+/// `<Sip>sip:...</Sip>` (in `<Dial>` or `<Refer>`); its attributes (username, password, url,
+/// statusCallback, ...) belong to a bridged leg, so none is honoured.
+fn sip_target(el: &Element) -> Result<Verb, TwimlError> {
+    el.only_attrs(&[])?;
+    el.no_children()?;
+    let uri = el.text.trim();
+    let lower = uri.to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("sip:")
+        .or_else(|| lower.strip_prefix("sips:"));
+    match rest {
+        Some(r) if !r.is_empty() && !uri.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+            Ok(Verb::Transfer(DialTarget::Sip(uri.to_string())))
+        }
+        _ => Err(el.invalid(format!("a sip: or sips: URI is needed, got {uri:?}"))),
+    }
+}
+
+/// An E.164 number: `+` then 1 to 15 digits. National forms (`415-123-4567`) are refused
+/// rather than guessed at: the trunk would route them by its own dial plan.
+fn e164(el: &Element, number: &str) -> Result<String, TwimlError> {
+    match number.strip_prefix('+') {
+        Some(d) if !d.is_empty() && d.len() <= 15 && d.bytes().all(|b| b.is_ascii_digit()) => {
+            Ok(number.to_string())
+        }
+        _ => Err(el.invalid(format!(
+            "an E.164 number (+ and up to 15 digits) is needed, got {number:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(xml: &str) -> Vec<Verb> {
+        match parse(xml) {
+            Ok(v) => v,
+            Err(e) => panic!("{xml}: {e}"),
+        }
+    }
+
+    fn err(xml: &str) -> String {
+        match parse(xml) {
+            Ok(v) => panic!("{xml} parsed as {v:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn every_supported_verb() {
+        let verbs = ok(r#"<?xml version="1.0" encoding="UTF-8"?>
+            <!-- a bot's answer -->
+            <Response>
+              <Play digits="w12#"/>
+              <Pause length="2"/>
+              <Pause/>
+              <Dial><Sip>sip:alice@example.com</Sip></Dial>
+              <Dial><Number>+15551234567</Number></Dial>
+              <Dial> +15557654321 </Dial>
+              <Refer><Sip>sips:desk@example.com;transport=tls</Sip></Refer>
+              <Connect><Stream url="wss://bot.example/ws?a=1&amp;b=2">
+                <Parameter name="lang" value="en &lt;US&gt;"/>
+                <Parameter name="n" value="&#49;"/>
+              </Stream></Connect>
+              <Reject reason="busy"/>
+              <Reject/>
+              <Hangup/>
+            </Response>"#);
+        assert_eq!(
+            verbs,
+            vec![
+                Verb::PlayDigits("w12#".into()),
+                Verb::Pause(Duration::from_secs(2)),
+                Verb::Pause(Duration::from_secs(1)),
+                Verb::Transfer(DialTarget::Sip("sip:alice@example.com".into())),
+                Verb::Transfer(DialTarget::Number("+15551234567".into())),
+                Verb::Transfer(DialTarget::Number("+15557654321".into())),
+                Verb::Transfer(DialTarget::Sip(
+                    "sips:desk@example.com;transport=tls".into()
+                )),
+                Verb::ConnectStream {
+                    url: "wss://bot.example/ws?a=1&b=2".into(),
+                    parameters: vec![("lang".into(), "en <US>".into()), ("n".into(), "1".into())],
+                },
+                Verb::Reject { busy: true },
+                Verb::Reject { busy: false },
+                Verb::Hangup,
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_response_is_no_verbs() {
+        assert_eq!(ok("<Response/>"), vec![]);
+        assert_eq!(ok("<Response></Response>"), vec![]);
+    }
+
+    #[test]
+    fn entities_in_text_are_resolved() {
+        assert_eq!(
+            ok("<Response><Dial><Sip>sip:a@b;x=1&amp;y=2</Sip></Dial></Response>"),
+            vec![Verb::Transfer(DialTarget::Sip("sip:a@b;x=1&y=2".into()))]
+        );
+    }
+
+    #[test]
+    fn unsupported_verbs_are_named() {
+        for v in [
+            "Say", "Gather", "Record", "Redirect", "Enqueue", "Leave", "Sms",
+        ] {
+            let m = err(&format!("<Response><{v}>hi</{v}></Response>"));
+            assert!(m.contains(&format!("<{v}>")), "{m}");
+        }
+        let m = err("<Response><Connect><Room>r</Room></Connect></Response>");
+        assert!(m.contains("<Room>"), "{m}");
+        let m = err("<Response><Dial><Client>c</Client></Dial></Response>");
+        assert!(m.contains("<Client>"), "{m}");
+        let m = err("<Response><Hangup><Say>x</Say></Hangup></Response>");
+        assert!(m.contains("<Say>"), "{m}");
+    }
+
+    #[test]
+    fn unhonoured_attributes_are_named() {
+        for (xml, attr) in [
+            (
+                r#"<Response><Dial callerId="+1555"><Number>+15551234567</Number></Dial></Response>"#,
+                "callerId",
+            ),
+            (
+                r#"<Response><Dial timeout="10">+15551234567</Dial></Response>"#,
+                "timeout",
+            ),
+            (
+                r#"<Response><Dial action="/x">+15551234567</Dial></Response>"#,
+                "action",
+            ),
+            (
+                r#"<Response><Play loop="2" digits="1"/></Response>"#,
+                "loop",
+            ),
+            (r#"<Response><Hangup foo="1"/></Response>"#, "foo"),
+            (
+                r#"<Response><Dial><Sip username="u">sip:a@b</Sip></Dial></Response>"#,
+                "username",
+            ),
+            (
+                r#"<Response><Connect><Stream url="wss://a" track="both_tracks"/></Connect></Response>"#,
+                "track",
+            ),
+            (r#"<Response voice="alice"/>"#, "voice"),
+        ] {
+            let m = err(xml);
+            assert!(m.contains(&format!("'{attr}'")), "{xml}: {m}");
+        }
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        for xml in [
+            r#"<Response><Pause length="601"/></Response>"#,
+            r#"<Response><Pause length="-1"/></Response>"#,
+            r#"<Response><Pause length="1.5"/></Response>"#,
+            r#"<Response><Play>https://a/b.mp3</Play></Response>"#,
+            r#"<Response><Play digits="12x"/></Response>"#,
+            r#"<Response><Play digits=""/></Response>"#,
+            r#"<Response><Dial></Dial></Response>"#,
+            r#"<Response><Dial>415-123-4567</Dial></Response>"#,
+            r#"<Response><Dial><Sip>tel:+1555</Sip></Dial></Response>"#,
+            r#"<Response><Dial><Sip>sip:a@b</Sip><Sip>sip:c@d</Sip></Dial></Response>"#,
+            r#"<Response><Refer><Number>+15551234567</Number></Refer></Response>"#,
+            r#"<Response><Connect><Stream url="https://a"/></Connect></Response>"#,
+            r#"<Response><Connect><Stream/></Connect></Response>"#,
+            r#"<Response><Connect><Stream url="wss://a"><Parameter name="x"/></Stream></Connect></Response>"#,
+            r#"<Response><Reject reason="later"/></Response>"#,
+            r#"<Response>hello</Response>"#,
+        ] {
+            let _ = err(xml);
+        }
+    }
+
+    #[test]
+    fn bad_documents_are_errors_not_panics() {
+        for xml in [
+            "",
+            "not xml",
+            "<Say>hi</Say>",
+            "<Response>",
+            "<Response></Hangup>",
+            "<Response><Hangup/></Response><Response/>",
+            "</Response>",
+            "<Response><Pause length=1/></Response>",
+            r#"<Response><Pause length="1" length="2"/></Response>"#,
+            "<Response>&foo;</Response>",
+            r#"<Response><Connect><Stream url="wss://a&bogus;"/></Connect></Response>"#,
+            "<?xml version=\"1.0\"?><!DOCTYPE r [<!ENTITY a \"aaaa\"><!ENTITY b \"&a;&a;\">]><Response>&b;</Response>",
+            "\u{0}<Response/>",
+            "<Response><![CDATA[x]]></Response>",
+        ] {
+            let _ = err(xml);
+        }
+        let m = err("<!DOCTYPE Response><Response/>");
+        assert!(m.contains("DOCTYPE"), "{m}");
+        assert!(err("<Say/>").contains("<Say>"));
+    }
+
+    #[test]
+    fn size_and_depth_are_bounded() {
+        let big = format!(
+            "<Response>{}</Response>",
+            "<Hangup/>".repeat(MAX_TWIML_BYTES / 9)
+        );
+        assert!(matches!(parse(&big), Err(TwimlError::TooLarge(_))));
+        let deep = format!(
+            "<Response>{}{}</Response>",
+            "<a>".repeat(50),
+            "</a>".repeat(50)
+        );
+        assert!(err(&deep).contains("nested"));
+        let many = format!(
+            "<Response>{}</Response>",
+            "<Pause/>".repeat(MAX_ELEMENTS + 1)
+        );
+        assert!(err(&many).contains("too long"));
+    }
 }

@@ -1,0 +1,1339 @@
+//! The API's HTTP server: Twilio's 2010-04-01 Calls resource (fetch, update, list, create)
+//! with HTTP Basic auth, Twilio's JSON shapes and Twilio's error codes, so that Twilio's helper
+//! libraries and pipecat's `TwilioFrameSerializer` (given ontime as `base_url`) work
+//! unchanged. hyper directly, like the ops endpoint: four routes need no framework.
+//!
+//! Every request is bounded (body size, header and body read time, connections) and counted
+//! in `ontime_api_requests_total{route,status}`. Nothing here waits on a call: the
+//! [`CallControl`] methods return at once; only a `Url=` fetch awaits the bot's server, under
+//! the callback client's timeout.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::{json, Value};
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use super::callback::{self, Callbacks, FetchError, API_VERSION};
+use super::control::{
+    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
+    StatusCallback, StatusCallbackEvent,
+};
+use super::date::rfc2822;
+use super::twiml::{self, Verb};
+use crate::ops::metrics::API_REQUESTS_TOTAL;
+
+/// Largest request body read (a form carrying a 64 KiB TwiML document fits, URL-encoded, in
+/// most cases; Twilio's own request limit is of the same order).
+const MAX_BODY: usize = 64 * 1024;
+/// Time a client has to send a request's headers, and then its body.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; more are closed on accept (bots make a handful of calls).
+const MAX_CONNECTIONS: usize = 256;
+/// `PageSize` of `GET Calls.json`: Twilio's default and maximum.
+const DEFAULT_PAGE_SIZE: usize = 50;
+const MAX_PAGE_SIZE: usize = 1000;
+/// `Timeout` of `POST Calls.json`: Twilio's default and maximum, in seconds.
+const DEFAULT_RING_SECS: u64 = 60;
+const MAX_RING_SECS: u64 = 600;
+const PREFIX: &str = "/2010-04-01/Accounts/";
+
+/// What the server needs: the calls, the credentials, and the client for `Url=` fetches.
+pub struct ApiState {
+    control: Arc<dyn CallControl>,
+    auth_token: String,
+    callbacks: Callbacks,
+}
+
+impl ApiState {
+    /// Requests authenticate as `control.account_sid()` with `auth_token`; `Url=` TwiML is
+    /// fetched with `callbacks`.
+    pub fn new(
+        control: Arc<dyn CallControl>,
+        auth_token: impl Into<String>,
+        callbacks: Callbacks,
+    ) -> ApiState {
+        ApiState {
+            control,
+            auth_token: auth_token.into(),
+            callbacks,
+        }
+    }
+}
+
+impl std::fmt::Debug for ApiState {
+    // By hand: the auth token must not reach a log through `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("account_sid", &self.control.account_sid())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Serve the API on `listener` until `shutdown` completes. Connections already open finish
+/// on their own tasks.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<ApiState>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            () = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // EMFILE and the like: pause rather than spin.
+                    tracing::warn!(error = %e, "API accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            tracing::warn!("API connection refused: {MAX_CONNECTIONS} open");
+            continue;
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let svc = service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(handle(&state, req).await) }
+            });
+            let _ = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+/// A Twilio-shaped error: HTTP status, Twilio's code, and a message naming what is wrong.
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    code: u32,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: u32, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400 with `code` (21201 for a bad parameter, as [`ControlError::Invalid`]).
+    fn bad(code: u32, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    fn not_found(path: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            20404,
+            format!("The requested resource {path} was not found"),
+        )
+    }
+
+    fn control(e: ControlError, path: &str) -> ApiError {
+        match e {
+            ControlError::NotFound(_) => ApiError::not_found(path),
+            ControlError::NotInProgress => ApiError::bad(21220, e.to_string()),
+            ControlError::NoTrunk => ApiError::bad(21210, e.to_string()),
+            ControlError::AtCapacity => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, 20429, e.to_string())
+            }
+            ControlError::Invalid(m) => ApiError::bad(21201, m),
+        }
+    }
+
+    /// A `Url=` that could not be fetched or run: the call is left as it was.
+    fn fetch(e: FetchError) -> ApiError {
+        match e {
+            FetchError::Twiml(t) => twiml_error(&t),
+            FetchError::InvalidUrl(_) => ApiError::bad(21205, format!("Url is not valid: {e}")),
+            other => ApiError::bad(11200, format!("HTTP retrieval failure: {other}")),
+        }
+    }
+
+    fn response(&self) -> Response<Full<Bytes>> {
+        let body = json!({
+            "code": self.code,
+            "message": self.message,
+            "more_info": format!("https://www.twilio.com/docs/errors/{}", self.code),
+            "status": self.status.as_u16(),
+        });
+        let mut r = json_response(self.status, &body);
+        if self.status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"Twilio API\""),
+            );
+        }
+        r
+    }
+}
+
+fn twiml_error(e: &twiml::TwimlError) -> ApiError {
+    ApiError::bad(12100, format!("Document parse failure: {e}"))
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    r
+}
+
+/// Which resource a path names.
+#[derive(Debug, PartialEq, Eq)]
+enum Resource<'a> {
+    /// `Calls/{CallSid}.json`.
+    Call(&'a str),
+    /// `Calls.json`.
+    Calls,
+}
+
+/// `(AccountSid, resource)` of an API path. The `.json` suffix is optional: without it
+/// Twilio answers XML, which ontime does not speak, so those paths answer JSON too.
+fn parse_path(path: &str) -> Option<(&str, Resource<'_>)> {
+    let rest = path.strip_prefix(PREFIX)?;
+    let (account, rest) = rest.split_once('/')?;
+    let rest = rest.strip_suffix(".json").unwrap_or(rest);
+    let resource = match rest.split_once('/') {
+        None if rest == "Calls" => Resource::Calls,
+        Some(("Calls", sid)) if !sid.is_empty() && !sid.contains('/') => Resource::Call(sid),
+        _ => return None,
+    };
+    (!account.is_empty()).then_some((account, resource))
+}
+
+/// Handle one request and count it.
+async fn handle(state: &ApiState, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_string();
+    let resource = parse_path(&path);
+    let route = match (&resource, req.method()) {
+        (Some((_, Resource::Call(_))), &Method::GET) => "call_get",
+        (Some((_, Resource::Call(_))), &Method::POST) => "call_update",
+        (Some((_, Resource::Calls)), &Method::GET) => "calls_list",
+        (Some((_, Resource::Calls)), &Method::POST) => "calls_create",
+        _ => "unknown",
+    };
+    let response = match route_request(state, req, resource, &path).await {
+        Ok(r) => r,
+        Err(e) => e.response(),
+    };
+    metrics::counter!(
+        API_REQUESTS_TOTAL,
+        "route" => route,
+        "status" => response.status().as_u16().to_string()
+    )
+    .increment(1);
+    response
+}
+
+async fn route_request(
+    state: &ApiState,
+    req: Request<Incoming>,
+    resource: Option<(&str, Resource<'_>)>,
+    path: &str,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    authenticate(state, &req)?;
+    let Some((account, resource)) = resource else {
+        return Err(ApiError::not_found(path));
+    };
+    if account != state.control.account_sid() {
+        return Err(ApiError::not_found(path));
+    }
+    let method = req.method().clone();
+    if method != Method::GET && method != Method::POST {
+        return Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            20004,
+            format!("Method {method} not allowed on {path}"),
+        ));
+    }
+    let params = if method == Method::POST {
+        read_form(req).await?
+    } else {
+        Params(
+            form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+                .into_owned()
+                .collect(),
+        )
+    };
+    let control = &*state.control;
+    match (resource, method == Method::GET) {
+        (Resource::Call(sid), true) => {
+            params.only(&[])?;
+            let call = control.get(sid).ok_or_else(|| ApiError::not_found(path))?;
+            Ok(json_response(StatusCode::OK, &call_json(&call)))
+        }
+        (Resource::Call(sid), false) => update(state, sid, &params, path).await,
+        (Resource::Calls, true) => list(control, &params),
+        (Resource::Calls, false) => create(state, &params, path).await,
+    }
+}
+
+/// HTTP Basic with the account SID and auth token, both compared in constant time so that
+/// response times do not reveal how much of a guess was right.
+fn authenticate(state: &ApiState, req: &Request<Incoming>) -> Result<(), ApiError> {
+    let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, 20003, m);
+    let Some(header) = req.headers().get(AUTHORIZATION) else {
+        return Err(unauthorized(
+            "Authentication Error - No credentials provided",
+        ));
+    };
+    let decoded = header
+        .to_str()
+        .ok()
+        .and_then(|h| {
+            let (scheme, value) = h.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("basic").then_some(value)
+        })
+        .and_then(|v| {
+            base64::engine::general_purpose::STANDARD
+                .decode(v.trim())
+                .ok()
+        })
+        .unwrap_or_default();
+    let (user, password) = match decoded.iter().position(|&b| b == b':') {
+        Some(i) => (&decoded[..i], &decoded[i + 1..]),
+        None => (&decoded[..], &[][..]),
+    };
+    // An unset token must not let an empty password in.
+    if state.auth_token.is_empty() {
+        return Err(unauthorized(
+            "Authentication Error - no auth token is configured",
+        ));
+    }
+    let user_ok = user.ct_eq(state.control.account_sid().as_bytes());
+    let password_ok = password.ct_eq(state.auth_token.as_bytes());
+    // `&` on `Choice`: both comparisons always run.
+    if bool::from(user_ok & password_ok) {
+        Ok(())
+    } else {
+        Err(unauthorized(
+            "Authentication Error - invalid username or password",
+        ))
+    }
+}
+
+/// A request's form (or query) parameters, in order, repeats kept.
+struct Params(Vec<(String, String)>);
+
+impl Params {
+    /// The first value of `name`.
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.0
+            .iter()
+            .filter(move |(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Refuse a parameter ontime does not honour, naming it (Twilio ignores unknown ones;
+    /// a bot that asked for `Record=true` must not believe it is recording).
+    fn only(&self, known: &[&str]) -> Result<(), ApiError> {
+        match self.0.iter().find(|(k, _)| !known.contains(&k.as_str())) {
+            Some((k, _)) => Err(ApiError::bad(
+                21201,
+                format!("Parameter '{k}' is not supported"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// `Method`-like parameters: `GET` or `POST` (default), as `method_get`.
+    fn method_get(&self, name: &str) -> Result<bool, ApiError> {
+        match self.get(name) {
+            None => Ok(false),
+            Some(m) if m.eq_ignore_ascii_case("POST") => Ok(false),
+            Some(m) if m.eq_ignore_ascii_case("GET") => Ok(true),
+            Some(m) => Err(ApiError::bad(
+                21201,
+                format!("{name} must be GET or POST, got '{m}'"),
+            )),
+        }
+    }
+}
+
+/// Read a form body: `application/x-www-form-urlencoded` only, at most [`MAX_BODY`] bytes,
+/// within [`READ_TIMEOUT`].
+async fn read_form(req: Request<Incoming>) -> Result<Params, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            20001,
+            format!("The request body is larger than {MAX_BODY} bytes"),
+        )
+    };
+    let content_type = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("?").to_string());
+    let declared: Option<usize> = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    if declared.is_some_and(|n| n > MAX_BODY) {
+        return Err(too_large());
+    }
+    let is_form = content_type.as_deref().is_some_and(|c| {
+        c.split(';').next().is_some_and(|m| {
+            m.trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        })
+    });
+    let body = match tokio::time::timeout(
+        READ_TIMEOUT,
+        Limited::new(req.into_body(), MAX_BODY).collect(),
+    )
+    .await
+    {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+        Ok(Err(_)) | Err(_) => {
+            return Err(ApiError::bad(20001, "The request body could not be read"))
+        }
+    };
+    // A POST without a body (no parameters) needs no Content-Type.
+    let empty = body.is_empty() && content_type.is_none();
+    if !is_form && !empty {
+        return Err(ApiError::bad(
+            20001,
+            format!(
+                "Content-Type must be application/x-www-form-urlencoded, got '{}'",
+                content_type.as_deref().unwrap_or("")
+            ),
+        ));
+    }
+    Ok(Params(form_urlencoded::parse(&body).into_owned().collect()))
+}
+
+/// `POST Calls/{CallSid}.json`: `Status=completed|canceled`, `Twiml=` or `Url=` (+ `Method`).
+async fn update(
+    state: &ApiState,
+    sid: &str,
+    params: &Params,
+    path: &str,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    params.only(&["Status", "Twiml", "Url", "Method"])?;
+    let control = &*state.control;
+    let asked = ["Status", "Twiml", "Url"]
+        .iter()
+        .filter(|p| params.get(p).is_some())
+        .count();
+    let update = if asked > 1 {
+        return Err(ApiError::bad(
+            21201,
+            "Pass one of Status, Twiml or Url, not several",
+        ));
+    } else if let Some(status) = params.get("Status") {
+        match status {
+            "completed" => CallUpdate::Complete,
+            "canceled" => CallUpdate::Cancel,
+            other => {
+                return Err(ApiError::bad(
+                    21201,
+                    format!("Status must be completed or canceled, got '{other}'"),
+                ))
+            }
+        }
+    } else if let Some(xml) = params.get("Twiml") {
+        CallUpdate::Run(twiml::parse(xml).map_err(|e| twiml_error(&e))?)
+    } else if let Some(url) = params.get("Url") {
+        let method_get = params.method_get("Method")?;
+        let call = control.get(sid).ok_or_else(|| ApiError::not_found(path))?;
+        // Fetching TwiML for a call that cannot run it would only cost the bot a request.
+        if call.status.is_final() {
+            return Err(ApiError::control(ControlError::NotInProgress, path));
+        }
+        let verbs = state
+            .callbacks
+            .fetch_twiml(url, method_get, &callback::call_params(&call))
+            .await
+            .map_err(ApiError::fetch)?;
+        CallUpdate::Run(verbs)
+    } else {
+        // Nothing asked: Twilio answers the call as it is.
+        let call = control.get(sid).ok_or_else(|| ApiError::not_found(path))?;
+        return Ok(json_response(StatusCode::OK, &call_json(&call)));
+    };
+    let call = control
+        .update(sid, update)
+        .map_err(|e| ApiError::control(e, path))?;
+    Ok(json_response(StatusCode::OK, &call_json(&call)))
+}
+
+/// `POST Calls.json`: dial out.
+async fn create(
+    state: &ApiState,
+    params: &Params,
+    path: &str,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    params.only(&[
+        "To",
+        "From",
+        "Twiml",
+        "Url",
+        "Method",
+        "Timeout",
+        "StatusCallback",
+        "StatusCallbackEvent",
+        "StatusCallbackMethod",
+    ])?;
+    let present = |name| params.get(name).map(str::trim).filter(|v| !v.is_empty());
+    let to = present("To").ok_or_else(|| ApiError::bad(21201, "No 'To' number is specified"))?;
+    let from =
+        present("From").ok_or_else(|| ApiError::bad(21213, "No 'From' number is specified"))?;
+    let timeout = match params.get("Timeout") {
+        None => DEFAULT_RING_SECS,
+        Some(t) => match t.trim().parse::<u64>() {
+            // Twilio's maximum; longer asks ring for the maximum.
+            Ok(n) if n > 0 => n.min(MAX_RING_SECS),
+            _ => {
+                return Err(ApiError::bad(
+                    21208,
+                    format!("Timeout must be a positive whole number of seconds, got '{t}'"),
+                ))
+            }
+        },
+    };
+    let status_callback = match present("StatusCallback") {
+        None => None,
+        Some(url) => {
+            callback::check_url(url)
+                .map_err(|e| ApiError::bad(21205, format!("StatusCallback is not valid: {e}")))?;
+            let mut events = Vec::new();
+            for name in params
+                .all("StatusCallbackEvent")
+                .flat_map(str::split_whitespace)
+            {
+                let event = match name {
+                    "initiated" => StatusCallbackEvent::Initiated,
+                    "ringing" => StatusCallbackEvent::Ringing,
+                    "answered" => StatusCallbackEvent::Answered,
+                    "completed" => StatusCallbackEvent::Completed,
+                    other => {
+                        return Err(ApiError::bad(
+                            21201,
+                            format!(
+                                "StatusCallbackEvent '{other}' is not one of initiated, ringing, answered, completed"
+                            ),
+                        ))
+                    }
+                };
+                if !events.contains(&event) {
+                    events.push(event);
+                }
+            }
+            if events.is_empty() {
+                // Twilio's default.
+                events.push(StatusCallbackEvent::Completed);
+            }
+            Some(StatusCallback {
+                url: url.to_string(),
+                method_get: params.method_get("StatusCallbackMethod")?,
+                events,
+            })
+        }
+    };
+    let twiml: Vec<Verb> = match (params.get("Twiml"), present("Url")) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad(21201, "Pass Twiml or Url, not both"));
+        }
+        (Some(xml), None) => twiml::parse(xml).map_err(|e| twiml_error(&e))?,
+        (None, Some(url)) => {
+            // The call does not exist yet, so the fetch describes it as queued, without a
+            // CallSid (Twilio fetches on answer, with one).
+            let p = |k: &str, v: &str| (k.to_string(), v.to_string());
+            let fetch_params = vec![
+                p("AccountSid", state.control.account_sid()),
+                p("ApiVersion", API_VERSION),
+                p("CallStatus", CallStatus::Queued.as_str()),
+                p("Called", to),
+                p("Caller", from),
+                p("Direction", Direction::OutboundApi.as_str()),
+                p("From", from),
+                p("To", to),
+            ];
+            state
+                .callbacks
+                .fetch_twiml(url, params.method_get("Method")?, &fetch_params)
+                .await
+                .map_err(ApiError::fetch)?
+        }
+        (None, None) => {
+            return Err(ApiError::bad(
+                21205,
+                "A 'Url' or 'Twiml' parameter is required",
+            ))
+        }
+    };
+    let call = state
+        .control
+        .create(NewCall {
+            to: to.to_string(),
+            from: from.to_string(),
+            twiml,
+            timeout: Duration::from_secs(timeout),
+            status_callback,
+        })
+        .map_err(|e| ApiError::control(e, path))?;
+    Ok(json_response(StatusCode::CREATED, &call_json(&call)))
+}
+
+/// `GET Calls.json`: filtered by `Status`, `To`, `From`; paged by `PageSize` and `Page`.
+fn list(control: &dyn CallControl, params: &Params) -> Result<Response<Full<Bytes>>, ApiError> {
+    // PageToken is what Twilio's own next_page_uri carries; ontime's carries Page, so a
+    // token is accepted and Page decides.
+    params.only(&["Status", "To", "From", "PageSize", "Page", "PageToken"])?;
+    let status =
+        match params.get("Status") {
+            None => None,
+            Some(s) => Some(CallStatus::parse(s).ok_or_else(|| {
+                ApiError::bad(21201, format!("Status '{s}' is not a call status"))
+            })?),
+        };
+    let number = |name: &str, default: usize| -> Result<usize, ApiError> {
+        match params.get(name) {
+            None => Ok(default),
+            Some(v) => v.trim().parse::<usize>().map_err(|_| {
+                ApiError::bad(21201, format!("{name} must be a whole number, got '{v}'"))
+            }),
+        }
+    };
+    let page_size = number("PageSize", DEFAULT_PAGE_SIZE)?.clamp(1, MAX_PAGE_SIZE);
+    let page = number("Page", 0)?;
+    let filter = CallFilter {
+        status,
+        to: params.get("To").map(str::to_string),
+        from: params.get("From").map(str::to_string),
+    };
+    let calls = control.list(&filter);
+    let start = page.saturating_mul(page_size);
+    let shown: Vec<Value> = calls
+        .iter()
+        .skip(start)
+        .take(page_size)
+        .map(call_json)
+        .collect();
+    // The filters, repeated in every page's URI so that following next_page_uri keeps them.
+    let filters = {
+        let mut s = form_urlencoded::Serializer::new(String::new());
+        for name in ["Status", "To", "From"] {
+            if let Some(v) = params.get(name) {
+                s.append_pair(name, v);
+            }
+        }
+        s.finish()
+    };
+    let base = format!("{PREFIX}{}/Calls.json", control.account_sid());
+    let page_uri = |n: usize| {
+        let sep = if filters.is_empty() { "" } else { "&" };
+        format!("{base}?{filters}{sep}PageSize={page_size}&Page={n}")
+    };
+    let more = calls.len() > start.saturating_add(shown.len());
+    let body = json!({
+        "calls": shown,
+        "end": start + shown.len().saturating_sub(1),
+        "first_page_uri": page_uri(0),
+        "next_page_uri": more.then(|| page_uri(page + 1)),
+        "page": page,
+        "page_size": page_size,
+        "previous_page_uri": (page > 0).then(|| page_uri(page - 1)),
+        "start": start,
+        "uri": page_uri(page),
+    });
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+/// A number as Twilio formats North American ones (`(415) 867-5309`); anything else as is.
+fn formatted(number: &str) -> String {
+    match number.strip_prefix("+1") {
+        Some(d) if d.len() == 10 && d.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("({}) {}-{}", &d[..3], &d[3..6], &d[6..])
+        }
+        _ => number.to_string(),
+    }
+}
+
+/// Twilio's Call resource. What ontime does not know (price, caller name, phone number SID,
+/// ...) is null as Twilio leaves it; `sip_call_id` is ontime's own addition.
+fn call_json(call: &CallView) -> Value {
+    let base = format!("{PREFIX}{}/Calls/{}", call.account_sid, call.sid);
+    json!({
+        "account_sid": call.account_sid,
+        "annotation": null,
+        "answered_by": null,
+        "api_version": API_VERSION,
+        "caller_name": null,
+        "date_created": rfc2822(call.date_created),
+        "date_updated": rfc2822(call.date_updated),
+        "direction": call.direction.as_str(),
+        "duration": call.duration_secs.map(|d| d.to_string()),
+        "end_time": call.end_time.map(rfc2822),
+        "forwarded_from": null,
+        "from": call.from,
+        "from_formatted": formatted(&call.from),
+        "group_sid": null,
+        "parent_call_sid": null,
+        "phone_number_sid": null,
+        "price": null,
+        "price_unit": "USD",
+        "queue_time": "0",
+        "sid": call.sid,
+        "sip_call_id": call.sip_call_id,
+        "start_time": call.start_time.map(rfc2822),
+        "status": call.status.as_str(),
+        "subresource_uris": {
+            "notifications": format!("{base}/Notifications.json"),
+            "recordings": format!("{base}/Recordings.json"),
+        },
+        "to": call.to,
+        "to_formatted": formatted(&call.to),
+        "trunk_sid": null,
+        "uri": format!("{base}.json"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::test_support::{call, Answer, FakeControl, WebServer, ACCOUNT, TOKEN};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+
+    const CALL: &str = "CA0123456789abcdef0123456789abcdef";
+
+    /// A server on 127.0.0.1:0 over a fake registry holding one in-progress call.
+    struct Harness {
+        addr: std::net::SocketAddr,
+        control: Arc<FakeControl>,
+        callbacks: Callbacks,
+        _stop: tokio::sync::oneshot::Sender<()>,
+    }
+
+    async fn start() -> Harness {
+        start_with(TOKEN).await
+    }
+
+    async fn start_with(auth_token: &str) -> Harness {
+        let control = Arc::new(FakeControl::default());
+        control
+            .calls
+            .lock()
+            .expect("ok: not poisoned")
+            .push(call(CALL, CallStatus::InProgress));
+        let callbacks = Callbacks::with_config(
+            TOKEN,
+            callback::CallbackConfig {
+                timeout: Duration::from_secs(2),
+                backoff: Duration::from_millis(10),
+                ..Default::default()
+            },
+        )
+        .expect("ok: client builds");
+        let state = Arc::new(ApiState::new(
+            control.clone(),
+            auth_token,
+            callbacks.clone(),
+        ));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("ok: bind");
+        let addr = listener.local_addr().expect("ok: bound");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve(listener, state, async {
+            let _ = stopped.await;
+        }));
+        Harness {
+            addr,
+            control,
+            callbacks,
+            _stop: stop,
+        }
+    }
+
+    struct Reply {
+        status: u16,
+        headers: hyper::HeaderMap,
+        json: Value,
+    }
+
+    impl Reply {
+        fn code(&self) -> u64 {
+            self.json["code"].as_u64().unwrap_or(0)
+        }
+        fn message(&self) -> &str {
+            self.json["message"].as_str().unwrap_or("")
+        }
+    }
+
+    const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
+    const CREDS: Option<(&str, &str)> = Some((ACCOUNT, TOKEN));
+
+    impl Harness {
+        async fn send(
+            &self,
+            method: &str,
+            path: &str,
+            creds: Option<(&str, &str)>,
+            content_type: Option<&str>,
+            body: &str,
+        ) -> Reply {
+            let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+            let mut req = Request::new(Full::new(Bytes::from(body.to_string())));
+            *req.method_mut() = method.parse().expect("ok: method");
+            *req.uri_mut() = format!("http://{}{path}", self.addr)
+                .parse()
+                .expect("ok: uri");
+            if let Some((user, password)) = creds {
+                let b64 =
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+                req.headers_mut().insert(
+                    AUTHORIZATION,
+                    format!("Basic {b64}").parse().expect("ok: header"),
+                );
+            }
+            if let Some(ct) = content_type {
+                req.headers_mut()
+                    .insert(CONTENT_TYPE, ct.parse().expect("ok: header"));
+            }
+            let resp = client.request(req).await.expect("ok: the server answers");
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .expect("ok: body")
+                .to_bytes();
+            let json = serde_json::from_slice(&body).expect("ok: every answer is JSON");
+            Reply {
+                status,
+                headers,
+                json,
+            }
+        }
+
+        async fn get(&self, path: &str) -> Reply {
+            self.send("GET", path, CREDS, None, "").await
+        }
+
+        async fn post(&self, path: &str, form: &[(&str, &str)]) -> Reply {
+            let body = form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(form)
+                .finish();
+            self.send("POST", path, CREDS, FORM, &body).await
+        }
+
+        fn updates(&self) -> Vec<(String, CallUpdate)> {
+            self.control
+                .updates
+                .lock()
+                .expect("ok: not poisoned")
+                .clone()
+        }
+    }
+
+    fn call_path(sid: &str) -> String {
+        format!("{PREFIX}{ACCOUNT}/Calls/{sid}.json")
+    }
+
+    fn calls_path() -> String {
+        format!("{PREFIX}{ACCOUNT}/Calls.json")
+    }
+
+    /// Counts of `ontime_api_requests_total` read from a Prometheus rendering.
+    fn count(recorder: &PrometheusRecorder, route: &str, status: u16) -> u64 {
+        let text = recorder.handle().render();
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{API_REQUESTS_TOTAL}{{")))
+            .filter(|l| l.contains(&format!("route=\"{route}\"")))
+            .filter(|l| l.contains(&format!("status=\"{status}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Runs `test` on a one-thread runtime with `recorder` as that thread's recorder, so that
+    /// the server's tasks (on the same thread) count into it.
+    fn with_recorder<F: Future<Output = ()>>(recorder: &PrometheusRecorder, test: F) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("ok: runtime");
+        metrics::with_local_recorder(recorder, || rt.block_on(test));
+    }
+
+    #[test]
+    fn auth_routes_errors_and_counts() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        with_recorder(&recorder, async {
+            let h = start().await;
+            let path = call_path(CALL);
+
+            // No credentials, wrong token, wrong user.
+            for creds in [None, Some((ACCOUNT, "wrong")), Some(("ACother", TOKEN))] {
+                let r = h.send("GET", &path, creds, None, "").await;
+                assert_eq!((r.status, r.code()), (401, 20003), "{creds:?}");
+                assert_eq!(
+                    r.headers
+                        .get(WWW_AUTHENTICATE)
+                        .and_then(|v| v.to_str().ok()),
+                    Some("Basic realm=\"Twilio API\"")
+                );
+                assert_eq!(r.json["status"], 401);
+                assert_eq!(
+                    r.json["more_info"],
+                    "https://www.twilio.com/docs/errors/20003"
+                );
+            }
+            let r = h.send("GET", &path, None, None, "").await;
+            assert!(r.message().contains("No credentials"));
+
+            // Unknown call; another account's path.
+            let r = h.get(&call_path("CAnope")).await;
+            assert_eq!((r.status, r.code()), (404, 20404));
+            assert!(r.message().contains("CAnope"), "{}", r.message());
+            let other = format!("{PREFIX}AC0000000000000000000000000000000/Calls/{CALL}.json");
+            let r = h.get(&other).await;
+            assert_eq!((r.status, r.code()), (404, 20404));
+
+            // The Call resource, with and without `.json`.
+            let r = h.get(&path).await;
+            assert_eq!(r.status, 200);
+            let j = &r.json;
+            assert_eq!(j["sid"], CALL);
+            assert_eq!(j["account_sid"], ACCOUNT);
+            assert_eq!(j["status"], "in-progress");
+            assert_eq!(j["direction"], "inbound");
+            assert_eq!(j["api_version"], "2010-04-01");
+            assert_eq!(j["date_created"], "Tue, 31 Aug 2010 20:36:28 +0000");
+            assert_eq!(j["start_time"], "Tue, 31 Aug 2010 20:36:29 +0000");
+            assert_eq!(j["end_time"], Value::Null);
+            assert_eq!(j["duration"], Value::Null);
+            assert_eq!(j["from"], "+14158675308");
+            assert_eq!(j["from_formatted"], "(415) 867-5308");
+            assert_eq!(j["to_formatted"], "sip:bot@example.com");
+            assert_eq!(j["sip_call_id"], format!("{CALL}@ontime"));
+            assert_eq!(j["uri"], path);
+            for null in [
+                "annotation",
+                "answered_by",
+                "caller_name",
+                "forwarded_from",
+                "group_sid",
+                "parent_call_sid",
+                "phone_number_sid",
+                "price",
+                "trunk_sid",
+            ] {
+                assert_eq!(j[null], Value::Null, "{null}");
+            }
+            assert_eq!(j["price_unit"], "USD");
+            assert_eq!(j["queue_time"], "0");
+            assert!(j["subresource_uris"]["recordings"].is_string());
+            let r = h.get(path.trim_end_matches(".json")).await;
+            assert_eq!(r.status, 200);
+
+            // pipecat's hang-up: a form POST of Status=completed.
+            let r = h.post(&path, &[("Status", "completed")]).await;
+            assert_eq!(r.status, 200);
+            assert_eq!(r.json["sid"], CALL);
+            assert_eq!(h.updates(), vec![(CALL.to_string(), CallUpdate::Complete)]);
+
+            // TwiML ontime does not run: 400 naming the verb, the call untouched.
+            let r = h
+                .post(&path, &[("Twiml", "<Response><Say>Hi</Say></Response>")])
+                .await;
+            assert_eq!((r.status, r.code()), (400, 12100));
+            assert!(r.message().contains("Say"), "{}", r.message());
+            // Wrong content type, too large, several asks at once, an unknown parameter.
+            let r = h
+                .send(
+                    "POST",
+                    &path,
+                    CREDS,
+                    Some("application/json"),
+                    "{\"Status\":\"completed\"}",
+                )
+                .await;
+            assert_eq!(r.status, 400);
+            assert!(r.message().contains("Content-Type"));
+            let big = format!("Twiml={}", "a".repeat(MAX_BODY));
+            let r = h.send("POST", &path, CREDS, FORM, &big).await;
+            assert_eq!(r.status, 413);
+            let r = h
+                .post(&path, &[("Status", "completed"), ("Twiml", "<Response/>")])
+                .await;
+            assert_eq!(r.status, 400);
+            let r = h.post(&path, &[("FallbackUrl", "http://x/")]).await;
+            assert_eq!(r.status, 400);
+            assert!(r.message().contains("FallbackUrl"));
+            let r = h.post(&path, &[("Status", "busy")]).await;
+            assert_eq!((r.status, r.code()), (400, 21201));
+            assert_eq!(h.updates().len(), 1);
+
+            // What the registry refuses, in Twilio's codes.
+            *h.control.fail_with.lock().expect("ok: not poisoned") =
+                Some(ControlError::NotInProgress);
+            let r = h
+                .post(&path, &[("Twiml", "<Response><Hangup/></Response>")])
+                .await;
+            assert_eq!((r.status, r.code()), (400, 21220));
+            let dial = [
+                ("To", "+15551234567"),
+                ("From", "+15557654321"),
+                ("Twiml", "<Response/>"),
+            ];
+            for (refusal, status, code) in [
+                (ControlError::AtCapacity, 429, 20429),
+                (ControlError::NoTrunk, 400, 21210),
+            ] {
+                *h.control.fail_with.lock().expect("ok: not poisoned") = Some(refusal);
+                let r = h.post(&calls_path(), &dial).await;
+                assert_eq!((r.status, r.code()), (status, code));
+            }
+
+            // Other methods and paths.
+            let r = h.send("DELETE", &path, CREDS, None, "").await;
+            assert_eq!((r.status, r.code()), (405, 20004));
+            let r = h.get("/2010-04-01/Accounts").await;
+            assert_eq!(r.status, 404);
+            let r = h
+                .get(&format!("{PREFIX}{ACCOUNT}/Calls/{CALL}/Recordings.json"))
+                .await;
+            assert_eq!(r.status, 404);
+        });
+        for (route, status, n) in [
+            ("call_get", 401, 4),
+            ("call_get", 404, 2),
+            ("call_get", 200, 2),
+            ("call_update", 200, 1),
+            ("call_update", 400, 6),
+            ("call_update", 413, 1),
+            ("calls_create", 429, 1),
+            ("calls_create", 400, 1),
+            ("unknown", 405, 1),
+            ("unknown", 404, 2),
+        ] {
+            assert_eq!(count(&recorder, route, status), n, "{route} {status}");
+        }
+        let total: u64 = recorder
+            .handle()
+            .render()
+            .lines()
+            .filter(|l| l.starts_with(&format!("{API_REQUESTS_TOTAL}{{")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        assert_eq!(total, 21);
+    }
+
+    #[tokio::test]
+    async fn url_runs_the_fetched_twiml_or_leaves_the_call_alone() {
+        let h = start().await;
+        let path = call_path(CALL);
+        let mut web = WebServer::start(vec![
+            Answer::new(200, "<Response><Play digits=\"9\"/><Hangup/></Response>"),
+            Answer::new(500, "down"),
+            Answer::new(200, "<Response><Gather/></Response>"),
+        ])
+        .await;
+        let url = web.url("/voice");
+
+        let r = h.post(&path, &[("Url", &url), ("Method", "POST")]).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            h.updates(),
+            vec![(
+                CALL.to_string(),
+                CallUpdate::Run(vec![Verb::PlayDigits("9".into()), Verb::Hangup])
+            )]
+        );
+        let fetch = web.next().await;
+        assert_eq!(fetch.param("CallSid").as_deref(), Some(CALL));
+        assert!(fetch.signed_for(&url));
+
+        let r = h.post(&path, &[("Url", &url)]).await;
+        assert_eq!((r.status, r.code()), (400, 11200));
+        assert!(r.message().contains("500"), "{}", r.message());
+        let r = h.post(&path, &[("Url", &url)]).await;
+        assert_eq!((r.status, r.code()), (400, 12100));
+        assert!(r.message().contains("Gather"), "{}", r.message());
+        let r = h.post(&path, &[("Url", "ftp://example.com/x")]).await;
+        assert_eq!((r.status, r.code()), (400, 21205));
+        let r = h.post(&path, &[("Url", &url), ("Method", "PUT")]).await;
+        assert_eq!(r.status, 400);
+        assert!(r.message().contains("Method"));
+        assert_eq!(h.updates().len(), 1, "failed fetches leave the call alone");
+
+        // An ended call: refused before anything is fetched.
+        h.control
+            .calls
+            .lock()
+            .expect("ok: not poisoned")
+            .push(call("CAended", CallStatus::Completed));
+        let r = h.post(&call_path("CAended"), &[("Url", &url)]).await;
+        assert_eq!((r.status, r.code()), (400, 21220));
+        // Fetched: the first, the 500 and the <Gather>; nothing for the others.
+        for _ in 0..2 {
+            assert_eq!(web.next().await.uri, "/voice");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(web.requests.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn list_pages_like_twilio() {
+        let h = start().await;
+        {
+            let mut calls = h.control.calls.lock().expect("ok: not poisoned");
+            for i in 1..5 {
+                calls.push(call(&format!("CA{i}"), CallStatus::Completed));
+            }
+        }
+        let base = calls_path();
+        let r = h.get(&format!("{base}?PageSize=2&Page=1")).await;
+        assert_eq!(r.status, 200);
+        let j = &r.json;
+        assert_eq!(j["calls"].as_array().map(Vec::len), Some(2));
+        assert_eq!(j["calls"][0]["sid"], "CA2");
+        assert_eq!(
+            (j["page"].clone(), j["page_size"].clone()),
+            (1.into(), 2.into())
+        );
+        assert_eq!((j["start"].clone(), j["end"].clone()), (2.into(), 3.into()));
+        assert_eq!(j["first_page_uri"], format!("{base}?PageSize=2&Page=0"));
+        assert_eq!(j["previous_page_uri"], format!("{base}?PageSize=2&Page=0"));
+        assert_eq!(j["next_page_uri"], format!("{base}?PageSize=2&Page=2"));
+        assert_eq!(j["uri"], format!("{base}?PageSize=2&Page=1"));
+
+        // Following next_page_uri as the helper libraries do.
+        let next = j["next_page_uri"].as_str().unwrap_or("").to_string();
+        let r = h.get(&next).await;
+        assert_eq!(r.json["calls"].as_array().map(Vec::len), Some(1));
+        assert_eq!(r.json["next_page_uri"], Value::Null);
+        assert_eq!(r.json["end"], 4);
+
+        // Defaults, the maximum, filters kept in the URIs.
+        let r = h.get(&base).await;
+        assert_eq!(r.json["page_size"], 50);
+        assert_eq!(r.json["calls"].as_array().map(Vec::len), Some(5));
+        assert_eq!(r.json["previous_page_uri"], Value::Null);
+        let r = h.get(&format!("{base}?PageSize=5000")).await;
+        assert_eq!(r.json["page_size"], 1000);
+        let r = h
+            .get(&format!("{base}?Status=in-progress&PageSize=1"))
+            .await;
+        assert_eq!(r.json["calls"].as_array().map(Vec::len), Some(1));
+        assert_eq!(r.json["calls"][0]["sid"], CALL);
+        assert_eq!(
+            r.json["uri"],
+            format!("{base}?Status=in-progress&PageSize=1&Page=0")
+        );
+        let r = h.get(&format!("{base}?To=%2B1&Page=0")).await;
+        assert_eq!(r.json["calls"].as_array().map(Vec::len), Some(0));
+        assert_eq!(
+            (r.json["start"].clone(), r.json["end"].clone()),
+            (0.into(), 0.into())
+        );
+        let r = h.get(&format!("{base}?Status=talking")).await;
+        assert_eq!((r.status, r.code()), (400, 21201));
+        let r = h.get(&format!("{base}?StartTime=2020-01-01")).await;
+        assert!(r.message().contains("StartTime"));
+    }
+
+    #[tokio::test]
+    async fn create_dials_out_and_its_callbacks_are_signed() {
+        let h = start().await;
+        let mut web = WebServer::start(vec![
+            Answer::new(
+                200,
+                "<Response><Connect><Stream url=\"wss://bot/ws\"/></Connect></Response>",
+            ),
+            Answer::new(500, ""),
+            Answer::new(200, ""),
+        ])
+        .await;
+        let twiml_url = web.url("/answer");
+        let status_url = web.url("/status?call=1");
+        let r = h
+            .post(
+                &calls_path(),
+                &[
+                    ("To", "+15551234567"),
+                    ("From", "+15557654321"),
+                    ("Url", &twiml_url),
+                    ("Timeout", "30"),
+                    ("StatusCallback", &status_url),
+                    ("StatusCallbackEvent", "initiated ringing"),
+                    ("StatusCallbackEvent", "answered"),
+                ],
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.json);
+        assert_eq!(r.json["direction"], "outbound-api");
+        assert_eq!(r.json["status"], "queued");
+        assert_eq!(r.json["to"], "+15551234567");
+        let fetch = web.next().await;
+        assert_eq!(fetch.param("To").as_deref(), Some("+15551234567"));
+        assert_eq!(fetch.param("Direction").as_deref(), Some("outbound-api"));
+
+        let created = h.control.created.lock().expect("ok: not poisoned").clone();
+        let [new] = created.as_slice() else {
+            panic!("one call created: {created:?}");
+        };
+        assert_eq!(new.timeout, Duration::from_secs(30));
+        assert_eq!(
+            new.twiml,
+            vec![Verb::ConnectStream {
+                url: "wss://bot/ws".into(),
+                parameters: vec![]
+            }]
+        );
+        let target = new.status_callback.clone().expect("ok: asked for");
+        assert_eq!(
+            target.events,
+            vec![
+                StatusCallbackEvent::Initiated,
+                StatusCallbackEvent::Ringing,
+                StatusCallbackEvent::Answered
+            ]
+        );
+        assert!(!target.method_get);
+
+        // The call's first callback: 500, retried, then 200; both signed.
+        let reporter = h.callbacks.reporter(target);
+        let mut view = call("CAffffffffffffffffffffffffffffffff", CallStatus::Queued);
+        view.direction = Direction::OutboundApi;
+        assert!(reporter.report(StatusCallbackEvent::Initiated, &view, None));
+        for _ in 0..2 {
+            let cb = web.next().await;
+            assert_eq!(cb.uri, "/status?call=1");
+            assert_eq!(cb.param("CallStatus").as_deref(), Some("initiated"));
+            assert!(cb.signed_for(&status_url));
+        }
+
+        // Defaults: 60 s, `completed` only, TwiML given inline.
+        let r = h
+            .post(
+                &calls_path(),
+                &[
+                    ("To", "sip:alice@example.com"),
+                    ("From", "+15557654321"),
+                    ("Twiml", "<Response><Pause/></Response>"),
+                    ("StatusCallback", &status_url),
+                    ("StatusCallbackMethod", "GET"),
+                ],
+            )
+            .await;
+        assert_eq!(r.status, 201);
+        let created = h.control.created.lock().expect("ok: not poisoned").clone();
+        assert_eq!(created[1].timeout, Duration::from_secs(60));
+        let target = created[1].status_callback.clone().expect("ok: asked for");
+        assert_eq!(target.events, vec![StatusCallbackEvent::Completed]);
+        assert!(target.method_get);
+
+        // Refusals name what is wrong.
+        let ok = [
+            ("To", "+15551234567"),
+            ("From", "+15557654321"),
+            ("Twiml", "<Response/>"),
+        ];
+        let with = |extra: (&'static str, &'static str)| {
+            let mut v = ok.to_vec();
+            v.push(extra);
+            v
+        };
+        let r = h.post(&calls_path(), &ok[1..]).await;
+        assert_eq!((r.status, r.code()), (400, 21201));
+        let r = h.post(&calls_path(), &[ok[0], ok[2]]).await;
+        assert_eq!((r.status, r.code()), (400, 21213));
+        let r = h.post(&calls_path(), &ok[..2]).await;
+        assert_eq!((r.status, r.code()), (400, 21205));
+        let r = h.post(&calls_path(), &with(("Timeout", "soon"))).await;
+        assert_eq!((r.status, r.code()), (400, 21208));
+        let r = h.post(&calls_path(), &with(("Url", "http://x/"))).await;
+        assert_eq!(r.status, 400);
+        let r = h.post(&calls_path(), &with(("Record", "true"))).await;
+        assert!(r.message().contains("Record"));
+        let r = h
+            .post(&calls_path(), &with(("StatusCallback", "nope")))
+            .await;
+        assert_eq!((r.status, r.code()), (400, 21205));
+        let mut v = with(("StatusCallback", "http://x/s"));
+        v.push(("StatusCallbackEvent", "initiated bogus"));
+        let r = h.post(&calls_path(), &v).await;
+        assert!(r.message().contains("bogus"));
+        let r = h.post(&calls_path(), &with(("Timeout", "0"))).await;
+        assert_eq!(r.code(), 21208);
+        assert_eq!(h.control.created.lock().expect("ok: not poisoned").len(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_unset_token_lets_nobody_in() {
+        let h = start_with("").await;
+        for creds in [Some((ACCOUNT, "")), Some((ACCOUNT, TOKEN)), None] {
+            let r = h.send("GET", &call_path(CALL), creds, None, "").await;
+            assert_eq!((r.status, r.code()), (401, 20003));
+        }
+    }
+
+    #[test]
+    fn paths() {
+        assert_eq!(
+            parse_path("/2010-04-01/Accounts/AC1/Calls.json"),
+            Some(("AC1", Resource::Calls))
+        );
+        assert_eq!(
+            parse_path("/2010-04-01/Accounts/AC1/Calls"),
+            Some(("AC1", Resource::Calls))
+        );
+        assert_eq!(
+            parse_path("/2010-04-01/Accounts/AC1/Calls/CA2.json"),
+            Some(("AC1", Resource::Call("CA2")))
+        );
+        for bad in [
+            "/",
+            "/2010-04-01/Accounts/AC1",
+            "/2010-04-01/Accounts//Calls.json",
+            "/2010-04-01/Accounts/AC1/Calls/.json",
+            "/2010-04-01/Accounts/AC1/Calls/CA2/Streams.json",
+            "/2010-04-01/Accounts/AC1/Messages.json",
+        ] {
+            assert_eq!(parse_path(bad), None, "{bad}");
+        }
+        assert_eq!(formatted("+14158675309"), "(415) 867-5309");
+        assert_eq!(formatted("+442071234567"), "+442071234567");
+    }
+}
