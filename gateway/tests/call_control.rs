@@ -53,6 +53,11 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
     ONE_CALL_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A test's start: its tools are there (else a printed skip, a failure in CI), and its turn.
+fn begin() -> Option<MutexGuard<'static, ()>> {
+    tools().then(one_at_a_time)
+}
+
 // ---------------------------------------------------------------------------------------------
 // The API client: HTTP/1.1 over std, Basic auth, form bodies, Twilio's JSON.
 
@@ -161,16 +166,18 @@ fn dechunk(mut raw: &str) -> String {
     out
 }
 
-/// One HTTP request to `addr`, `Connection: close`; `None` when nothing answered.
+/// One HTTP request to `addr`, `Connection: close`; what went wrong when nothing answered.
 fn http(
     addr: SocketAddr,
     method: &str,
     target: &str,
     auth: Option<(&str, &str)>,
     form: Option<&str>,
-) -> Option<Resp> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(15))).ok()?;
+) -> Result<Resp, String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(15)))
+        .map_err(|e| e.to_string())?;
     let mut req = format!(
         "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: application/json\r\n"
     );
@@ -183,10 +190,16 @@ fn http(
         req.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
     }
     req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-    s.write_all(req.as_bytes()).ok()?;
+    s.write_all(req.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
     let mut raw = String::new();
-    s.read_to_string(&mut raw).ok()?;
-    let status = raw.split_whitespace().nth(1)?.parse().ok()?;
+    s.read_to_string(&mut raw)
+        .map_err(|e| format!("read: {e} (after {raw:?})"))?;
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("not an HTTP response: {raw:?}"))?;
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
     let chunked = head.lines().any(|l| {
         l.to_ascii_lowercase()
@@ -198,7 +211,7 @@ fn http(
     } else {
         body.to_string()
     };
-    Some(Resp { status, body })
+    Ok(Resp { status, body })
 }
 
 /// Start the gateway with its API on `api_port`, fresh credentials (the token in the
@@ -231,8 +244,12 @@ impl ApiGateway {
     }
     fn request(&self, method: &str, target: &str, form: Option<&[(&str, &str)]>) -> Resp {
         let body = form.map(form_encode);
-        http(self.api, method, target, self.auth(), body.as_deref())
-            .unwrap_or_else(|| panic!("the API at {} did not answer {method} {target}", self.api))
+        http(self.api, method, target, self.auth(), body.as_deref()).unwrap_or_else(|e| {
+            panic!(
+                "the API at {} did not answer {method} {target}: {e}",
+                self.api
+            )
+        })
     }
     /// `GET …/Calls/{sid}.json`.
     fn get_call(&self, sid: &str) -> Resp {
@@ -375,6 +392,24 @@ fn caller_hung_up_by_api(cc: &ApiGateway, media_port: u16) -> SippCall {
     )
 }
 
+/// `Status=completed` for the call, then the caller must get the BYE (with the Reason its
+/// scenario checks): the API's answer.
+fn hang_up(cc: &ApiGateway, sid: &str, caller: SippCall) -> Value {
+    let r = cc.update(sid, &[("Status", "completed")]);
+    assert_eq!(
+        r.status, 200,
+        "Status=completed: HTTP {} {}",
+        r.status, r.body
+    );
+    let (ok, log) = caller.finish(Duration::from_secs(30));
+    assert!(
+        ok,
+        "the caller did not get the API's BYE:\n{log}\n{}",
+        cc.context()
+    );
+    r.json()
+}
+
 /// Check a Twilio error body: `{code, message, more_info, status}` with this code and status.
 fn check_twilio_error(r: &Resp, status: u16, code: u64, what: &str) -> Value {
     assert_eq!(r.status, status, "{what}: HTTP {} {}", r.status, r.body);
@@ -399,10 +434,7 @@ fn check_twilio_error(r: &Resp, status: u16, code: u64, what: &str) -> Value {
 
 #[test]
 fn api_hangup_sends_bye_with_cause_16_and_the_call_reads_completed() {
-    if !tools() {
-        return;
-    }
-    let _one = one_at_a_time();
+    let Some(_one) = begin() else { return };
     let cc = start_with_api(&[], free_tcp_port());
     let caller = caller_hung_up_by_api(&cc, free_udp_port() & !1);
     let call = cc.live_call();
@@ -428,21 +460,9 @@ fn api_hangup_sends_bye_with_cause_16_and_the_call_reads_completed() {
     assert_eq!(one.status, 200, "{}", one.body);
     assert_eq!(one.json()["sid"], sid.as_str());
 
-    let r = cc.update(&sid, &[("Status", "completed")]);
-    assert_eq!(
-        r.status, 200,
-        "Status=completed: HTTP {} {}",
-        r.status, r.body
-    );
-    assert_eq!(r.json()["sid"], sid.as_str(), "{}", r.body);
-
-    // The caller got the BYE, with Reason Q.850 cause 16 (sipp's ereg checks it).
-    let (ok, log) = caller.finish(Duration::from_secs(30));
-    assert!(
-        ok,
-        "the caller did not get the API's BYE:\n{log}\n{}",
-        cc.context()
-    );
+    // The caller gets the BYE, with Reason Q.850 cause 16 (sipp's ereg checks it).
+    let answer = hang_up(&cc, &sid, caller);
+    assert_eq!(answer["sid"], sid.as_str(), "{answer}");
     let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
     assert_eq!(view["status"], "completed", "GET after the hang-up: {view}");
     assert_eq!(
@@ -458,44 +478,57 @@ fn api_hangup_sends_bye_with_cause_16_and_the_call_reads_completed() {
 // ---------------------------------------------------------------------------------------------
 // 2. <Play digits> as RFC 4733 events.
 
-/// One RFC 4733 packet of a capture: (payload type, RTP timestamp, event, end bit, duration).
-type EventRow = (u8, u32, u8, bool, u32);
+/// One RTP packet sent to the caller, as tshark decodes it.
+#[derive(Debug, Clone, Copy)]
+struct RtpPkt {
+    pt: u8,
+    ssrc: u32,
+    marker: bool,
+    ts: u32,
+    /// RFC 4733: (event, end bit, duration), for telephone-events.
+    event: Option<(u8, bool, u32)>,
+}
 
-/// The telephone-events sent to `media_port`, decoded by tshark (it reads payload type 101 as
-/// RFC 4733, Wireshark's default, which is what the caller offered).
-fn rtp_events(pcap: &Path, media_port: u16) -> Vec<EventRow> {
+/// The RTP packets sent to `media_port`; tshark reads payload type 101 as RFC 4733
+/// (Wireshark's default), which is what the caller offered.
+fn rtp_to(pcap: &Path, media_port: u16) -> Vec<RtpPkt> {
     let out = Command::new("tshark")
         .arg("-r")
         .arg(pcap)
         .args(["-d", &format!("udp.port=={media_port},rtp")])
-        .args(["-Y", &format!("rtpevent && udp.dstport == {media_port}")])
-        .args(["-T", "fields", "-e", "rtp.p_type", "-e", "rtp.timestamp"])
+        .args(["-Y", &format!("rtp && udp.dstport == {media_port}")])
+        .args(["-T", "fields", "-e", "rtp.p_type", "-e", "rtp.ssrc"])
+        .args(["-e", "rtp.marker", "-e", "rtp.timestamp"])
         .args(["-e", "rtpevent.event_id", "-e", "rtpevent.end_of_event"])
         .args(["-e", "rtpevent.duration"])
         .stderr(Stdio::null())
         .output()
         .expect("tshark -r");
+    let flag = |f: &str| matches!(f, "1" | "True");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
-            Some((
-                f.first()?.parse().ok()?,
-                f.get(1)?.parse().ok()?,
-                f.get(2)?.parse().ok()?,
-                matches!(*f.get(3)?, "1" | "True"),
-                f.get(4)?.parse().ok()?,
-            ))
+            let event = match (f.get(4), f.get(5), f.get(6)) {
+                (Some(e), Some(end), Some(d)) if !e.is_empty() => {
+                    Some((e.parse().ok()?, flag(end), d.parse().ok()?))
+                }
+                _ => None,
+            };
+            Some(RtpPkt {
+                pt: f.first()?.parse().ok()?,
+                ssrc: u32::from_str_radix(f.get(1)?.trim_start_matches("0x"), 16).ok()?,
+                marker: flag(f.get(2)?),
+                ts: f.get(3)?.parse().ok()?,
+                event,
+            })
         })
         .collect()
 }
 
 #[test]
 fn play_digits_reach_the_caller_as_rfc4733_events_in_order() {
-    if !tools() {
-        return;
-    }
-    let _one = one_at_a_time();
+    let Some(_one) = begin() else { return };
     let cc = start_with_api(&[], free_tcp_port());
     let media_port = free_udp_port() & !1;
     let cap = capture(&[media_port]);
@@ -519,57 +552,66 @@ fn play_digits_reach_the_caller_as_rfc4733_events_in_order() {
     // The sequence lasts 1.3 s (0.5 s pause, four 100 ms tones 100 ms apart) from its start;
     // let it and the last end packets go out, then hang up.
     std::thread::sleep(Duration::from_secs(2));
-    let r = cc.update(&sid, &[("Status", "completed")]);
-    assert_eq!(
-        r.status, 200,
-        "Status=completed: HTTP {} {}",
-        r.status, r.body
-    );
-    let (ok, log) = caller.finish(Duration::from_secs(30));
+    hang_up(&cc, &sid, caller);
     let pcap = cap.finish();
-    assert!(ok, "sipp call failed:\n{log}\n{}", cc.context());
 
-    let events = rtp_events(&pcap, media_port);
+    let packets = rtp_to(&pcap, media_port);
+    let audio_ssrc = packets.iter().find(|p| p.pt == 0).map(|p| p.ssrc);
+    let events: Vec<&RtpPkt> = packets.iter().filter(|p| p.event.is_some()).collect();
     assert!(!events.is_empty(), "the caller heard no RFC 4733 event");
     for e in &events {
         assert_eq!(
-            e.0, 101,
+            e.pt, 101,
             "an event on payload type {} (offered 101): {e:?}",
-            e.0
+            e.pt
         );
+        // The events belong to the call's audio stream (one SSRC, one clock).
+        assert_eq!(Some(e.ssrc), audio_ssrc, "event SSRC vs audio SSRC: {e:?}");
     }
     // One digit's packets share an RTP timestamp: group them in arrival order.
-    let mut digits: Vec<(u32, Vec<EventRow>)> = Vec::new();
+    let mut digits: Vec<Vec<&RtpPkt>> = Vec::new();
     for e in &events {
         match digits.last_mut() {
-            Some((ts, rows)) if *ts == e.1 => rows.push(*e),
-            _ => digits.push((e.1, vec![*e])),
+            Some(rows) if rows[0].ts == e.ts => rows.push(e),
+            _ => digits.push(vec![e]),
         }
     }
-    let ids: Vec<u8> = digits.iter().map(|(_, rows)| rows[0].2).collect();
+    let id = |p: &RtpPkt| p.event.map_or(255, |e| e.0);
+    let ids: Vec<u8> = digits.iter().map(|rows| id(rows[0])).collect();
     assert_eq!(ids, vec![1, 5, 9, 11], "digits heard (11 is #): {events:?}");
-    for (ts, rows) in &digits {
+    for rows in &digits {
+        let digit = id(rows[0]);
         assert!(
-            rows.iter().all(|r| r.2 == rows[0].2),
-            "two events under one timestamp {ts}: {rows:?}"
+            rows.iter().all(|r| id(r) == digit),
+            "two events under one timestamp: {rows:?}"
         );
-        let ends: Vec<&EventRow> = rows.iter().filter(|r| r.3).collect();
+        // RFC 4733 2.5.1.3: the first packet of an event has the marker bit.
+        assert!(
+            rows[0].marker,
+            "digit {digit} starts without the marker: {rows:?}"
+        );
+        let ends: Vec<u32> = rows
+            .iter()
+            .filter_map(|r| r.event.filter(|e| e.1).map(|e| e.2))
+            .collect();
         assert!(
             !ends.is_empty(),
-            "digit {} has no end packet: {rows:?}",
-            rows[0].2
+            "digit {digit} has no end packet: {rows:?}"
         );
         // 100 ms tones: the end packets' duration is 800 timestamp units at 8 kHz.
-        for end in ends {
-            assert_eq!(
-                end.4, 800,
-                "digit {} lasted {} units: {rows:?}",
-                rows[0].2, end.4
-            );
-        }
+        assert!(
+            ends.iter().all(|d| *d == 800),
+            "digit {digit} lasted {ends:?} units: {rows:?}"
+        );
+        eprintln!(
+            "digit {digit}: timestamp {}, {} packets, {} end packets of duration 800",
+            rows[0].ts,
+            rows.len(),
+            ends.len()
+        );
     }
     assert!(
-        digits.windows(2).all(|w| w[1].0 > w[0].0),
+        digits.windows(2).all(|w| w[1][0].ts > w[0][0].ts),
         "events not in timestamp order: {events:?}"
     );
     assert_eq!(cc.metric("ontime_dtmf_sent_total"), 4.0);
@@ -584,10 +626,7 @@ fn play_digits_reach_the_caller_as_rfc4733_events_in_order() {
 
 #[test]
 fn refer_accepted_then_notify_200_and_the_gateway_leaves_with_bye() {
-    if !tools() {
-        return;
-    }
-    let _one = one_at_a_time();
+    let Some(_one) = begin() else { return };
     let cc = start_with_api(&[], free_tcp_port());
     let cap = capture(&[cc.gw.sip.port()]);
     let caller = caller(
@@ -659,10 +698,7 @@ fn wait_event(bot: &TestBot, event: &str, limit: Duration) -> Option<Value> {
 
 #[test]
 fn refer_declined_603_keeps_the_call_up_and_tells_the_bot() {
-    if !tools() {
-        return;
-    }
-    let _one = one_at_a_time();
+    let Some(_one) = begin() else { return };
     // A bot that only listens: it acts through the API with the SIDs of its `start` message.
     // `ontime.transfer` comes without `--ws-ontime-events`: a bot that asked for a transfer
     // must learn it did not happen.
@@ -927,10 +963,7 @@ print(json.dumps(out))
 
 #[test]
 fn outbound_call_rings_answers_hears_the_stub_and_sends_signed_callbacks() {
-    if !tools() {
-        return;
-    }
-    let _one = one_at_a_time();
+    let Some(_one) = begin() else { return };
     let callee_sip = free_udp_port();
     let callee_media = free_udp_port() & !1;
     let trunk = format!("sip:127.0.0.1:{callee_sip}");
@@ -1015,6 +1048,12 @@ fn outbound_call_rings_answers_hears_the_stub_and_sends_signed_callbacks() {
         reply[0].time > first_speech,
         "a reply before the callee spoke"
     );
+    eprintln!(
+        "callee heard {} sounding packets of {}, the first {:.2} s after it began to speak",
+        reply.len(),
+        heard.len(),
+        reply[0].time - first_speech
+    );
 
     // The callbacks: initiated, ringing, in-progress (answered), completed; once each.
     wait_until(Duration::from_secs(10), || {
@@ -1080,6 +1119,11 @@ fn outbound_call_rings_answers_hears_the_stub_and_sends_signed_callbacks() {
         for (r, (valid, valid_wrong)) in got.iter().zip(verdicts) {
             assert!(valid, "RequestValidator rejects the signature of {r:?}");
             assert!(!valid_wrong, "a wrong token validates {r:?}");
+            eprintln!(
+                "callback {} {:?}: RequestValidator accepts its X-Twilio-Signature",
+                r.param("SequenceNumber").unwrap_or_default(),
+                r.param("CallStatus").unwrap_or_default()
+            );
         }
     }
 
@@ -1101,14 +1145,69 @@ fn outbound_call_rings_answers_hears_the_stub_and_sends_signed_callbacks() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 5. Twilio's errors.
+// 5. Twilio's errors, and an API that is there once the gateway says it is ready.
+
+/// `/readyz` is what an orchestrator (and [`start_gateway`]) waits for: once it says 200, the API
+/// must answer too. Polled every 5 ms here, so a window between the two cannot hide between
+/// the harness's 100 ms polls; three starts.
+#[test]
+fn the_api_answers_as_soon_as_readyz_says_ready() {
+    let models = workspace().join(".cache/models");
+    for start in 0..3 {
+        let sip = format!("127.0.0.1:{}", free_udp_port());
+        let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+        let api: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+        let rtp = free_port_range(8);
+        let account = format!("AC{}", hex32());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ontime-gateway"));
+        cmd.args([
+            "--sip-listen",
+            &sip,
+            "--metrics-listen",
+            &metrics.to_string(),
+        ])
+        .args(["--rtp-ports", &format!("{}-{}", rtp.0, rtp.1)])
+        .args([
+            "--api-listen",
+            &api.to_string(),
+            "--api-account-sid",
+            &account,
+        ])
+        .env("ONTIME_API_AUTH_TOKEN", hex32())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        if std::env::var_os("ORT_DYLIB_PATH").is_none() {
+            cmd.env("ORT_DYLIB_PATH", models.join("libonnxruntime.so.1.31.1"));
+        }
+        if std::env::var_os("ONTIME_MODELS_DIR").is_none() {
+            cmd.env("ONTIME_MODELS_DIR", &models);
+        }
+        let mut gw = Proc {
+            child: cmd.spawn().expect("spawn ontime-gateway"),
+            name: "ontime-gateway".into(),
+        };
+        let until = Instant::now() + Duration::from_secs(30);
+        while http_get(metrics, "/readyz").map(|r| r.0) != Some(200) {
+            assert!(Instant::now() < until, "not ready in 30 s");
+            assert!(
+                gw.child.try_wait().ok().flatten().is_none(),
+                "the gateway exited"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let path = format!("/2010-04-01/Accounts/{account}/Calls.json");
+        let answer = http(api, "GET", &path, None, None);
+        assert!(
+            matches!(answer, Ok(Resp { status: 401, .. })),
+            "start {start}: /readyz said 200, then GET {path} without credentials got {answer:?}"
+        );
+    }
+}
 
 #[test]
 fn wrong_credentials_unknown_calls_and_unsupported_twiml_get_twilios_errors() {
-    if !tools() {
-        return;
-    }
-    let _one = one_at_a_time();
+    let Some(_one) = begin() else { return };
     // The token from a file this time (`--api-auth-token-file`), not the environment.
     let dir = tempdir("errors");
     let account = format!("AC{}", hex32());
@@ -1139,9 +1238,10 @@ fn wrong_credentials_unknown_calls_and_unsupported_twiml_get_twilios_errors() {
         Some((&cc.account, "0123456789abcdef0123456789abcdef")),
         None,
     )
-    .expect("the API answers");
+    .unwrap_or_else(|e| panic!("the API did not answer: {e}"));
     check_twilio_error(&wrong, 401, 20003, "wrong token");
-    let none = http(cc.api, "GET", &cc.calls_path(), None, None).expect("the API answers");
+    let none = http(cc.api, "GET", &cc.calls_path(), None, None)
+        .unwrap_or_else(|e| panic!("the API did not answer: {e}"));
     check_twilio_error(&none, 401, 20003, "no credentials");
 
     // An unknown call: 404, code 20404, for GET and POST.
@@ -1173,18 +1273,7 @@ fn wrong_credentials_unknown_calls_and_unsupported_twiml_get_twilios_errors() {
         view["status"], "in-progress",
         "after the refused TwiML: {view}"
     );
-    let r = cc.update(&sid, &[("Status", "completed")]);
-    assert_eq!(
-        r.status, 200,
-        "Status=completed: HTTP {} {}",
-        r.status, r.body
-    );
-    let (ok, log) = caller.finish(Duration::from_secs(30));
-    assert!(
-        ok,
-        "the caller did not get the API's BYE:\n{log}\n{}",
-        cc.context()
-    );
+    hang_up(&cc, &sid, caller);
 
     let m = |s: &str| cc.metric(s);
     assert_eq!(
@@ -1232,10 +1321,9 @@ fn wrong_credentials_unknown_calls_and_unsupported_twiml_get_twilios_errors() {
 
 #[test]
 fn pipecat_twilio_serializer_hangs_up_the_sip_call_through_the_api() {
-    if !tools() || !require_pipecat() {
+    let Some(_one) = begin().filter(|_| require_pipecat()) else {
         return;
-    }
-    let _one = one_at_a_time();
+    };
     // The bot must know the API's address before the gateway starts (it is its base_url).
     let api_port = free_tcp_port();
     let base_url = format!("http://127.0.0.1:{api_port}");
