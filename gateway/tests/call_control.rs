@@ -797,7 +797,7 @@ impl Received {
     }
 }
 
-/// A webhook receiver on loopback: records every request and answers 200 (empty TwiML).
+/// A webhook receiver on loopback: records every request and answers 200 with the same TwiML.
 struct HttpSink {
     addr: SocketAddr,
     got: Arc<Mutex<Vec<Received>>>,
@@ -806,7 +806,8 @@ struct HttpSink {
 }
 
 impl HttpSink {
-    fn start() -> HttpSink {
+    fn start(twiml: &str) -> HttpSink {
+        let twiml = twiml.to_string();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -817,7 +818,7 @@ impl HttpSink {
             while !s.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((tcp, _)) => {
-                        if let Some(r) = read_request(tcp) {
+                        if let Some(r) = read_request(tcp, &twiml) {
                             g.lock().unwrap().push(r);
                         }
                     }
@@ -846,8 +847,8 @@ impl Drop for HttpSink {
     }
 }
 
-/// Read one request (head, then `Content-Length` bytes of body) and answer 200.
-fn read_request(mut tcp: TcpStream) -> Option<Received> {
+/// Read one request (head, then `Content-Length` bytes of body) and answer 200 with `reply`.
+fn read_request(mut tcp: TcpStream, reply: &str) -> Option<Received> {
     tcp.set_nonblocking(false).ok()?;
     tcp.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     let mut raw = Vec::new();
@@ -885,7 +886,6 @@ fn read_request(mut tcp: TcpStream) -> Option<Received> {
         }
         body.extend_from_slice(&buf[..n]);
     }
-    let reply = "<Response/>";
     let _ = write!(
         tcp,
         "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
@@ -968,7 +968,7 @@ fn outbound_call_rings_answers_hears_the_stub_and_sends_signed_callbacks() {
     let callee_media = free_udp_port() & !1;
     let trunk = format!("sip:127.0.0.1:{callee_sip}");
     let cc = start_with_api(&["--trunk-uri", &trunk], free_tcp_port());
-    let sink = HttpSink::start();
+    let sink = HttpSink::start("<Response/>");
     let callback_url = format!("http://{}/status?leg=outbound", sink.addr);
     let dir = tempdir("outbound");
     let speech = fresh_speech(
@@ -1142,6 +1142,79 @@ fn outbound_call_rings_answers_hears_the_stub_and_sends_signed_callbacks() {
         cc.metric("ontime_api_requests_total{route=\"calls_create\",status=\"201\"}"),
         1.0
     );
+}
+
+/// Inbound routing by `--voice-url`: the gateway asks the webhook what to do with the call (a
+/// signed POST with Twilio's parameters, before answering), and runs the TwiML it gets back:
+/// here a transfer, which the caller playing the trunk accepts.
+#[test]
+fn voice_url_webhook_is_signed_and_its_twiml_transfers_the_call() {
+    let Some(_one) = begin() else { return };
+    let sink = HttpSink::start(&format!(
+        "<Response><Dial><Sip>{TRANSFER_TARGET}</Sip></Dial></Response>"
+    ));
+    let voice_url = format!("http://{}/voice?tenant=acme", sink.addr);
+    let cc = start_with_api(&["--voice-url", &voice_url], free_tcp_port());
+    let cap = capture(&[cc.gw.sip.port()]);
+    let caller = caller(
+        &cc,
+        "caller_refer_accept.xml",
+        &[("@REFER_WITHIN_MS@", "30000")],
+        free_udp_port() & !1,
+    );
+    let (ok, log) = caller.finish(Duration::from_secs(60));
+    let pcap = cap.finish();
+    let flow = sip_flow(&pcap, cc.gw.sip.port());
+    let got = sink.received();
+    assert!(
+        ok,
+        "the routed call's transfer failed:\n{log}\nSIP:\n{flow}\nwebhook requests: {got:?}\n{}",
+        cc.context()
+    );
+    assert_eq!(got.len(), 1, "webhook requests: {got:?}");
+    let hook = &got[0];
+    assert_eq!(hook.method, "POST", "{hook:?}");
+    assert_eq!(hook.target, "/voice?tenant=acme", "{hook:?}");
+    let sid = hook.param("CallSid").unwrap_or_default();
+    assert!(sid.starts_with("CA") && sid.len() == 34, "{hook:?}");
+    assert_eq!(
+        hook.param("AccountSid").as_deref(),
+        Some(cc.account.as_str()),
+        "{hook:?}"
+    );
+    assert_eq!(
+        hook.param("Direction").as_deref(),
+        Some("inbound"),
+        "{hook:?}"
+    );
+    // Twilio asks while the call rings (so the answer may still be <Reject>).
+    assert_eq!(
+        hook.param("CallStatus").as_deref(),
+        Some("ringing"),
+        "{hook:?}"
+    );
+    assert!(
+        hook.param("From").is_some_and(|f| f.contains("caller")),
+        "{hook:?}"
+    );
+    assert!(
+        hook.param("To").is_some_and(|t| t.contains("bot")),
+        "{hook:?}"
+    );
+    if let Some(verdicts) = twilio_validate(&voice_url, &got, &cc.token) {
+        assert_eq!(
+            verdicts,
+            vec![(true, false)],
+            "RequestValidator on {hook:?}"
+        );
+    }
+    assert_eq!(
+        cc.metric("ontime_transfers_total{result=\"completed\"}"),
+        1.0
+    );
+    let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
+    assert_eq!(view["status"], "completed", "{view}");
+    assert_eq!(view["direction"], "inbound", "{view}");
 }
 
 // ---------------------------------------------------------------------------------------------
