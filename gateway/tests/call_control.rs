@@ -639,14 +639,7 @@ fn refer_accepted_then_notify_200_and_the_gateway_leaves_with_bye() {
     let twiml = format!("<Response><Dial><Sip>{TRANSFER_TARGET}</Sip></Dial></Response>");
     let r = cc.update(&sid, &[("Twiml", &twiml)]);
     assert_eq!(r.status, 200, "Dial: HTTP {} {}", r.status, r.body);
-    let (ok, log) = caller.finish(Duration::from_secs(40));
-    let pcap = cap.finish();
-    let flow = sip_flow(&pcap, cc.gw.sip.port());
-    assert!(
-        ok,
-        "the transfer flow failed:\n{log}\nSIP (src|dst|request|status|CSeq|Refer-To|Event|Subscription-State|Reason|sipfrag):\n{flow}\n{}",
-        cc.context()
-    );
+    let flow = finish_transfer(&cc, caller, cap, "the transfer flow failed");
     eprintln!("SIP flow:\n{flow}");
     let m = |s: &str| cc.metric(s);
     assert_eq!(m("ontime_transfers_total{result=\"completed\"}"), 1.0);
@@ -679,6 +672,21 @@ fn refer_accepted_then_notify_200_and_the_gateway_leaves_with_bye() {
     assert_eq!(cdr["transfer_result"], "completed", "CDR {cdr}");
     assert_eq!(cdr["call_sid"], sid.as_str(), "CDR {cdr}");
     assert_eq!(cdr["direction"], "inbound", "CDR {cdr}");
+}
+
+/// Wait for a transfer's caller (bounded: 60 s) and stop the capture of the gateway's SIP port;
+/// the SIP flow, one message a line. A failed caller fails the test with `what`, its log, the
+/// flow and the gateway's output.
+fn finish_transfer(cc: &ApiGateway, caller: SippCall, cap: Capture, what: &str) -> String {
+    let (ok, log) = caller.finish(Duration::from_secs(60));
+    let pcap = cap.finish();
+    let flow = sip_flow(&pcap, cc.gw.sip.port());
+    assert!(
+        ok,
+        "{what}:\n{log}\nSIP (src|dst|request|status|CSeq|Refer-To|Event|Subscription-State|Reason|sipfrag):\n{flow}\n{}",
+        cc.context()
+    );
+    flow
 }
 
 /// Wait (bounded) until the bot's first connection has a message with this `event`.
@@ -735,13 +743,11 @@ fn refer_declined_603_keeps_the_call_up_and_tells_the_bot() {
     let event = wait_event(&bot, "ontime.transfer", Duration::from_secs(15));
     // While the caller stays (it hangs up itself after 5 s), the call is up.
     let during = cc.get_call(&sid).json();
-    let (ok, log) = caller.finish(Duration::from_secs(40));
-    let pcap = cap.finish();
-    let flow = sip_flow(&pcap, cc.gw.sip.port());
-    assert!(
-        ok,
-        "the declined transfer flow failed (a BYE from the gateway would fail it):\n{log}\nSIP:\n{flow}\n{}",
-        cc.context()
+    finish_transfer(
+        &cc,
+        caller,
+        cap,
+        "the declined transfer flow failed (a BYE from the gateway would fail it)",
     );
     let event = event.unwrap_or_else(|| {
         panic!(
@@ -897,6 +903,21 @@ fn read_request(mut tcp: TcpStream, reply: &str) -> Option<Received> {
         headers,
         body: String::from_utf8_lossy(&body).into_owned(),
     })
+}
+
+/// A request the gateway made as Twilio makes them: a signed form POST to `target` with the
+/// account and the call's direction.
+fn check_webhook(r: &Received, target: &str, account: &str, direction: &str) {
+    assert_eq!(r.method, "POST", "{r:?}");
+    assert_eq!(r.target, target, "{r:?}");
+    assert!(
+        r.header("Content-Type")
+            .is_some_and(|c| c.starts_with("application/x-www-form-urlencoded")),
+        "{r:?}"
+    );
+    assert_eq!(r.param("AccountSid").as_deref(), Some(account), "{r:?}");
+    assert_eq!(r.param("Direction").as_deref(), Some(direction), "{r:?}");
+    assert!(r.header("X-Twilio-Signature").is_some(), "unsigned: {r:?}");
 }
 
 /// Validate each request's `X-Twilio-Signature` with Twilio's own `RequestValidator` (the `twilio`
@@ -1085,28 +1106,11 @@ fn outbound_call_rings_answers_hears_the_stub_and_sends_signed_callbacks() {
         summary.join("\n")
     );
     for (i, r) in got.iter().enumerate() {
-        assert_eq!(r.method, "POST", "{r:?}");
-        assert_eq!(r.target, "/status?leg=outbound", "{r:?}");
-        assert!(
-            r.header("Content-Type")
-                .is_some_and(|c| c.starts_with("application/x-www-form-urlencoded")),
-            "{r:?}"
-        );
+        check_webhook(r, "/status?leg=outbound", &cc.account, "outbound-api");
         assert_eq!(r.param("SequenceNumber"), Some(i.to_string()), "{r:?}");
         assert_eq!(r.param("CallSid").as_deref(), Some(sid.as_str()), "{r:?}");
-        assert_eq!(
-            r.param("AccountSid").as_deref(),
-            Some(cc.account.as_str()),
-            "{r:?}"
-        );
-        assert_eq!(
-            r.param("Direction").as_deref(),
-            Some("outbound-api"),
-            "{r:?}"
-        );
         assert_eq!(r.param("To").as_deref(), Some("+15551234567"), "{r:?}");
         assert_eq!(r.param("From").as_deref(), Some("+15557654321"), "{r:?}");
-        assert!(r.header("X-Twilio-Signature").is_some(), "unsigned: {r:?}");
     }
     assert!(
         got[3]
@@ -1162,31 +1166,17 @@ fn voice_url_webhook_is_signed_and_its_twiml_transfers_the_call() {
         &[("@REFER_WITHIN_MS@", "30000")],
         free_udp_port() & !1,
     );
-    let (ok, log) = caller.finish(Duration::from_secs(60));
-    let pcap = cap.finish();
-    let flow = sip_flow(&pcap, cc.gw.sip.port());
-    let got = sink.received();
-    assert!(
-        ok,
-        "the routed call's transfer failed:\n{log}\nSIP:\n{flow}\nwebhook requests: {got:?}\n{}",
-        cc.context()
+    let failed = format!(
+        "the routed call's transfer failed (webhook requests: {:?})",
+        sink.received()
     );
+    finish_transfer(&cc, caller, cap, &failed);
+    let got = sink.received();
     assert_eq!(got.len(), 1, "webhook requests: {got:?}");
     let hook = &got[0];
-    assert_eq!(hook.method, "POST", "{hook:?}");
-    assert_eq!(hook.target, "/voice?tenant=acme", "{hook:?}");
+    check_webhook(hook, "/voice?tenant=acme", &cc.account, "inbound");
     let sid = hook.param("CallSid").unwrap_or_default();
     assert!(sid.starts_with("CA") && sid.len() == 34, "{hook:?}");
-    assert_eq!(
-        hook.param("AccountSid").as_deref(),
-        Some(cc.account.as_str()),
-        "{hook:?}"
-    );
-    assert_eq!(
-        hook.param("Direction").as_deref(),
-        Some("inbound"),
-        "{hook:?}"
-    );
     // Twilio asks while the call rings (so the answer may still be <Reject>).
     assert_eq!(
         hook.param("CallStatus").as_deref(),
