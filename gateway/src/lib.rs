@@ -34,6 +34,8 @@ mod records;
 mod registry;
 mod routing;
 mod sip_loop;
+mod tls;
+mod transport;
 
 pub use admission::RejectReason;
 pub use agent::{
@@ -45,6 +47,7 @@ pub use config::{
 };
 pub use gateway::{Bound, Error, Gateway, GatewayBuilder, MetricsRenderer, DEFAULT_MODELS_DIR};
 pub use records::cdr::{CallDetailRecord, EndCause, RecordKind};
+pub use tls::TlsError;
 pub use records::recording::Track;
 
 /// Metric names the gateway emits and bucket layouts for its histograms.

@@ -1011,6 +1011,7 @@ impl CallCore {
             barge_ins: self.barge_ins,
             dtmf: self.dtmf.clone(),
             direction: self.info.direction.as_str(),
+            transport: self.info.transport.name(),
             call_sid: self.info.call_sid.clone(),
             transfer_target: self.last_transfer.as_ref().map(|t| t.target.clone()),
             transfer_result: self.last_transfer.as_ref().map(|t| t.result.as_str()),

@@ -118,6 +118,7 @@ impl Sim {
             call_sid: crate::call::new_call_sid(),
             account_sid: crate::config::DEFAULT_ACCOUNT_SID.into(),
             direction: crate::api::Direction::Inbound,
+            transport: ontime_sip::Transport::Udp,
             call_id: "sim-call".into(),
             from: "sip:caller@example.com".into(),
             to: "sip:bot@example.com".into(),

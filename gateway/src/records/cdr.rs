@@ -92,6 +92,8 @@ pub struct CallDetailRecord {
     pub dtmf: String,
     /// `inbound` or `outbound-api`.
     pub direction: &'static str,
+    /// The SIP transport: `udp`, `tcp` or `tls`.
+    pub transport: &'static str,
     /// The call's SID in the call-control API.
     pub call_sid: String,
     /// The Refer-To of the call's last transfer, if any.
@@ -139,6 +141,7 @@ impl CallDetailRecord {
             barge_ins: 0,
             dtmf: String::new(),
             direction: info.direction.as_str(),
+            transport: info.transport.name(),
             call_sid: info.call_sid.clone(),
             transfer_target: None,
             transfer_result: None,

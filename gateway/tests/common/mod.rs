@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod pipecat;
+pub mod pki;
 pub mod uac;
 
 use std::io::{Read, Write};
