@@ -10,9 +10,11 @@
 //! - `<Dial><Sip>` is a blind transfer by REFER: a caller playing the trunk accepts (202, NOTIFY
 //!   `100 Trying` then `200 OK`, the gateway then leaves with BYE) or declines (603: the call stays
 //!   up and the WebSocket bot gets `ontime.transfer`);
+//! - `--voice-url` asks a webhook (signed, Twilio's parameters) and runs the TwiML it returns;
 //! - `POST …/Calls.json` dials out through `--trunk-uri` to a sipp UAS that answers and speaks;
 //!   the stub's reply is heard by the callee and the status callbacks arrive signed;
-//! - wrong credentials, unknown calls and unsupported TwiML get Twilio's errors;
+//! - wrong credentials, unknown calls and unsupported TwiML get Twilio's errors, and the API
+//!   answers as soon as `/readyz` says the gateway is ready;
 //! - a pipecat bot whose pipeline ends hangs the SIP call up through the API, pipecat unchanged.
 
 #[path = "common/bot.rs"]
