@@ -52,3 +52,8 @@ if ! pipecat_ok; then
     "pipecat-ai[websocket,silero]==1.14.0" "uvicorn>=0.32,<1" "fastapi>=0.115.6,<1" "pytest>=8,<10"
   pipecat_ok || { echo "setup: the pipecat venv at $pipecat_venv does not import" >&2; exit 1; }
 fi
+# twilio (the helper library): its RequestValidator checks the gateway's signed status callbacks
+# in gateway/tests/call_control.rs, as a bot's own webhook handler would. Added to an existing venv
+# without rebuilding it.
+"$pipecat_venv/bin/python" -c 'import twilio.request_validator' 2>/dev/null \
+  || "$pipecat_venv/bin/pip" install --quiet --disable-pip-version-check "twilio>=9.13,<10"
