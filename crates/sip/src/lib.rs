@@ -34,11 +34,13 @@
 //! ```
 
 mod build;
+pub mod digest;
 pub mod endpoint;
 mod error;
 pub mod message;
 pub mod sdp;
 
+pub use digest::{Credentials, Password};
 pub use endpoint::{
     describe_metrics, stateless_response, Budget, CallHandle, CallParams, Config, EndReason,
     Endpoint, Event, IncomingCall, RequestHandle, Timers, Transmit, Transport, TrustedPeer,
