@@ -454,6 +454,33 @@ mod tests {
     }
 
     #[test]
+    fn digest_challenges_count_by_reason() {
+        let recorder = Counters::default();
+        let sent = |r: &str| format!("{AUTH_CHALLENGES_SENT_TOTAL}{{reason=\"{r}\"}}");
+        let peer = "127.0.0.1:5070".parse().unwrap();
+        let now = Instant::now();
+        metrics::with_local_recorder(&recorder, || {
+            let mut cfg = Config::new("127.0.0.1:5060".parse().unwrap());
+            cfg.trunk_auth = Some(crate::Credentials::new("trunk", "pw"));
+            let mut uas = Endpoint::new(cfg);
+            for key in [sent("missing"), sent("stale"), sent("invalid")] {
+                assert!(recorder.0.lock().unwrap().contains_key(&key), "{key}");
+            }
+            uas.handle_datagram(request("INVITE", 1, "", SDP).as_bytes(), peer, now);
+            let bad = request("INVITE", 2, "", SDP).replace(
+                "Contact:",
+                "Authorization: Digest username=\"trunk\", realm=\"127.0.0.1\", nonce=\"x\", \
+                 uri=\"sip:bot@127.0.0.1\", response=\"00\"\r\nContact:",
+            );
+            uas.handle_datagram(bad.as_bytes(), peer, now);
+            assert_eq!(recorder.get(&sent("missing")), 1);
+            assert_eq!(recorder.get(&sent("invalid")), 1);
+            assert_eq!(recorder.get(&sent("stale")), 0);
+            assert!(uas.poll_event().is_none());
+        });
+    }
+
+    #[test]
     fn refusals_and_exhausted_budgets_count_from_zero() {
         let recorder = Counters::default();
         let refused = |r: &str| format!("{DIALOG_REQUESTS_REFUSED_TOTAL}{{reason=\"{r}\"}}");
