@@ -11,8 +11,8 @@ use crate::message::Message;
 ///   retransmissions included (they are on the wire too).
 ///
 /// `method` is the request's method (`INVITE`, `ACK`, `BYE`, `CANCEL`, `OPTIONS`, `INFO`,
-/// `UPDATE`, `REFER`, `NOTIFY`, `REGISTER`, else `other`) or the response's status class (`1xx` … `6xx`). A
-/// message that cannot be parsed counts here as well (labelled from its start line: the method
+/// `UPDATE`, `REFER`, `NOTIFY`, `REGISTER`, else `other`) or the response's status class (`1xx`
+/// … `6xx`). A message that cannot be parsed counts here as well (labelled from its start line: the method
 /// or status class when the line names one, else `other`) and in [`INVALID_MESSAGES_TOTAL`].
 const MESSAGES_TOTAL: &str = "ontime_sip_messages_total";
 
