@@ -238,7 +238,6 @@ impl Endpoint {
 
     /// Sends the next REGISTER of a registration: a refresh, or the unregistration when asked.
     fn send_register(&mut self, handle: RegistrationHandle, now: Instant) -> Result<()> {
-        let local_addr = self.config.local_addr;
         let branch = self.new_branch();
         let user_agent = self.product_header("User-Agent");
         let r = self
@@ -258,8 +257,9 @@ impl Endpoint {
             h(
                 "Via",
                 format!(
-                    "SIP/2.0/{} {local_addr};branch={branch};rport",
-                    r.transport.via_token()
+                    "SIP/2.0/{} {};branch={branch};rport",
+                    r.transport.via_token(),
+                    self.config.addr_for(r.transport)
                 ),
             ),
             h("Max-Forwards", "70"),
