@@ -32,6 +32,7 @@ mod gateway;
 mod ops;
 mod records;
 mod registry;
+mod resolve;
 mod routing;
 mod sip_loop;
 mod tls;
