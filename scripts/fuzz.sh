@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing on the pinned stable toolchain, for a bounded time: every libFuzzer target
 # of crates/sip/fuzz (parse_message, endpoint, sdp), crates/rtp/fuzz (rtp, rtcp) and gateway/fuzz
-# (bot_message: the WebSocket agent's protocol.rs, compiled alone rather than the whole gateway).
+# (bot_message: the WebSocket agent's protocol.rs; twiml: the API's TwiML parser; api_request: the
+# API's request parsing, request.rs; each compiled alone rather than the whole gateway).
 #
 # No cargo-fuzz and no nightly: the targets are plain binaries of the libfuzzer-sys crate (which
 # compiles libFuzzer from its C++ source, so a C++ compiler is needed: scripts/setup.sh installs g++),
@@ -22,7 +23,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-30}
 shift || true
 # crates/srtp/fuzz: unprotect (SRTP/SRTCP receive) and crypto_attribute (SDES lines).
-all=(sip:parse_message sip:endpoint sip:sdp rtp:rtp rtp:rtcp srtp:unprotect srtp:crypto_attribute gateway:bot_message)
+all=(sip:parse_message sip:endpoint sip:sdp rtp:rtp rtp:rtcp srtp:unprotect srtp:crypto_attribute
+    gateway:bot_message gateway:twiml gateway:api_request)
 wanted=("$@")
 
 if ! command -v c++ >/dev/null; then

@@ -11,8 +11,9 @@ command -v espeak-ng >/dev/null || need_apt+=(espeak-ng)
 command -v sox >/dev/null || need_apt+=(sox)
 command -v baresip >/dev/null || need_apt+=(baresip)
 command -v kamailio >/dev/null || need_apt+=(kamailio)
-# native-tls (wss:// agents) builds against the system OpenSSL.
-dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
+# The TLS tests make their throwaway certificates with the openssl command (the build itself
+# needs no OpenSSL: TLS is rustls).
+command -v openssl >/dev/null || need_apt+=(openssl)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 # scripts/fuzz.sh: libfuzzer-sys compiles libFuzzer from its C++ source.
 command -v c++ >/dev/null || need_apt+=(g++)
@@ -51,3 +52,8 @@ if ! pipecat_ok; then
     "pipecat-ai[websocket,silero]==1.14.0" "uvicorn>=0.32,<1" "fastapi>=0.115.6,<1" "pytest>=8,<10"
   pipecat_ok || { echo "setup: the pipecat venv at $pipecat_venv does not import" >&2; exit 1; }
 fi
+# twilio (the helper library): its RequestValidator checks the gateway's signed status callbacks
+# in gateway/tests/call_control.rs, as a bot's own webhook handler would. Added to an existing venv
+# without rebuilding it.
+"$pipecat_venv/bin/python" -c 'import twilio.request_validator' 2>/dev/null \
+  || "$pipecat_venv/bin/pip" install --quiet --disable-pip-version-check "twilio>=9.13,<10"

@@ -131,6 +131,30 @@ pub enum AgentUnreachable {
     Fallback,
 }
 
+/// Whether call media is SRTP (RFC 3711, keyed by SDES in the SDP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SrtpMode {
+    /// Plain RTP only; SRTP offers get 488 with a Warning.
+    Off,
+    /// Answer SRTP offers (RTP/SAVP, or best-effort crypto on RTP/AVP) in kind, plain ones
+    /// plainly.
+    Optional,
+    /// SRTP only; plain offers get 488 with `Warning: 305 ... "SRTP required"`.
+    Required,
+}
+
+impl SrtpMode {
+    /// The SDP layer's policy.
+    pub fn policy(self) -> ontime_sip::SrtpPolicy {
+        match self {
+            SrtpMode::Off => ontime_sip::SrtpPolicy::Off,
+            SrtpMode::Optional => ontime_sip::SrtpPolicy::Optional,
+            SrtpMode::Required => ontime_sip::SrtpPolicy::Required,
+        }
+    }
+}
+
 /// What SIP from outside the trunk networks gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -283,6 +307,25 @@ pub struct Args {
     /// TwiML file every inbound call runs (instead of `--voice-url`).
     #[arg(long, env = "ONTIME_VOICE_TWIML")]
     pub voice_twiml: Option<PathBuf>,
+    /// SRTP for call media: `off`, `optional` (the default: answer in kind) or `required`.
+    #[arg(long, env = "ONTIME_SRTP", value_enum)]
+    pub srtp: Option<SrtpMode>,
+    /// SIP over TCP listen address (off unless set).
+    #[arg(long, env = "ONTIME_SIP_LISTEN_TCP")]
+    pub sip_listen_tcp: Option<String>,
+    /// SIP over TLS listen address (off unless set; needs `--tls-cert` and `--tls-key`).
+    #[arg(long, env = "ONTIME_SIP_LISTEN_TLS")]
+    pub sip_listen_tls: Option<String>,
+    /// PEM certificate chain the SIP TLS listener presents.
+    #[arg(long, env = "ONTIME_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert`.
+    #[arg(long, env = "ONTIME_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM file of extra CA certificates trusted for TLS we originate (SIP over TLS, `wss://`
+    /// bots, https callbacks), besides the system's.
+    #[arg(long, env = "ONTIME_TLS_CA_FILE")]
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 /// A secret read from the environment or a file: it never reaches a log line (`Debug` hides
@@ -315,24 +358,53 @@ pub struct TrunkUri {
     pub host_port: String,
     /// Where INVITEs are sent.
     pub addr: SocketAddr,
+    /// Over what: `;transport=tcp|tls` or a `sips:` URI, else UDP.
+    pub transport: ontime_sip::Transport,
 }
 
 impl FromStr for TrunkUri {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         use std::net::ToSocketAddrs;
-        let rest = s
-            .trim()
-            .strip_prefix("sip:")
-            .ok_or_else(|| format!("`{s}` is not a sip: URI (e.g. sip:192.0.2.1:5060)"))?;
+        let (secure, rest) = match s.trim().strip_prefix("sips:") {
+            Some(rest) => (true, rest),
+            None => (
+                false,
+                s.trim().strip_prefix("sip:").ok_or_else(|| {
+                    format!("`{s}` is not a sip: or sips: URI (e.g. sip:192.0.2.1:5060)")
+                })?,
+            ),
+        };
+        let mut transport = if secure {
+            ontime_sip::Transport::Tls
+        } else {
+            ontime_sip::Transport::Udp
+        };
+        for param in rest.split(';').skip(1) {
+            if let Some(t) = param.trim().strip_prefix("transport=") {
+                transport = match t.to_ascii_lowercase().as_str() {
+                    "udp" if !secure => ontime_sip::Transport::Udp,
+                    "tcp" if !secure => ontime_sip::Transport::Tcp,
+                    "tls" | "tcp" => ontime_sip::Transport::Tls,
+                    other => {
+                        return Err(format!("`{s}`: transport `{other}` is not udp, tcp or tls"))
+                    }
+                };
+            }
+        }
         // Drop URI parameters and any user part: the trunk is a host.
         let host_port = rest.split(';').next().unwrap_or("");
         let host_port = host_port.rsplit('@').next().unwrap_or("").to_string();
         if host_port.is_empty() {
             return Err(format!("`{s}` has no host"));
         }
+        let default_port = if transport == ontime_sip::Transport::Tls {
+            5061
+        } else {
+            5060
+        };
         let with_port = if host_port.ends_with(']') || !host_port.contains(':') {
-            format!("{host_port}:5060")
+            format!("{host_port}:{default_port}")
         } else {
             host_port.clone()
         };
@@ -341,7 +413,11 @@ impl FromStr for TrunkUri {
             .map_err(|e| format!("`{s}`: {e}"))?
             .next()
             .ok_or_else(|| format!("`{s}`: the host has no address"))?;
-        Ok(TrunkUri { host_port, addr })
+        Ok(TrunkUri {
+            host_port,
+            addr,
+            transport,
+        })
     }
 }
 
@@ -389,6 +465,12 @@ struct FileConfig {
     trunk_uri: Option<String>,
     voice_url: Option<String>,
     voice_twiml: Option<PathBuf>,
+    srtp: Option<SrtpMode>,
+    sip_listen_tcp: Option<String>,
+    sip_listen_tls: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca_file: Option<PathBuf>,
     interim_record_interval: Option<String>,
 }
 
@@ -471,6 +553,18 @@ pub struct Config {
     pub voice_url: Option<String>,
     /// TwiML every inbound call runs (the file's text).
     pub voice_twiml: Option<String>,
+    /// SRTP policy of call media.
+    pub srtp: ontime_sip::SrtpPolicy,
+    /// SIP over TCP listen address.
+    pub sip_listen_tcp: Option<SocketAddr>,
+    /// SIP over TLS listen address.
+    pub sip_listen_tls: Option<SocketAddr>,
+    /// The TLS listener's certificate chain (PEM).
+    pub tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// Extra CA certificates for TLS we originate (PEM).
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -520,6 +614,12 @@ impl Default for Config {
             trunk_uri: None,
             voice_url: None,
             voice_twiml: None,
+            srtp: ontime_sip::SrtpPolicy::Optional,
+            sip_listen_tcp: None,
+            sip_listen_tls: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca_file: None,
         }
     }
 }
@@ -781,7 +881,41 @@ impl Config {
         }
         c.ws_ca_file = pick!(ws_ca_file);
         c.resolve_call_control(&args, &file)?;
+        c.resolve_transports(&args, &file)?;
         Ok(c)
+    }
+
+    /// The SIP transports and TLS files.
+    fn resolve_transports(&mut self, args: &Args, file: &FileConfig) -> Result<(), ConfigError> {
+        let c = self;
+        macro_rules! pick {
+            ($name:ident) => {
+                args.$name.clone().or(file.$name.clone())
+            };
+        }
+        if let Some(v) = pick!(sip_listen_tcp) {
+            c.sip_listen_tcp = Some(parse("sip_listen_tcp", &v)?);
+        }
+        if let Some(v) = pick!(sip_listen_tls) {
+            c.sip_listen_tls = Some(parse("sip_listen_tls", &v)?);
+        }
+        if let Some(v) = args.srtp.or(file.srtp) {
+            c.srtp = v.policy();
+        }
+        c.tls_cert = pick!(tls_cert);
+        c.tls_key = pick!(tls_key);
+        c.tls_ca_file = pick!(tls_ca_file).or(c.ws_ca_file.clone());
+        if c.sip_listen_tls.is_some() {
+            for (field, value) in [("tls_cert", &c.tls_cert), ("tls_key", &c.tls_key)] {
+                if value.is_none() {
+                    return Err(ConfigError::Invalid {
+                        field,
+                        reason: "sip_listen_tls needs a PEM certificate and key".into(),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The call-control fields: API, trunk, voice webhook.

@@ -64,6 +64,9 @@ pub enum Error {
     /// The builder was not given an agent.
     #[error("no agent: call GatewayBuilder::agent")]
     NoAgent,
+    /// A TLS file or setting cannot be used.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// The call-control API's HTTP client could not be built (TLS roots).
     #[error("call-control API: {0}")]
     Api(String),
@@ -85,6 +88,64 @@ pub struct Bound {
     pub ops: SocketAddr,
     /// The call-control API (HTTP), if configured.
     pub api: Option<SocketAddr>,
+    /// SIP over TCP, if configured.
+    pub sip_tcp: Option<SocketAddr>,
+    /// SIP over TLS, if configured.
+    pub sip_tls: Option<SocketAddr>,
+}
+
+/// The stream transports, bound.
+struct BoundStreams {
+    streams: crate::sip_loop::Streams,
+    tcp: Option<SocketAddr>,
+    tls: Option<SocketAddr>,
+}
+
+/// Bind the SIP TCP and TLS listeners that are configured and start accepting.
+async fn bind_streams(config: &Arc<Config>) -> Result<BoundStreams, Error> {
+    let (tx, rx) = mpsc::channel(1024);
+    let client = crate::tls::client_config(config.tls_ca_file.as_deref())?;
+    let trunk = config.trunk_cidrs.clone();
+    let transports = crate::transport::StreamTransports::new(
+        tx,
+        Some(tokio_rustls::TlsConnector::from(client)),
+        Arc::new(move |ip| trunk.iter().any(|n| n.contains(&ip))),
+    );
+    let bind = |what: &'static str, addr: SocketAddr| async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind { what, addr, source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| Error::Bind { what, addr, source })?;
+        Ok::<_, Error>((listener, local))
+    };
+    let mut tcp = None;
+    if let Some(addr) = config.sip_listen_tcp {
+        let (listener, local) = bind("SIP TCP", addr).await?;
+        transports.listen(listener, None);
+        tcp = Some(local);
+    }
+    let mut tls = None;
+    if let (Some(addr), Some(cert), Some(key)) =
+        (config.sip_listen_tls, &config.tls_cert, &config.tls_key)
+    {
+        let server = crate::tls::server_config(cert, key)?;
+        let (listener, local) = bind("SIP TLS", addr).await?;
+        transports.listen(listener, Some(tokio_rustls::TlsAcceptor::from(server)));
+        tls = Some(local);
+    }
+    let advertise = |a: Option<SocketAddr>| a.map(|a| SocketAddr::new(config.public_ip, a.port()));
+    Ok(BoundStreams {
+        streams: crate::sip_loop::Streams {
+            transports,
+            messages: rx,
+            tcp_addr: advertise(tcp),
+            tls_addr: advertise(tls),
+        },
+        tcp,
+        tls,
+    })
 }
 
 /// Builds a [`Gateway`].
@@ -193,19 +254,6 @@ impl Gateway {
             addr: config.sip_listen,
             source,
         })?;
-        let (ops, ops_task) = http::serve(
-            config.metrics_listen,
-            Arc::new(Ops {
-                renderer,
-                slots: slots.clone(),
-            }),
-        )
-        .await
-        .map_err(|source| Error::Bind {
-            what: "metrics",
-            addr: config.metrics_listen,
-            source,
-        })?;
         let jitter_depth = Arc::new(JitterDepthGauge::default());
         let (sip_tx, sip_rx) = mpsc::unbounded_channel();
         let (registry_tx, registry_rx) = mpsc::unbounded_channel();
@@ -244,18 +292,37 @@ impl Gateway {
             registry: registry.clone(),
             ws_base: Arc::new(ws_base),
         };
+        let streams = bind_streams(&config).await?;
+        let (sip_tcp, sip_tls) = (streams.tcp, streams.tls);
         let sip_loop = SipLoop::new(
             sip_socket,
             config.clone(),
             slots.clone(),
             services,
-            sip_rx,
-            registry_rx,
+            crate::sip_loop::Requests {
+                calls: sip_rx,
+                registry: registry_rx,
+            },
             route,
+            streams.streams,
         )
         .map_err(|source| Error::Bind {
             what: "SIP",
             addr: config.sip_listen,
+            source,
+        })?;
+        // Last: `/readyz` says ready only once every listener (SIP, API) is bound.
+        let (ops, ops_task) = http::serve(
+            config.metrics_listen,
+            Arc::new(Ops {
+                renderer,
+                slots: slots.clone(),
+            }),
+        )
+        .await
+        .map_err(|source| Error::Bind {
+            what: "metrics",
+            addr: config.metrics_listen,
             source,
         })?;
         let (api, api_task) = match api {
@@ -265,7 +332,13 @@ impl Gateway {
         info!(%sip, metrics = %ops, api = ?api, rtp_ports = ?config.rtp_ports, max_calls = config.max_calls, "ontime-gateway ready");
         Ok(Gateway {
             config,
-            bound: Bound { sip, ops, api },
+            bound: Bound {
+                sip,
+                sip_tcp,
+                sip_tls,
+                ops,
+                api,
+            },
             registry,
             api_task,
             sender,

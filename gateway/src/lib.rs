@@ -34,6 +34,8 @@ mod records;
 mod registry;
 mod routing;
 mod sip_loop;
+mod tls;
+mod transport;
 
 pub use admission::RejectReason;
 pub use agent::{
@@ -41,11 +43,13 @@ pub use agent::{
     StubAgent, StubReplyError, WsAgent, WsAgentConfig, WsAgentError,
 };
 pub use config::{
-    AgentKind, AgentUnreachable, Args, BargeIn, Config, ConfigError, LogFormat, UntrustedSip,
+    AgentKind, AgentUnreachable, Args, BargeIn, Config, ConfigError, LogFormat, SrtpMode,
+    UntrustedSip,
 };
 pub use gateway::{Bound, Error, Gateway, GatewayBuilder, MetricsRenderer, DEFAULT_MODELS_DIR};
 pub use records::cdr::{CallDetailRecord, EndCause, RecordKind};
 pub use records::recording::Track;
+pub use tls::TlsError;
 
 /// Metric names the gateway emits and bucket layouts for its histograms.
 pub mod metrics {

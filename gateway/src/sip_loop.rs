@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use metrics::counter;
 use ontime_sip::{
     Codec, Config as SipConfig, EndReason, Endpoint, Event, LocalMedia, Method, SessionDescription,
+    Transport,
 };
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
@@ -26,6 +27,7 @@ use crate::ops::metrics as m;
 use crate::records::cdr::{CallDetailRecord, EndCause};
 use crate::registry::RegistryRequest;
 use crate::routing::VoiceRoute;
+use crate::transport::{StreamMessage, StreamTransports};
 
 /// How long the SIP loop stays after the last call of a drain (RFC 3261 T4), absorbing
 /// retransmissions.
@@ -66,6 +68,8 @@ struct PendingCall {
     start_unix_ms: u64,
     /// The TwiML the call runs once answered.
     program: Vec<Verb>,
+    /// SDES keys when the media is SRTP.
+    srtp: Option<ontime_srtp::SdesKeys>,
     /// An outbound call's state: the ring timeout passed, the API cancelled it.
     timed_out: bool,
     rang: bool,
@@ -96,7 +100,31 @@ pub(crate) struct SipLoop {
     sids: HashMap<String, ontime_sip::CallHandle>,
     registry_requests: mpsc::UnboundedReceiver<RegistryRequest>,
     route: VoiceRoute,
+    /// SIP over TCP and TLS, if either listens (or we dial over them).
+    streams: StreamTransports,
+    stream_messages: mpsc::Receiver<StreamMessage>,
     tasks: tokio::task::JoinSet<()>,
+}
+
+/// What the SIP loop is asked to do: by calls (BYE, REFER, INFO) and by the registry (dial out,
+/// end a ringing call).
+pub(crate) struct Requests {
+    /// From call tasks.
+    pub calls: mpsc::UnboundedReceiver<SipCall>,
+    /// From the call registry.
+    pub registry: mpsc::UnboundedReceiver<RegistryRequest>,
+}
+
+/// The SIP loop's stream transports and where their messages arrive.
+pub(crate) struct Streams {
+    /// The transports.
+    pub transports: StreamTransports,
+    /// Their messages.
+    pub messages: mpsc::Receiver<StreamMessage>,
+    /// Addresses advertised for TCP and TLS (port of each listener, the public IP).
+    pub tcp_addr: Option<SocketAddr>,
+    /// See `tcp_addr`.
+    pub tls_addr: Option<SocketAddr>,
 }
 
 impl SipLoop {
@@ -106,13 +134,19 @@ impl SipLoop {
         config: Arc<Config>,
         slots: Arc<CallSlots>,
         services: CallServices,
-        call_requests: mpsc::UnboundedReceiver<SipCall>,
-        registry_requests: mpsc::UnboundedReceiver<RegistryRequest>,
+        requests: Requests,
         route: VoiceRoute,
+        streams: Streams,
     ) -> std::io::Result<SipLoop> {
+        let Requests {
+            calls: call_requests,
+            registry: registry_requests,
+        } = requests;
         let local = socket.local_addr()?;
         let advertised = SocketAddr::new(config.public_ip, local.port());
         let mut sip_config = SipConfig::new(advertised);
+        sip_config.tcp_addr = streams.tcp_addr;
+        sip_config.tls_addr = streams.tls_addr;
         sip_config.user = "ontime".into();
         // No version unless the operator writes one: a version tells a scanner what to try.
         sip_config.user_agent = config.sip_server_header.clone();
@@ -143,6 +177,8 @@ impl SipLoop {
             sids: HashMap::new(),
             registry_requests,
             route,
+            streams: streams.transports,
+            stream_messages: streams.messages,
             tasks: tokio::task::JoinSet::new(),
         })
     }
@@ -164,9 +200,12 @@ impl SipLoop {
             };
             tokio::select! {
                 r = self.socket.recv_from(&mut buf) => match r {
-                    Ok((n, src)) => self.datagram(&buf[..n], src).await,
+                    Ok((n, src)) => self.message(&buf[..n], src, Transport::Udp).await,
                     Err(e) => warn!(error = %e, "SIP socket receive failed"),
                 },
+                Some(m) = self.stream_messages.recv() => {
+                    self.message(&m.bytes, m.source, m.transport).await
+                }
                 _ = sleep => self.endpoint.handle_timeout(Instant::now()),
                 Some(cmd) = self.commands.recv() => self.command(cmd),
                 Some(req) = self.call_requests.recv() => self.call_request(req),
@@ -213,18 +252,18 @@ impl SipLoop {
         info!("SIP loop stopped");
     }
 
-    /// A datagram on the SIP socket: judged before the endpoint sees it, so strangers and
-    /// floods create no transaction.
-    async fn datagram(&mut self, bytes: &[u8], src: SocketAddr) {
+    /// A message (a datagram, or one cut from a TCP/TLS stream): judged before the endpoint
+    /// sees it, so strangers and floods create no transaction.
+    async fn message(&mut self, bytes: &[u8], src: SocketAddr, transport: Transport) {
         let now = Instant::now();
         match self.guard.check(src, bytes, now) {
             // The endpoint counts what it reads and sends (`ontime_sip_*`).
-            Verdict::Pass => self.endpoint.handle_datagram(bytes, src, now),
+            Verdict::Pass => self.endpoint.handle_message(bytes, src, transport, now),
             Verdict::Reject => {
                 let server = self.config.sip_server_header.as_deref();
                 if let Some(response) = ontime_sip::stateless_response(bytes, 403, server) {
                     counter!(m::SIP_UNTRUSTED_REJECTED_TOTAL).increment(1);
-                    let _ = self.socket.send_to(&response, src).await;
+                    self.send(transport, src, response).await;
                 }
             }
             Verdict::Drop(reason) => {
@@ -357,9 +396,7 @@ impl SipLoop {
     async fn flush(&mut self) {
         loop {
             while let Some(t) = self.endpoint.poll_transmit() {
-                if let Err(e) = self.socket.send_to(&t.payload, t.destination).await {
-                    warn!(error = %e, to = %t.destination, "SIP send failed");
-                }
+                self.send(t.transport, t.destination, t.payload).await;
             }
             let Some(event) = self.endpoint.poll_event() else {
                 break;
@@ -371,13 +408,42 @@ impl SipLoop {
         self.endpoint.set_accepting(self.slots.ready());
     }
 
+    /// Send on `transport`: UDP from the SIP socket, TCP/TLS through the connections.
+    async fn send(&mut self, transport: Transport, destination: SocketAddr, payload: Vec<u8>) {
+        if transport == Transport::Udp {
+            if let Err(e) = self.socket.send_to(&payload, destination).await {
+                warn!(error = %e, to = %destination, "SIP send failed");
+            }
+        } else {
+            self.streams.send(transport, destination, payload);
+        }
+    }
+
     fn reject(&mut self, call: ontime_sip::CallHandle, reason: RejectReason) {
+        self.reject_with(call, reason, None)
+    }
+
+    /// Refuse a call; a media refusal carries a `Warning: 305` saying why (RFC 3261 §20.43:
+    /// "incompatible media format"), for the peer's logs and its operator.
+    fn reject_with(
+        &mut self,
+        call: ontime_sip::CallHandle,
+        reason: RejectReason,
+        warning: Option<&str>,
+    ) {
         counter!(m::CALLS_REJECTED_TOTAL, "reason" => reason.label()).increment(1);
-        let headers = if reason.status() == 503 {
+        let mut headers = if reason.status() == 503 {
             vec![("Retry-After".to_string(), RETRY_AFTER_SECS.to_string())]
         } else {
             Vec::new()
         };
+        if let Some(text) = warning {
+            let agent = self.endpoint.config().local_addr;
+            headers.push((
+                "Warning".to_string(),
+                format!("305 {agent} \"{}\"", text.replace(['"', '\\'], "'")),
+            ));
+        }
         if let Err(e) = self
             .endpoint
             .reject(call, reason.status(), &headers, Instant::now())
@@ -469,17 +535,45 @@ impl SipLoop {
             return self.reject(call, RejectReason::NoRtpPort);
         };
         let local = self.local_media(port);
-        let (answer, negotiated) = match ontime_sip::sdp::answer_offer(&offer, &local) {
+        let mut keys = None;
+        let answered = ontime_sip::sdp::answer_offer_srtp(
+            &offer,
+            &local,
+            self.config.srtp,
+            &mut |_, section| match ontime_srtp::answer_offer(section.attribute_values("crypto")) {
+                Ok(k) => {
+                    let line = k.local.to_string();
+                    keys = Some(k);
+                    Some(line)
+                }
+                Err(e) => {
+                    info!(reason = e.reason(), "offered crypto lines unusable");
+                    None
+                }
+            },
+        );
+        let (answer, negotiated) = match answered {
             Ok(ok) => ok,
+            Err(ontime_sip::Error::Srtp(why)) => {
+                info!(why, "SRTP policy refused the offer: 488");
+                return self.reject_with(call, RejectReason::Srtp, Some(why));
+            }
             Err(e) => {
                 info!(error = %e, "no common codec: 488");
-                return self.reject(call, RejectReason::NoCommonCodec);
+                return self.reject_with(
+                    call,
+                    RejectReason::NoCommonCodec,
+                    Some("no common codec: PCMU or PCMA at 8000 Hz"),
+                );
             }
         };
+        // Only the chosen section's keys count (the closure may have seen others first).
+        let srtp = keys.filter(|_| negotiated.srtp);
         let info = CallInfo {
             call_sid: crate::call::new_call_sid(),
             account_sid: self.config.api_account_sid.clone(),
             direction: CallDirection::Inbound,
+            transport: incoming.transport,
             call_id: incoming.call_id.clone(),
             from: incoming.from.uri.clone(),
             to: incoming.to.uri.clone(),
@@ -500,6 +594,7 @@ impl SipLoop {
             span: span.clone(),
             start_unix_ms,
             program: Vec::new(),
+            srtp,
             timed_out: false,
             rang: false,
         };
@@ -586,6 +681,9 @@ impl SipLoop {
         self.services
             .registry
             .answered(&p.info.call_sid, control_tx);
+        let media = if p.srtp.is_some() { "srtp" } else { "rtp" };
+        counter!(m::CALLS_ANSWERED_TOTAL, "transport" => p.info.transport.name(), "media" => media)
+            .increment(1);
         let start = CallStart {
             call,
             info: p.info,
@@ -594,6 +692,7 @@ impl SipLoop {
             start_unix_ms: p.start_unix_ms,
             settings: self.call_settings(),
             program: p.program,
+            srtp: p.srtp,
         };
         self.tasks.spawn(tracing::Instrument::instrument(
             driver::run(self.services.clone(), start, dialog_rx, control_rx),
@@ -638,7 +737,7 @@ impl SipLoop {
             target: target.clone(),
             from: Some(from.clone()),
             destination: trunk.addr,
-            transport: ontime_sip::Transport::Udp,
+            transport: trunk.transport,
             offer: offer.clone(),
         };
         let handle = match self.endpoint.place_call(params, Instant::now()) {
@@ -660,6 +759,7 @@ impl SipLoop {
             call_sid: sid.clone(),
             account_sid: self.config.api_account_sid.clone(),
             direction: CallDirection::OutboundApi,
+            transport: trunk.transport,
             from,
             to: target,
             sip_headers: Vec::new(),
@@ -676,6 +776,7 @@ impl SipLoop {
             remote_ptime_ms: None,
             remote_maxptime_ms: None,
             local_direction: ontime_sip::Direction::SendRecv,
+            srtp: false,
         };
         self.dialing.insert(
             handle,
@@ -688,6 +789,7 @@ impl SipLoop {
                 span: span.clone(),
                 start_unix_ms,
                 program: call.twiml,
+                srtp: None,
                 timed_out: false,
                 rang: false,
             },

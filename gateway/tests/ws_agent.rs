@@ -669,43 +669,13 @@ fn bot_that_goes_away_mid_call_gets_the_caller_a_bye_with_a_reason() {
     );
 }
 
-/// A self-signed certificate for `localhost` / 127.0.0.1 (openssl CLI), as (cert PEM path,
-/// identity).
-fn self_signed(dir: &Path) -> Option<(PathBuf, native_tls::Identity)> {
-    let cert = dir.join("bot-cert.pem");
-    let key = dir.join("bot-key.pem");
-    let ok = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        ])
-        .args(["-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        return None;
-    }
-    let identity = native_tls::Identity::from_pkcs8(
-        &std::fs::read(&cert).unwrap(),
-        &std::fs::read(&key).unwrap(),
-    )
-    .expect("openssl wrote a PKCS#8 key");
-    Some((cert, identity))
-}
-
 #[test]
 fn wss_bot_is_reached_with_its_ca_and_refused_without_it() {
-    if !tools() || !require("openssl") {
+    if !tools() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("ontime-wss-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (cert, identity) = self_signed(&dir).expect("openssl could not make a certificate");
+    let pki = common::pki::test_pki(&dir);
     let reply = Arc::new(reply_ulaw());
     let bot = TestBot::start_tls(
         vec![
@@ -716,12 +686,13 @@ fn wss_bot_is_reached_with_its_ca_and_refused_without_it() {
             },
             Step::Mark("over-tls".into()),
         ],
-        identity,
+        &pki.cert,
+        &pki.key,
     );
     let url = format!("wss://localhost:{}/media-stream", bot.addr.port());
 
     // Trusted through --ws-ca-file: a normal call, the mark comes back after 1 s of audio.
-    let gw = start_gateway(&["--agent", &url, "--ws-ca-file", cert.to_str().unwrap()]);
+    let gw = start_gateway(&["--agent", &url, "--ws-ca-file", pki.ca.to_str().unwrap()]);
     let quiet = silence(&dir_of(&gw));
     let scen = scenario(
         "caller_speaks.xml",

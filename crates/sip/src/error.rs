@@ -10,6 +10,10 @@ pub enum Error {
     /// The offer has no audio codec we speak (answer 488).
     #[error("no common codec in the offer (PCMU/PCMA at 8000 Hz)")]
     NoCommonCodec,
+    /// Codecs were in common, but the SRTP policy refused every stream (answer 488 with a
+    /// Warning carrying this text).
+    #[error("{0}")]
+    Srtp(&'static str),
     /// A SIP message could not be read.
     #[error("invalid SIP message: {0}")]
     Message(String),

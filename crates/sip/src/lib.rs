@@ -47,4 +47,4 @@ pub use error::{Error, Result};
 pub use message::{
     parse_message, Framing, Limits, Message, Method, ParseError, StreamError, StreamFramer,
 };
-pub use sdp::{Codec, Direction, LocalMedia, NegotiatedMedia, SessionDescription};
+pub use sdp::{Codec, Direction, LocalMedia, NegotiatedMedia, SessionDescription, SrtpPolicy};

@@ -154,6 +154,16 @@ pub struct MediaDescription {
 }
 
 impl MediaDescription {
+    /// The values of this section's `a=<name>:<value>` attributes not parsed into fields (e.g.
+    /// `crypto`), in order.
+    pub fn attribute_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.other_attributes.iter().filter_map(move |a| {
+            let rest = a.strip_prefix("a=")?;
+            let (n, value) = rest.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then_some(value)
+        })
+    }
+
     /// The rtpmap of a payload type, with RFC 3551's static defaults for 0 and 8.
     pub fn rtpmap(&self, payload_type: u8) -> Option<RtpMap> {
         if let Some(m) = self.rtpmaps.iter().find(|m| m.payload_type == payload_type) {
@@ -535,6 +545,21 @@ pub struct NegotiatedMedia {
     pub remote_maxptime_ms: Option<u32>,
     /// Our direction after negotiation (sendonly/inactive when the peer holds us).
     pub local_direction: Direction,
+    /// The stream is SRTP (keyed by the `a=crypto` lines of its offer and answer).
+    pub srtp: bool,
+}
+
+/// Whether a call's media may, or must, be SRTP keyed by SDES (RFC 4568).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SrtpPolicy {
+    /// Plain RTP only: `RTP/SAVP` streams are refused, `a=crypto` lines ignored.
+    Off,
+    /// Either: an offer with a usable `a=crypto` (on `RTP/SAVP`, or best-effort on `RTP/AVP`)
+    /// is answered in kind with SRTP; a plain one with plain RTP.
+    #[default]
+    Optional,
+    /// SRTP only: an offer without a usable `a=crypto` is refused.
+    Required,
 }
 
 impl NegotiatedMedia {
@@ -643,29 +668,80 @@ pub fn build_offer(local: &LocalMedia) -> SessionDescription {
 /// Answers an offer (RFC 3264 §6): the first of our codecs the offer's audio stream carries,
 /// telephone-event at the offered payload type, ptime 20, direction answered per §6.1; every
 /// other `m=` line is refused with port 0. `Err(Error::NoCommonCodec)` means answer 488.
+/// Plain RTP only (`RTP/SAVP` refused): see [`answer_offer_srtp`].
 pub fn answer_offer(
     offer: &SessionDescription,
     local: &LocalMedia,
 ) -> Result<(SessionDescription, NegotiatedMedia)> {
-    let mut chosen: Option<(usize, Codec, u8)> = None;
+    answer_offer_srtp(offer, local, SrtpPolicy::Off, &mut |_, _| None)
+}
+
+/// [`answer_offer`] for offers that may ask for SRTP (RFC 3711 keyed by SDES, RFC 4568).
+///
+/// `crypto_for(index, section)` reads the `a=crypto` lines of offered section `index` (see
+/// [`MediaDescription::attribute_values`]) and returns the value of our answer's `a=crypto`
+/// (one of the offered suites, with our fresh key), or `None` when none is usable; this crate
+/// does no cryptography, the caller does. Sections are tried in order: under
+/// [`SrtpPolicy::Optional`] a usable crypto line makes the stream SRTP (on `RTP/SAVP`, or
+/// best-effort on `RTP/AVP`), an `RTP/SAVP` section without one is skipped; under
+/// [`SrtpPolicy::Required`] only sections with one count; under [`SrtpPolicy::Off`] only
+/// `RTP/AVP`. The answer mirrors the chosen section's profile. When codecs were in common but
+/// the policy refused every section, the error is [`Error::Srtp`] (answer 488 with a Warning
+/// saying why).
+pub fn answer_offer_srtp(
+    offer: &SessionDescription,
+    local: &LocalMedia,
+    policy: SrtpPolicy,
+    crypto_for: &mut dyn FnMut(usize, &MediaDescription) -> Option<String>,
+) -> Result<(SessionDescription, NegotiatedMedia)> {
+    let mut chosen: Option<(usize, Codec, u8, Option<String>)> = None;
+    let mut refused_for_srtp: Option<&'static str> = None;
     for (i, m) in offer.media.iter().enumerate() {
-        if m.media != "audio" || m.port == 0 || !m.protocol.eq_ignore_ascii_case("RTP/AVP") {
+        let savp = m.protocol.eq_ignore_ascii_case("RTP/SAVP");
+        if m.media != "audio"
+            || m.port == 0
+            || !(savp || m.protocol.eq_ignore_ascii_case("RTP/AVP"))
+        {
             continue;
         }
         let offered: Vec<(Codec, u8)> = m
             .payload_types()
             .filter_map(|pt| codec_of(m, pt).map(|c| (c, pt)))
             .collect();
-        if let Some((c, pt)) = local
+        let Some((c, pt)) = local
             .codecs
             .iter()
             .find_map(|want| offered.iter().find(|(c, _)| c == want).copied())
-        {
-            chosen = Some((i, c, pt));
-            break;
+        else {
+            continue;
+        };
+        let crypto = match policy {
+            SrtpPolicy::Off => None,
+            _ if m.attribute_values("crypto").next().is_none() => None,
+            _ => crypto_for(i, m),
+        };
+        let refusal = match (policy, savp, crypto.is_some()) {
+            (SrtpPolicy::Off, true, _) => Some("SRTP not supported"),
+            (SrtpPolicy::Optional, true, false) => Some("no usable SRTP crypto suite offered"),
+            (SrtpPolicy::Required, _, false) => Some("SRTP required"),
+            _ => None,
+        };
+        if let Some(why) = refusal {
+            refused_for_srtp.get_or_insert(why);
+            continue;
         }
+        chosen = Some((i, c, pt, crypto));
+        break;
     }
-    let (index, codec, payload_type) = chosen.ok_or(Error::NoCommonCodec)?;
+    let (index, codec, payload_type, crypto) = match chosen {
+        Some(c) => c,
+        None => {
+            return Err(match refused_for_srtp {
+                Some(why) => Error::Srtp(why),
+                None => Error::NoCommonCodec,
+            })
+        }
+    };
     let offered = &offer.media[index];
     let te_pt = if local.telephone_event {
         telephone_event_pt(offered)
@@ -677,7 +753,14 @@ pub fn answer_offer(
     let mut media = Vec::with_capacity(offer.media.len());
     for (i, m) in offer.media.iter().enumerate() {
         if i == index {
-            media.push(audio_section(local, Some(codec), te_pt, local_direction));
+            let mut section = audio_section(local, Some(codec), te_pt, local_direction);
+            // The answer keeps the offer's profile (RFC 3264 §6); a best-effort SRTP offer on
+            // RTP/AVP is answered on RTP/AVP with its crypto line.
+            section.protocol = m.protocol.clone();
+            if let Some(c) = &crypto {
+                section.other_attributes.push(format!("a=crypto:{c}"));
+            }
+            media.push(section);
         } else {
             // RFC 3264 §6: a refused stream is answered with port 0 and the offered formats.
             media.push(MediaDescription {
@@ -703,6 +786,7 @@ pub fn answer_offer(
         remote_ptime_ms: offered.ptime_ms,
         remote_maxptime_ms: offered.maxptime_ms,
         local_direction,
+        srtp: crypto.is_some(),
     };
     Ok((session(local, media), negotiated))
 }
@@ -738,6 +822,8 @@ pub fn read_answer(answer: &SessionDescription, local: &LocalMedia) -> Result<Ne
         remote_ptime_ms: m.ptime_ms,
         remote_maxptime_ms: m.maxptime_ms,
         local_direction: Direction::from_flags(we_send && peer_recv, we_recv && peer_send),
+        // Our offers are plain RTP/AVP without crypto lines.
+        srtp: false,
     })
 }
 
@@ -853,5 +939,83 @@ m=audio 4000 RTP/AVP 8 0 96\r\na=rtpmap:96 telephone-event/8000\r\na=fmtp:96 0-1
                 let _ = answer_offer(&sdp, &local());
             }
         }
+    }
+
+    fn srtp_offer(profile: &str, crypto: bool) -> SessionDescription {
+        let crypto = if crypto {
+            "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz\r\n"
+        } else {
+            ""
+        };
+        let text = format!(
+            "v=0\r\no=- 1 1 IN IP4 192.0.2.1\r\ns=-\r\nc=IN IP4 192.0.2.1\r\nt=0 0\r\n\
+             m=audio 4000 {profile} 0\r\na=rtpmap:0 PCMU/8000\r\n{crypto}"
+        );
+        SessionDescription::parse(text.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn srtp_offers_are_answered_in_kind_or_refused_by_policy() {
+        let answer_line = "1 AES_CM_128_HMAC_SHA1_80 inline:ANSWERKEY".to_string();
+        let mut usable = |_: usize, m: &MediaDescription| {
+            assert_eq!(m.attribute_values("crypto").count(), 1);
+            Some(answer_line.clone())
+        };
+        // RTP/SAVP with a usable crypto line: SRTP, answered on RTP/SAVP with our line.
+        let (sdp, n) = answer_offer_srtp(
+            &srtp_offer("RTP/SAVP", true),
+            &local(),
+            SrtpPolicy::Optional,
+            &mut usable,
+        )
+        .unwrap();
+        assert!(n.srtp);
+        assert_eq!(sdp.media[0].protocol, "RTP/SAVP");
+        assert_eq!(
+            sdp.media[0].attribute_values("crypto").collect::<Vec<_>>(),
+            vec![answer_line.as_str()]
+        );
+        // Best-effort SRTP on RTP/AVP: answered on RTP/AVP with crypto.
+        let (sdp, n) = answer_offer_srtp(
+            &srtp_offer("RTP/AVP", true),
+            &local(),
+            SrtpPolicy::Optional,
+            &mut usable,
+        )
+        .unwrap();
+        assert!(n.srtp);
+        assert_eq!(sdp.media[0].protocol, "RTP/AVP");
+        // Plain offers stay plain under Optional, and are refused under Required.
+        let (_, n) = answer_offer_srtp(
+            &srtp_offer("RTP/AVP", false),
+            &local(),
+            SrtpPolicy::Optional,
+            &mut usable,
+        )
+        .unwrap();
+        assert!(!n.srtp);
+        let e = answer_offer_srtp(
+            &srtp_offer("RTP/AVP", false),
+            &local(),
+            SrtpPolicy::Required,
+            &mut usable,
+        )
+        .unwrap_err();
+        assert_eq!(e, Error::Srtp("SRTP required"));
+        // No usable suite on RTP/SAVP, or SRTP turned off: refused, and the reason says so.
+        let e = answer_offer_srtp(
+            &srtp_offer("RTP/SAVP", true),
+            &local(),
+            SrtpPolicy::Optional,
+            &mut |_, _| None,
+        )
+        .unwrap_err();
+        assert_eq!(e, Error::Srtp("no usable SRTP crypto suite offered"));
+        let e = answer_offer(&srtp_offer("RTP/SAVP", true), &local()).unwrap_err();
+        assert_eq!(e, Error::Srtp("SRTP not supported"));
+        // Off ignores crypto on RTP/AVP: plain, no crypto line in the answer.
+        let (sdp, n) = answer_offer(&srtp_offer("RTP/AVP", true), &local()).unwrap();
+        assert!(!n.srtp);
+        assert_eq!(sdp.media[0].attribute_values("crypto").count(), 0);
     }
 }

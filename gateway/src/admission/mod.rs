@@ -34,6 +34,9 @@ pub enum RejectReason {
     Draining,
     /// No codec in common (or no offer): 488.
     NoCommonCodec,
+    /// Codecs in common, but the SRTP policy refused the offer (SRTP required and not offered,
+    /// or offered only and turned off, or no usable crypto suite): 488.
+    Srtp,
     /// The agent could not serve the call (e.g. its bot is unreachable): 503 with Retry-After,
     /// sent after ringing.
     AgentUnavailable,
@@ -45,12 +48,13 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason, for registering the metric's labels at zero.
-    pub const ALL: [RejectReason; 8] = [
+    pub const ALL: [RejectReason; 9] = [
         RejectReason::NotTrunk,
         RejectReason::MaxCalls,
         RejectReason::NoRtpPort,
         RejectReason::Draining,
         RejectReason::NoCommonCodec,
+        RejectReason::Srtp,
         RejectReason::AgentUnavailable,
         RejectReason::Busy,
         RejectReason::Declined,
@@ -64,6 +68,7 @@ impl RejectReason {
             RejectReason::NoRtpPort => "no_rtp_port",
             RejectReason::Draining => "draining",
             RejectReason::NoCommonCodec => "no_common_codec",
+            RejectReason::Srtp => "srtp",
             RejectReason::AgentUnavailable => "agent_unavailable",
             RejectReason::Busy => "busy",
             RejectReason::Declined => "declined",
@@ -73,7 +78,7 @@ impl RejectReason {
     pub fn status(self) -> u16 {
         match self {
             RejectReason::NotTrunk => 403,
-            RejectReason::NoCommonCodec => 488,
+            RejectReason::NoCommonCodec | RejectReason::Srtp => 488,
             RejectReason::Busy => 486,
             RejectReason::Declined => 603,
             _ => 503,

@@ -24,6 +24,8 @@ pub struct CallInfo {
     pub account_sid: String,
     /// Which way the call goes.
     pub direction: crate::api::Direction,
+    /// The SIP transport of its dialog.
+    pub transport: ontime_sip::Transport,
     /// From URI.
     pub from: String,
     /// To URI.

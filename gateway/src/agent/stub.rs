@@ -115,6 +115,7 @@ mod tests {
             call_sid: crate::call::new_call_sid(),
             account_sid: crate::config::DEFAULT_ACCOUNT_SID.into(),
             direction: crate::api::Direction::Inbound,
+            transport: ontime_sip::Transport::Udp,
             call_id: "c".into(),
             from: "a".into(),
             to: "b".into(),

@@ -13,7 +13,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
@@ -29,9 +28,10 @@ use tokio::sync::Semaphore;
 use super::callback::{self, Callbacks, FetchError, API_VERSION};
 use super::control::{
     CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
-    StatusCallback, StatusCallbackEvent,
+    StatusCallback,
 };
 use super::date::rfc2822;
+use super::request::{basic_credentials, is_form, parse_path, BadParam, Params, Resource, PREFIX};
 use super::twiml::{self, Verb};
 use crate::ops::metrics::API_REQUESTS_TOTAL;
 
@@ -42,13 +42,6 @@ const MAX_BODY: usize = 64 * 1024;
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once; more are closed on accept (bots make a handful of calls).
 const MAX_CONNECTIONS: usize = 256;
-/// `PageSize` of `GET Calls.json`: Twilio's default and maximum.
-const DEFAULT_PAGE_SIZE: usize = 50;
-const MAX_PAGE_SIZE: usize = 1000;
-/// `Timeout` of `POST Calls.json`: Twilio's default and maximum, in seconds.
-const DEFAULT_RING_SECS: u64 = 60;
-const MAX_RING_SECS: u64 = 600;
-const PREFIX: &str = "/2010-04-01/Accounts/";
 
 /// What the server needs: the calls, the credentials, and the client for `Url=` fetches.
 pub struct ApiState {
@@ -193,6 +186,13 @@ impl ApiError {
     }
 }
 
+/// What request.rs refuses is a 400 with Twilio's code.
+impl From<BadParam> for ApiError {
+    fn from(e: BadParam) -> ApiError {
+        ApiError::bad(e.code, e.message)
+    }
+}
+
 fn twiml_error(e: &twiml::TwimlError) -> ApiError {
     ApiError::bad(12100, format!("Document parse failure: {e}"))
 }
@@ -205,29 +205,6 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
         HeaderValue::from_static("application/json; charset=utf-8"),
     );
     r
-}
-
-/// Which resource a path names.
-#[derive(Debug, PartialEq, Eq)]
-enum Resource<'a> {
-    /// `Calls/{CallSid}.json`.
-    Call(&'a str),
-    /// `Calls.json`.
-    Calls,
-}
-
-/// `(AccountSid, resource)` of an API path. The `.json` suffix is optional: without it
-/// Twilio answers XML, which ontime does not speak, so those paths answer JSON too.
-fn parse_path(path: &str) -> Option<(&str, Resource<'_>)> {
-    let rest = path.strip_prefix(PREFIX)?;
-    let (account, rest) = rest.split_once('/')?;
-    let rest = rest.strip_suffix(".json").unwrap_or(rest);
-    let resource = match rest.split_once('/') {
-        None if rest == "Calls" => Resource::Calls,
-        Some(("Calls", sid)) if !sid.is_empty() && !sid.contains('/') => Resource::Call(sid),
-        _ => return None,
-    };
-    (!account.is_empty()).then_some((account, resource))
 }
 
 /// Handle one request and count it.
@@ -278,11 +255,7 @@ async fn route_request(
     let params = if method == Method::POST {
         read_form(req).await?
     } else {
-        Params(
-            form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
-                .into_owned()
-                .collect(),
-        )
+        Params::parse(req.uri().query().unwrap_or("").as_bytes())
     };
     let control = &*state.control;
     match (resource, method == Method::GET) {
@@ -306,23 +279,8 @@ fn authenticate(state: &ApiState, req: &Request<Incoming>) -> Result<(), ApiErro
             "Authentication Error - No credentials provided",
         ));
     };
-    let decoded = header
-        .to_str()
-        .ok()
-        .and_then(|h| {
-            let (scheme, value) = h.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("basic").then_some(value)
-        })
-        .and_then(|v| {
-            base64::engine::general_purpose::STANDARD
-                .decode(v.trim())
-                .ok()
-        })
-        .unwrap_or_default();
-    let (user, password) = match decoded.iter().position(|&b| b == b':') {
-        Some(i) => (&decoded[..i], &decoded[i + 1..]),
-        None => (&decoded[..], &[][..]),
-    };
+    // A header that is not visible ASCII is no credentials at all.
+    let (user, password) = header.to_str().map(basic_credentials).unwrap_or_default();
     // An unset token must not let an empty password in.
     if state.auth_token.is_empty() {
         return Err(unauthorized(
@@ -338,51 +296,6 @@ fn authenticate(state: &ApiState, req: &Request<Incoming>) -> Result<(), ApiErro
         Err(unauthorized(
             "Authentication Error - invalid username or password",
         ))
-    }
-}
-
-/// A request's form (or query) parameters, in order, repeats kept.
-struct Params(Vec<(String, String)>);
-
-impl Params {
-    /// The first value of `name`.
-    fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.0
-            .iter()
-            .filter(move |(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Refuse a parameter ontime does not honour, naming it (Twilio ignores unknown ones;
-    /// a bot that asked for `Record=true` must not believe it is recording).
-    fn only(&self, known: &[&str]) -> Result<(), ApiError> {
-        match self.0.iter().find(|(k, _)| !known.contains(&k.as_str())) {
-            Some((k, _)) => Err(ApiError::bad(
-                21201,
-                format!("Parameter '{k}' is not supported"),
-            )),
-            None => Ok(()),
-        }
-    }
-
-    /// `Method`-like parameters: `GET` or `POST` (default), as `method_get`.
-    fn method_get(&self, name: &str) -> Result<bool, ApiError> {
-        match self.get(name) {
-            None => Ok(false),
-            Some(m) if m.eq_ignore_ascii_case("POST") => Ok(false),
-            Some(m) if m.eq_ignore_ascii_case("GET") => Ok(true),
-            Some(m) => Err(ApiError::bad(
-                21201,
-                format!("{name} must be GET or POST, got '{m}'"),
-            )),
-        }
     }
 }
 
@@ -408,12 +321,7 @@ async fn read_form(req: Request<Incoming>) -> Result<Params, ApiError> {
     if declared.is_some_and(|n| n > MAX_BODY) {
         return Err(too_large());
     }
-    let is_form = content_type.as_deref().is_some_and(|c| {
-        c.split(';').next().is_some_and(|m| {
-            m.trim()
-                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-        })
-    });
+    let is_form = content_type.as_deref().is_some_and(is_form);
     let body = match tokio::time::timeout(
         READ_TIMEOUT,
         Limited::new(req.into_body(), MAX_BODY).collect(),
@@ -437,7 +345,7 @@ async fn read_form(req: Request<Incoming>) -> Result<Params, ApiError> {
             ),
         ));
     }
-    Ok(Params(form_urlencoded::parse(&body).into_owned().collect()))
+    Ok(Params::parse(&body))
 }
 
 /// `POST Calls/{CallSid}.json`: `Status=completed|canceled`, `Twiml=` or `Url=` (+ `Method`).
@@ -458,17 +366,8 @@ async fn update(
             21201,
             "Pass one of Status, Twiml or Url, not several",
         ));
-    } else if let Some(status) = params.get("Status") {
-        match status {
-            "completed" => CallUpdate::Complete,
-            "canceled" => CallUpdate::Cancel,
-            other => {
-                return Err(ApiError::bad(
-                    21201,
-                    format!("Status must be completed or canceled, got '{other}'"),
-                ))
-            }
-        }
+    } else if let Some(update) = params.update_status()? {
+        update
     } else if let Some(xml) = params.get("Twiml") {
         CallUpdate::Run(twiml::parse(xml).map_err(|e| twiml_error(&e))?)
     } else if let Some(url) = params.get("Url") {
@@ -516,51 +415,13 @@ async fn create(
     let to = present("To").ok_or_else(|| ApiError::bad(21201, "No 'To' number is specified"))?;
     let from =
         present("From").ok_or_else(|| ApiError::bad(21213, "No 'From' number is specified"))?;
-    let timeout = match params.get("Timeout") {
-        None => DEFAULT_RING_SECS,
-        Some(t) => match t.trim().parse::<u64>() {
-            // Twilio's maximum; longer asks ring for the maximum.
-            Ok(n) if n > 0 => n.min(MAX_RING_SECS),
-            _ => {
-                return Err(ApiError::bad(
-                    21208,
-                    format!("Timeout must be a positive whole number of seconds, got '{t}'"),
-                ))
-            }
-        },
-    };
+    let timeout = params.timeout_secs()?;
     let status_callback = match present("StatusCallback") {
         None => None,
         Some(url) => {
             callback::check_url(url)
                 .map_err(|e| ApiError::bad(21205, format!("StatusCallback is not valid: {e}")))?;
-            let mut events = Vec::new();
-            for name in params
-                .all("StatusCallbackEvent")
-                .flat_map(str::split_whitespace)
-            {
-                let event = match name {
-                    "initiated" => StatusCallbackEvent::Initiated,
-                    "ringing" => StatusCallbackEvent::Ringing,
-                    "answered" => StatusCallbackEvent::Answered,
-                    "completed" => StatusCallbackEvent::Completed,
-                    other => {
-                        return Err(ApiError::bad(
-                            21201,
-                            format!(
-                                "StatusCallbackEvent '{other}' is not one of initiated, ringing, answered, completed"
-                            ),
-                        ))
-                    }
-                };
-                if !events.contains(&event) {
-                    events.push(event);
-                }
-            }
-            if events.is_empty() {
-                // Twilio's default.
-                events.push(StatusCallbackEvent::Completed);
-            }
+            let events = params.status_callback_events()?;
             Some(StatusCallback {
                 url: url.to_string(),
                 method_get: params.method_get("StatusCallbackMethod")?,
@@ -618,23 +479,8 @@ fn list(control: &dyn CallControl, params: &Params) -> Result<Response<Full<Byte
     // PageToken is what Twilio's own next_page_uri carries; ontime's carries Page, so a
     // token is accepted and Page decides.
     params.only(&["Status", "To", "From", "PageSize", "Page", "PageToken"])?;
-    let status =
-        match params.get("Status") {
-            None => None,
-            Some(s) => Some(CallStatus::parse(s).ok_or_else(|| {
-                ApiError::bad(21201, format!("Status '{s}' is not a call status"))
-            })?),
-        };
-    let number = |name: &str, default: usize| -> Result<usize, ApiError> {
-        match params.get(name) {
-            None => Ok(default),
-            Some(v) => v.trim().parse::<usize>().map_err(|_| {
-                ApiError::bad(21201, format!("{name} must be a whole number, got '{v}'"))
-            }),
-        }
-    };
-    let page_size = number("PageSize", DEFAULT_PAGE_SIZE)?.clamp(1, MAX_PAGE_SIZE);
-    let page = number("Page", 0)?;
+    let status = params.status_filter()?;
+    let (page_size, page) = params.paging()?;
     let filter = CallFilter {
         status,
         to: params.get("To").map(str::to_string),
@@ -730,10 +576,13 @@ fn call_json(call: &CallView) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::control::StatusCallbackEvent;
     use crate::api::test_support::{call, Answer, FakeControl, WebServer, ACCOUNT, TOKEN};
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::TokioExecutor;
     use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+
+    use base64::Engine as _;
 
     const CALL: &str = "CA0123456789abcdef0123456789abcdef";
 
@@ -1310,29 +1159,8 @@ mod tests {
     }
 
     #[test]
-    fn paths() {
-        assert_eq!(
-            parse_path("/2010-04-01/Accounts/AC1/Calls.json"),
-            Some(("AC1", Resource::Calls))
-        );
-        assert_eq!(
-            parse_path("/2010-04-01/Accounts/AC1/Calls"),
-            Some(("AC1", Resource::Calls))
-        );
-        assert_eq!(
-            parse_path("/2010-04-01/Accounts/AC1/Calls/CA2.json"),
-            Some(("AC1", Resource::Call("CA2")))
-        );
-        for bad in [
-            "/",
-            "/2010-04-01/Accounts/AC1",
-            "/2010-04-01/Accounts//Calls.json",
-            "/2010-04-01/Accounts/AC1/Calls/.json",
-            "/2010-04-01/Accounts/AC1/Calls/CA2/Streams.json",
-            "/2010-04-01/Accounts/AC1/Messages.json",
-        ] {
-            assert_eq!(parse_path(bad), None, "{bad}");
-        }
+    fn formatted_numbers() {
+        // Paths: request.rs's tests.
         assert_eq!(formatted("+14158675309"), "(415) 867-5309");
         assert_eq!(formatted("+442071234567"), "+442071234567");
     }

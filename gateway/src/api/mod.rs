@@ -14,6 +14,7 @@ mod callback;
 pub(crate) mod control;
 mod date;
 mod http;
+mod request;
 pub mod signature;
 #[cfg(test)]
 mod test_support;

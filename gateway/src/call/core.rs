@@ -19,6 +19,7 @@ use ontime_inference::InferenceEvent;
 use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_HZ};
 use ontime_sender::{StreamEvent, StreamId, StreamProducer};
 use ontime_sip::{Direction, NegotiatedMedia};
+use ontime_srtp::{SdesKeys, SrtpContext, SRTCP_TRAILER_LEN};
 use tracing::info;
 
 use super::inbound::{law_of, InboundMedia, InboundOutcome};
@@ -193,6 +194,8 @@ pub enum CallOutput {
         packetizer: Packetizer,
         /// Where to send.
         remote: SocketAddr,
+        /// The SRTP context the sender protects the stream's packets with (None: plain RTP).
+        srtp: Option<Box<SrtpContext>>,
     },
     /// Send the stream's packets to a new address (latching, re-INVITE).
     SetStreamRemote {
@@ -265,6 +268,16 @@ enum Phase {
     Ended,
 }
 
+/// A call's SRTP state (SDES keys from the offer and answer).
+struct CallSrtp {
+    /// Both keys: each new outgoing stream gets a context under ours.
+    keys: SdesKeys,
+    /// Under the caller's key: unprotects its RTP and RTCP.
+    inbound: SrtpContext,
+    /// Under ours: protects our RTCP (the sender's context protects the RTP).
+    rtcp_out: SrtpContext,
+}
+
 /// One call's media and turn-taking state.
 pub struct CallCore {
     settings: CallSettings,
@@ -294,6 +307,7 @@ pub struct CallCore {
     barge_ins: u64,
     dtmf: String,
     program: Program,
+    srtp: Option<CallSrtp>,
     transfer: Option<PendingTransfer>,
     last_transfer: Option<TransferOutcome>,
     phase: Phase,
@@ -365,6 +379,7 @@ impl CallCore {
             barge_ins: 0,
             dtmf: String::new(),
             program: Program::default(),
+            srtp: None,
             transfer: None,
             last_transfer: None,
             phase: Phase::Up,
@@ -427,11 +442,42 @@ impl CallCore {
         self.out.attach(producer);
     }
 
-    /// A datagram on the RTP port.
-    pub fn handle_rtp(&mut self, bytes: &[u8], src: SocketAddr, now: Instant) {
+    /// The call's media is SRTP under these keys (call before the first output is taken:
+    /// the first stream is protected too).
+    pub fn use_srtp(&mut self, keys: SdesKeys) {
+        let outbound = keys.outbound();
+        for out in self.outputs.iter_mut() {
+            if let CallOutput::StartStream { srtp, .. } = out {
+                *srtp = Some(Box::new(keys.outbound()));
+            }
+        }
+        self.srtp = Some(CallSrtp {
+            inbound: keys.inbound(),
+            rtcp_out: outbound,
+            keys,
+        });
+    }
+
+    /// Whether the call's media is SRTP.
+    pub fn is_srtp(&self) -> bool {
+        self.srtp.is_some()
+    }
+
+    /// A datagram on the RTP port (SRTP is unprotected in place).
+    pub fn handle_rtp(&mut self, bytes: &mut [u8], src: SocketAddr, now: Instant) {
         if self.phase == Phase::Ended {
             return;
         }
+        let bytes = match self.srtp.as_mut() {
+            None => &bytes[..],
+            Some(s) => match s.inbound.unprotect(bytes) {
+                Ok(n) => &bytes[..n],
+                Err(e) => {
+                    counter!(m::SRTP_DROPPED_TOTAL, "reason" => e.reason()).increment(1);
+                    return;
+                }
+            },
+        };
         match self.inbound.handle_datagram(bytes, src, now) {
             InboundOutcome::Audio => {
                 self.last_rtp = now;
@@ -463,7 +509,17 @@ impl CallCore {
     }
 
     /// A datagram on the RTCP port.
-    pub fn handle_rtcp(&mut self, bytes: &[u8], src: SocketAddr, now: Instant) {
+    pub fn handle_rtcp(&mut self, bytes: &mut [u8], src: SocketAddr, now: Instant) {
+        let bytes = match self.srtp.as_mut() {
+            None => &bytes[..],
+            Some(s) => match s.inbound.unprotect_rtcp(bytes) {
+                Ok(n) => &bytes[..n],
+                Err(e) => {
+                    counter!(m::SRTP_DROPPED_TOTAL, "reason" => e.reason()).increment(1);
+                    return;
+                }
+            },
+        };
         if self.phase != Phase::Ended {
             self.rtcp
                 .handle_packet(bytes, src, now, self.inbound.sdp_ip());
@@ -771,10 +827,30 @@ impl CallCore {
         self.collect_sent_audio();
         let packets_sent = self.out.producer().map(|p| p.stats().packets_sent);
         if let Some(r) = self.rtcp.poll_report(now, &mut self.inbound, packets_sent) {
-            self.outputs.push_back(CallOutput::Rtcp {
-                bytes: r.bytes,
-                destination: r.destination,
-            });
+            let mut bytes = r.bytes;
+            let protected = match self.srtp.as_mut() {
+                None => true,
+                Some(s) => {
+                    let len = bytes.len();
+                    bytes.resize(len + SRTCP_TRAILER_LEN, 0);
+                    match s.rtcp_out.protect_rtcp(&mut bytes, len) {
+                        Ok(n) => {
+                            bytes.truncate(n);
+                            true
+                        }
+                        Err(e) => {
+                            counter!(m::SRTP_DROPPED_TOTAL, "reason" => e.reason()).increment(1);
+                            false
+                        }
+                    }
+                }
+            };
+            if protected {
+                self.outputs.push_back(CallOutput::Rtcp {
+                    bytes,
+                    destination: r.destination,
+                });
+            }
         }
         if self.phase != Phase::Up {
             return;
@@ -914,8 +990,12 @@ impl CallCore {
         let remote = self.inbound.latched().unwrap_or(remote);
         // Random SSRC, sequence and timestamp (RFC 3550 §5.1).
         let packetizer = Packetizer::new(self.negotiated.payload_type);
-        self.outputs
-            .push_back(CallOutput::StartStream { packetizer, remote });
+        let srtp = self.srtp.as_ref().map(|s| Box::new(s.keys.outbound()));
+        self.outputs.push_back(CallOutput::StartStream {
+            packetizer,
+            remote,
+            srtp,
+        });
     }
 
     fn media_changed(&mut self, n: NegotiatedMedia, now: Instant) {
@@ -1011,6 +1091,8 @@ impl CallCore {
             barge_ins: self.barge_ins,
             dtmf: self.dtmf.clone(),
             direction: self.info.direction.as_str(),
+            transport: self.info.transport.name(),
+            srtp: self.srtp.is_some(),
             call_sid: self.info.call_sid.clone(),
             transfer_target: self.last_transfer.as_ref().map(|t| t.target.clone()),
             transfer_result: self.last_transfer.as_ref().map(|t| t.result.as_str()),

@@ -75,6 +75,8 @@ pub struct CallStart {
     pub settings: CallSettings,
     /// TwiML the call runs from the start.
     pub program: Vec<Verb>,
+    /// SDES keys when the media is SRTP.
+    pub srtp: Option<ontime_srtp::SdesKeys>,
 }
 
 /// The agent of a call whose TwiML connects its own bot, until that bot is connected.
@@ -99,6 +101,7 @@ pub async fn run(
         start_unix_ms,
         mut settings,
         program,
+        srtp,
     } = start;
     let sid = info.call_sid.clone();
     let (rtp_async, rtcp_async) = match (
@@ -156,6 +159,9 @@ pub async fn run(
         Instant::now(),
         SystemTime::now(),
     );
+    if let Some(keys) = srtp {
+        core.use_srtp(keys);
+    }
     if !program.is_empty() {
         core.handle_command(CallCommand::Run(program), Instant::now());
     }
@@ -167,7 +173,11 @@ pub async fn run(
         // Carry out everything the core asked for.
         while let Some(output) = core.poll_output() {
             match output {
-                CallOutput::StartStream { packetizer, remote } => {
+                CallOutput::StartStream {
+                    packetizer,
+                    remote,
+                    srtp,
+                } => {
                     let socket = match admitted.rtp.try_clone() {
                         Ok(s) => Arc::new(s),
                         Err(e) => {
@@ -180,6 +190,7 @@ pub async fn run(
                     if recording.is_some() {
                         config.sent_tap_frames = SENT_TAP_FRAMES;
                     }
+                    config.srtp = srtp.map(|c| *c);
                     match services.sender.add_stream(config) {
                         Ok(p) => core.attach_stream(p, &packetizer, Instant::now()),
                         Err(e) => warn!(error = %e, "sender refused the stream"),
@@ -261,12 +272,12 @@ pub async fn run(
         tokio::select! {
             r = rtp_async.recv_from(&mut rtp_buf) => {
                 if let Ok((n, src)) = r {
-                    core.handle_rtp(&rtp_buf[..n], src, Instant::now());
+                    core.handle_rtp(&mut rtp_buf[..n], src, Instant::now());
                 }
             }
             r = rtcp_async.recv_from(&mut rtcp_buf) => {
                 if let Ok((n, src)) = r {
-                    core.handle_rtcp(&rtcp_buf[..n], src, Instant::now());
+                    core.handle_rtcp(&mut rtcp_buf[..n], src, Instant::now());
                 }
             }
             _ = tokio::time::sleep_until(wake.into()) => core.handle_timeout(Instant::now()),

@@ -399,6 +399,7 @@ mod tests {
             remote_ptime_ms: Some(20),
             remote_maxptime_ms: None,
             local_direction: Direction::SendRecv,
+            srtp: false,
         }
     }
 

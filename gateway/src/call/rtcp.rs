@@ -285,6 +285,7 @@ mod tests {
             remote_ptime_ms: None,
             remote_maxptime_ms: None,
             local_direction: Direction::SendRecv,
+            srtp: false,
         };
         let t0 = Instant::now();
         let mut inbound = InboundMedia::new(media, Some(caller.ip()), t0);

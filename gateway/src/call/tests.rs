@@ -57,6 +57,7 @@ fn media(direction: Direction, payload_type: u8) -> NegotiatedMedia {
         remote_ptime_ms: None,
         remote_maxptime_ms: None,
         local_direction: direction,
+        srtp: false,
     }
 }
 
@@ -118,6 +119,7 @@ impl Sim {
             call_sid: crate::call::new_call_sid(),
             account_sid: crate::config::DEFAULT_ACCOUNT_SID.into(),
             direction: crate::api::Direction::Inbound,
+            transport: ontime_sip::Transport::Udp,
             call_id: "sim-call".into(),
             from: "sip:caller@example.com".into(),
             to: "sip:bot@example.com".into(),
@@ -166,6 +168,7 @@ impl Sim {
                 CallOutput::StartStream {
                     packetizer,
                     remote: _,
+                    srtp,
                 } => {
                     let config = {
                         let mut c = StreamConfig::new(
@@ -176,6 +179,7 @@ impl Sim {
                             ))),
                         );
                         c.sent_tap_frames = 50;
+                        c.srtp = srtp.map(|c| *c);
                         c
                     };
                     let p = self.controller.add_stream(config).unwrap();
@@ -257,7 +261,7 @@ impl Sim {
                     .write_frame(&[self.caller_byte; FRAME_BYTES], &mut buf)
                     .unwrap();
                 self.core
-                    .handle_rtp(&buf[..n], CALLER.parse().unwrap(), self.now);
+                    .handle_rtp(&mut buf[..n], CALLER.parse().unwrap(), self.now);
                 self.caller_next = self.caller_next.map(|t| t + FRAME);
             }
             while self.timed.front().is_some_and(|(t, _)| *t <= self.now) {
@@ -532,7 +536,7 @@ fn dtmf_from_rtp_events_and_sip_info_reaches_agent_and_cdr() {
             .write_event(101, i == 0, 16000, &payload, &mut buf)
             .unwrap();
         sim.core
-            .handle_rtp(&buf[..n], CALLER.parse().unwrap(), sim.now);
+            .handle_rtp(&mut buf[..n], CALLER.parse().unwrap(), sim.now);
         sim.run_for(FRAME);
     }
     sim.dialog(DialogEvent::Dtmf('#'));
@@ -987,4 +991,55 @@ fn a_transfer_without_news_fails_after_its_wait_and_the_twiml_goes_on() {
     assert_eq!(sim.transfers[0].result, TransferResult::Failed);
     assert_eq!(sim.connects, vec!["ws://127.0.0.1:1/bot".to_string()]);
     assert!(sim.ended.is_none());
+}
+
+#[test]
+fn srtp_calls_unprotect_the_callers_packets_and_drop_tampered_ones() {
+    let offer: Vec<String> = ontime_srtp::offer()
+        .unwrap()
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+    let keys = ontime_srtp::answer_offer(offer.iter().map(String::as_str)).unwrap();
+    // The caller protects with its own key: the remote key of our answer.
+    let mut caller_ctx = keys.remote.context();
+    let mut sim = Sim::new(|o| CallSettings {
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    sim.core.use_srtp(keys.clone());
+    assert!(sim.core.is_srtp());
+    let mut caller = Packetizer::with_initial(PT_PCMU, 0x5EC0, 7, 0);
+    let frames_before = sim.inference_frames;
+    for i in 0..50u32 {
+        let mut buf = [0u8; 256];
+        let n = caller.write_frame(&[0x55; FRAME_BYTES], &mut buf).unwrap();
+        let n = caller_ctx.protect(&mut buf, n).unwrap();
+        if i == 10 {
+            // A flipped payload bit: the tag no longer matches.
+            buf[20] ^= 1;
+        }
+        sim.core
+            .handle_rtp(&mut buf[..n], CALLER.parse().unwrap(), sim.now);
+        if i == 20 {
+            // The same packet again: replayed.
+            let mut again = [0u8; 256];
+            let n2 = {
+                let mut p = Packetizer::with_initial(PT_PCMU, 0x5EC0, 7 + 20, 20 * 160);
+                let n = p.write_frame(&[0x55; FRAME_BYTES], &mut again).unwrap();
+                let mut c = keys.remote.context();
+                c.protect(&mut again, n).unwrap()
+            };
+            sim.core
+                .handle_rtp(&mut again[..n2], CALLER.parse().unwrap(), sim.now);
+        }
+        sim.run_for(FRAME);
+    }
+    sim.run_for(seconds(0.5));
+    let frames = sim.inference_frames - frames_before;
+    // The good packets reach the jitter buffer and the VAD (the tampered one is lost).
+    assert!(frames >= 49, "{frames} frames");
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert!(sim.cdr().srtp);
+    assert_eq!(sim.cdr().packets_in, 49);
 }

@@ -40,8 +40,23 @@ pub const AGENT_AUDIO_CUT_FRAMES_TOTAL: &str = "ontime_agent_audio_cut_frames_to
 pub const SIP_DROPPED_TOTAL: &str = "ontime_sip_dropped_total";
 /// Stateless 403s sent to sources outside the trunk networks (`untrusted_sip = reject`).
 pub const SIP_UNTRUSTED_REJECTED_TOTAL: &str = "ontime_sip_untrusted_rejected_total";
-/// Reasons of [`SIP_DROPPED_TOTAL`].
-pub const SIP_DROP_REASONS: &[&str] = &["untrusted", "rate_limited"];
+/// Reasons of [`SIP_DROPPED_TOTAL`] (`slow_message`: a TCP/TLS message not complete within
+/// its time, the connection closed).
+pub const SIP_DROP_REASONS: &[&str] = &["untrusted", "rate_limited", "slow_message"];
+/// SIP TCP/TLS connections open, by transport.
+pub const SIP_CONNECTIONS: &str = "ontime_sip_connections";
+/// SRTP/SRTCP packets from callers dropped, by reason (`auth_failed`, `replayed`, ...), and
+/// our own packets that could not be protected.
+pub const SRTP_DROPPED_TOTAL: &str = "ontime_srtp_dropped_total";
+/// Calls answered, by SIP transport and media (`rtp`, `srtp`).
+pub const CALLS_ANSWERED_TOTAL: &str = "ontime_calls_answered_total";
+/// SIP connections refused at the per-source or total bound.
+pub const SIP_CONNECTIONS_REFUSED_TOTAL: &str = "ontime_sip_connections_refused_total";
+/// TLS handshakes that failed or timed out, by side (`server`: a peer connecting to us;
+/// `client`: our connection to a peer).
+pub const SIP_TLS_HANDSHAKE_FAILURES_TOTAL: &str = "ontime_sip_tls_handshake_failures_total";
+/// SIP messages dropped because their connection's send queue was full.
+pub const SIP_STREAM_SEND_DROPPED_TOTAL: &str = "ontime_sip_stream_send_dropped_total";
 /// SIP datagrams that could not be parsed (dropped or answered 400).
 pub const SIP_INVALID_MESSAGES_TOTAL: &str = "ontime_sip_invalid_messages_total";
 /// RTCP reports from callers that carried a block on our stream.
@@ -271,6 +286,58 @@ pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
     );
     for r in OUTBOUND_RESULTS {
         counter!(OUTBOUND_CALLS_TOTAL, "result" => *r).absolute(0);
+    }
+    for t in ["tcp", "tls"] {
+        gauge!(SIP_CONNECTIONS, "transport" => t).set(0.0);
+    }
+    describe_gauge!(
+        SIP_CONNECTIONS,
+        Unit::Count,
+        "SIP TCP/TLS connections open."
+    );
+    describe_counter!(
+        SIP_CONNECTIONS_REFUSED_TOTAL,
+        Unit::Count,
+        "SIP connections refused at the per-source or total bound."
+    );
+    counter!(SIP_CONNECTIONS_REFUSED_TOTAL).absolute(0);
+    describe_counter!(
+        SIP_TLS_HANDSHAKE_FAILURES_TOTAL,
+        Unit::Count,
+        "TLS handshakes that failed or timed out, by side."
+    );
+    for side in ["server", "client"] {
+        counter!(SIP_TLS_HANDSHAKE_FAILURES_TOTAL, "side" => side).absolute(0);
+    }
+    describe_counter!(
+        SIP_STREAM_SEND_DROPPED_TOTAL,
+        Unit::Count,
+        "SIP messages dropped because their connection's send queue was full."
+    );
+    counter!(SIP_STREAM_SEND_DROPPED_TOTAL).absolute(0);
+    describe_counter!(
+        SRTP_DROPPED_TOTAL,
+        Unit::Count,
+        "SRTP/SRTCP packets dropped, by reason."
+    );
+    for r in [
+        "auth_failed",
+        "replayed",
+        "too_old",
+        "too_short",
+        "malformed",
+    ] {
+        counter!(SRTP_DROPPED_TOTAL, "reason" => r).absolute(0);
+    }
+    describe_counter!(
+        CALLS_ANSWERED_TOTAL,
+        Unit::Count,
+        "Calls answered, by SIP transport and media."
+    );
+    for t in ["udp", "tcp", "tls"] {
+        for media in ["rtp", "srtp"] {
+            counter!(CALLS_ANSWERED_TOTAL, "transport" => t, "media" => media).absolute(0);
+        }
     }
     describe_counter!(TURNS_TOTAL, Unit::Count, "Caller turns detected.");
     counter!(TURNS_TOTAL).absolute(0);

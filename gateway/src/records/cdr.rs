@@ -92,6 +92,10 @@ pub struct CallDetailRecord {
     pub dtmf: String,
     /// `inbound` or `outbound-api`.
     pub direction: &'static str,
+    /// The SIP transport: `udp`, `tcp` or `tls`.
+    pub transport: &'static str,
+    /// The media was SRTP (encrypted and authenticated).
+    pub srtp: bool,
     /// The call's SID in the call-control API.
     pub call_sid: String,
     /// The Refer-To of the call's last transfer, if any.
@@ -139,6 +143,8 @@ impl CallDetailRecord {
             barge_ins: 0,
             dtmf: String::new(),
             direction: info.direction.as_str(),
+            transport: info.transport.name(),
+            srtp: false,
             call_sid: info.call_sid.clone(),
             transfer_target: None,
             transfer_result: None,

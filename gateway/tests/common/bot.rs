@@ -90,13 +90,30 @@ impl TestBot {
         Self::start_with(script, None)
     }
 
-    /// The same bot behind TLS (`wss://`) with this certificate and key.
-    pub fn start_tls(script: Vec<Step>, identity: native_tls::Identity) -> TestBot {
-        let acceptor = native_tls::TlsAcceptor::new(identity).expect("TLS acceptor");
-        Self::start_with(script, Some(tokio_native_tls::TlsAcceptor::from(acceptor)))
+    /// The same bot behind TLS (`wss://`) with this PEM certificate and key (rustls, like the
+    /// gateway).
+    pub fn start_tls(script: Vec<Step>, cert: &std::path::Path, key: &std::path::Path) -> TestBot {
+        use rustls_pki_types::pem::PemObject;
+        let chain = rustls_pki_types::CertificateDer::pem_file_iter(cert)
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_file(key).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("TLS server config");
+        Self::start_with(
+            script,
+            Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+        )
     }
 
-    fn start_with(script: Vec<Step>, tls: Option<tokio_native_tls::TlsAcceptor>) -> TestBot {
+    fn start_with(script: Vec<Step>, tls: Option<tokio_rustls::TlsAcceptor>) -> TestBot {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();

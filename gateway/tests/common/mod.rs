@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod pipecat;
+pub mod pki;
 pub mod uac;
 
 use std::io::{Read, Write};
@@ -131,9 +132,20 @@ pub fn start_gateway(extra: &[&str]) -> Gateway {
     start_program(Path::new(env!("CARGO_BIN_EXE_ontime-gateway")), extra)
 }
 
+/// Start `ontime-gateway` like [`start_gateway`], with extra environment variables (secrets such
+/// as `ONTIME_API_AUTH_TOKEN` never go on the command line).
+pub fn start_gateway_env(extra: &[&str], env: &[(&str, &str)]) -> Gateway {
+    start_program_env(Path::new(env!("CARGO_BIN_EXE_ontime-gateway")), extra, env)
+}
+
 /// Start a program that takes the gateway's flags (the binary, or a program embedding the
 /// library) with free ports and extra flags; waits for `/readyz`.
 pub fn start_program(program: &Path, extra: &[&str]) -> Gateway {
+    start_program_env(program, extra, &[])
+}
+
+/// [`start_program`] with extra environment variables.
+pub fn start_program_env(program: &Path, extra: &[&str], env: &[(&str, &str)]) -> Gateway {
     let sip: SocketAddr = format!("127.0.0.1:{}", free_udp_port()).parse().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
     let rtp_ports = free_port_range(80);
@@ -153,6 +165,7 @@ pub fn start_program(program: &Path, extra: &[&str]) -> Gateway {
         "json",
     ])
     .args(extra)
+    .envs(env.iter().copied())
     .env("RUST_LOG", "info")
     .stdin(Stdio::null())
     .stdout(std::fs::File::create(&log).unwrap())
@@ -425,6 +438,41 @@ pub fn spawn_sipp(
         proc: Proc {
             child,
             name: "sipp".into(),
+        },
+        out,
+    }
+}
+
+/// Start sipp as a UAS (its scenario begins with a `recv`) listening on `127.0.0.1:sip_port`,
+/// for `calls` calls, its media on `media_port`, bounded by `timeout` (killed on drop).
+pub fn spawn_sipp_uas(
+    scenario: &Path,
+    sip_port: u16,
+    calls: u32,
+    media_port: u16,
+    timeout: Duration,
+) -> SippCall {
+    let out = std::env::temp_dir().join(format!(
+        "ontime-sipp-uas-{}-{sip_port}.log",
+        std::process::id()
+    ));
+    let log = std::fs::File::create(&out).unwrap();
+    let child = Command::new("sipp")
+        .args(["-sf", scenario.to_str().unwrap(), "-m", &calls.to_string()])
+        .args(["-i", "127.0.0.1", "-p", &sip_port.to_string()])
+        .args(["-mi", "127.0.0.1", "-mp", &media_port.to_string()])
+        .args(["-timeout", &format!("{}s", timeout.as_secs())])
+        .args(["-timeout_error", "-nostdin", "-trace_err"])
+        .args(["-error_file", "/dev/stderr"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("spawn sipp (UAS)");
+    SippCall {
+        proc: Proc {
+            child,
+            name: "sipp-uas".into(),
         },
         out,
     }

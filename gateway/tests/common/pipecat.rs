@@ -53,19 +53,30 @@ pub struct PipecatBot {
 /// Start the bot with extra flags (`--turn own|ontime`, `--interruptions on|off`, `--goodbye`…);
 /// waits until it answers HTTP (bounded: 60 s, pipecat imports are slow on a busy machine).
 pub fn start_bot(extra: &[&str]) -> PipecatBot {
+    start_example("reply_bot.py", extra, &[])
+}
+
+/// Start another bot of `integrations/pipecat/examples` (one that takes `--port` and `--record`
+/// and answers `/healthz`, as `reply_bot.py` does) with extra flags and environment variables.
+pub fn start_example(script: &str, extra: &[&str], env: &[(&str, &str)]) -> PipecatBot {
     let port = free_tcp_port();
     let dir = std::env::temp_dir().join(format!("ontime-pipecat-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let record = dir.join("calls.jsonl");
     let log = dir.join("bot.log");
     let child = Command::new(venv_python())
-        .arg(workspace().join("integrations/pipecat/examples/reply_bot.py"))
+        .arg(
+            workspace()
+                .join("integrations/pipecat/examples")
+                .join(script),
+        )
         .args(["--port", &port.to_string()])
         .arg("--record")
         .arg(&record)
         .args(extra)
         .env("PYTHONPATH", package_src())
         .env("PYTHONUNBUFFERED", "1")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(std::fs::File::create(dir.join("bot.err")).unwrap())
@@ -74,7 +85,7 @@ pub fn start_bot(extra: &[&str]) -> PipecatBot {
     let mut bot = PipecatBot {
         proc: Proc {
             child,
-            name: "reply_bot.py".into(),
+            name: script.into(),
         },
         port,
         record,

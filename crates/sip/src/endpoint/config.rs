@@ -14,17 +14,31 @@ pub enum Transport {
     Udp,
     /// TCP (reliable, framed by [`crate::StreamFramer`]): no retransmissions, zero wait timers.
     Tcp,
+    /// TLS over TCP (RFC 3261 §26.2): framed and timed as TCP; Via says `TLS` and our Contact
+    /// carries `transport=tls`.
+    Tls,
 }
 
 impl Transport {
-    pub(super) fn via_token(self) -> &'static str {
+    /// The Via token (`UDP`, `TCP`, `TLS`).
+    pub fn via_token(self) -> &'static str {
         match self {
             Transport::Udp => "UDP",
             Transport::Tcp => "TCP",
+            Transport::Tls => "TLS",
         }
     }
-    pub(super) fn reliable(self) -> bool {
-        self == Transport::Tcp
+    /// Reliable transports get no retransmissions and zero wait timers.
+    pub fn reliable(self) -> bool {
+        self != Transport::Udp
+    }
+    /// The lower-case name used in `transport=` URI parameters and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+            Transport::Tls => "tls",
+        }
     }
 }
 
@@ -64,6 +78,10 @@ pub type TrustedPeer = Arc<dyn Fn(IpAddr) -> bool + Send + Sync>;
 pub struct Config {
     /// The address we advertise in Via and Contact (the address our socket is reachable at).
     pub local_addr: SocketAddr,
+    /// The address advertised for messages over TCP (`None`: `local_addr`).
+    pub tcp_addr: Option<SocketAddr>,
+    /// The address advertised for messages over TLS (`None`: `local_addr`).
+    pub tls_addr: Option<SocketAddr>,
     /// User part of our Contact and of the From of calls we place.
     pub user: String,
     /// `User-Agent` (requests we send) and `Server` (responses) header value; `None` (the
@@ -96,6 +114,8 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
             .field("local_addr", &self.local_addr)
+            .field("tcp_addr", &self.tcp_addr)
+            .field("tls_addr", &self.tls_addr)
             .field("user", &self.user)
             .field("user_agent", &self.user_agent)
             .field("timers", &self.timers)
@@ -112,10 +132,21 @@ impl fmt::Debug for Config {
 }
 
 impl Config {
+    /// The address we advertise for messages over `transport`.
+    pub fn addr_for(&self, transport: Transport) -> SocketAddr {
+        match transport {
+            Transport::Udp => self.local_addr,
+            Transport::Tcp => self.tcp_addr.unwrap_or(self.local_addr),
+            Transport::Tls => self.tls_addr.unwrap_or(self.local_addr),
+        }
+    }
+
     /// Defaults for an endpoint reachable at `local_addr`.
     pub fn new(local_addr: SocketAddr) -> Config {
         Config {
             local_addr,
+            tcp_addr: None,
+            tls_addr: None,
             user: "ontime".into(),
             user_agent: None,
             timers: Timers::default(),

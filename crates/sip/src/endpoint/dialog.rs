@@ -316,7 +316,6 @@ impl Endpoint {
         body: &[u8],
     ) -> Result<(String, Vec<u8>, SocketAddr, Transport)> {
         let branch = self.new_branch();
-        let local_addr = self.config.local_addr;
         let c = self
             .calls
             .get_mut(&call)
@@ -345,8 +344,9 @@ impl Endpoint {
             h(
                 "Via",
                 format!(
-                    "SIP/2.0/{} {local_addr};branch={branch};rport",
-                    c.transport.via_token()
+                    "SIP/2.0/{} {};branch={branch};rport",
+                    c.transport.via_token(),
+                    self.config.addr_for(c.transport)
                 ),
             ),
             h("Max-Forwards", "70"),

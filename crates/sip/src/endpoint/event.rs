@@ -82,6 +82,8 @@ pub struct IncomingCall {
     pub request_uri: String,
     /// Where the INVITE came from.
     pub source: SocketAddr,
+    /// The transport it came on.
+    pub transport: Transport,
     /// The SDP offer, if the INVITE had one.
     pub offer: Option<SessionDescription>,
     /// Every header of the INVITE (canonical names, unfolded values), for what the application

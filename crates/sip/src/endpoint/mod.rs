@@ -290,8 +290,13 @@ impl Endpoint {
         let t = match transport {
             Transport::Udp => "",
             Transport::Tcp => ";transport=tcp",
+            Transport::Tls => ";transport=tls",
         };
-        format!("<sip:{}@{}{t}>", self.config.user, self.config.local_addr)
+        format!(
+            "<sip:{}@{}{t}>",
+            self.config.user,
+            self.config.addr_for(transport)
+        )
     }
 
     /// A UDP datagram arrived from `source`.
@@ -310,7 +315,7 @@ impl Endpoint {
     ) {
         let framing = match transport {
             Transport::Udp => Framing::Datagram,
-            Transport::Tcp => Framing::Stream,
+            Transport::Tcp | Transport::Tls => Framing::Stream,
         };
         self.handle_bytes(bytes, source, transport, framing, now);
     }

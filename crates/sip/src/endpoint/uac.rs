@@ -245,7 +245,7 @@ impl Endpoint {
         let via = format!(
             "SIP/2.0/{} {};branch={branch};rport",
             params.transport.via_token(),
-            self.config.local_addr
+            self.config.addr_for(params.transport)
         );
         let mut headers = vec![
             h("Via", via),
@@ -331,7 +331,7 @@ impl Endpoint {
                 format!(
                     "SIP/2.0/{} {};branch={branch};rport",
                     transport.via_token(),
-                    self.config.local_addr
+                    self.config.addr_for(transport)
                 ),
             ),
             h("Max-Forwards", "70"),

@@ -234,6 +234,7 @@ impl Endpoint {
                 to,
                 request_uri: msg.request_uri().unwrap_or_default().to_string(),
                 source,
+                transport,
                 offer,
                 headers: msg.headers.clone(),
             })));

@@ -116,28 +116,9 @@ pub enum WsAgentError {
     /// The built-in fallback WAV is not 8 kHz mono 16-bit (a build-time fixture fault).
     #[error("built-in fallback WAV: {0}")]
     Fallback(#[from] hound::Error),
-    /// The `ws_ca_file` could not be read.
-    #[error("config field `ws_ca_file`: {path}: {source}")]
-    CaFileRead {
-        /// The file.
-        path: std::path::PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The `ws_ca_file` is not PEM certificates, or TLS could not be set up with it.
-    #[error("config field `ws_ca_file`: {path}: {source}")]
-    CaFile {
-        /// The file.
-        path: std::path::PathBuf,
-        /// The TLS library's error.
-        source: native_tls::Error,
-    },
-    /// The `ws_ca_file` holds no PEM certificate.
-    #[error("config field `ws_ca_file`: {path}: no PEM certificate in the file")]
-    CaFileEmpty {
-        /// The file.
-        path: std::path::PathBuf,
-    },
+    /// The CA file (`tls_ca_file`, or its older name `ws_ca_file`) cannot be used.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// The fallback WAV has the wrong format.
     #[error("built-in fallback WAV must be 8000 Hz mono 16-bit PCM, got {rate} Hz, {channels} channel(s)")]
     FallbackFormat {
@@ -198,8 +179,8 @@ type WsStream = WebSocketStream<MaybeTlsStream<TcpStream>>;
 /// The WebSocket agent: one connection per call, opened before the call is answered.
 pub struct WsAgent {
     config: Arc<WsAgentConfig>,
-    /// TLS for `wss://` with the extra CAs (None: tungstenite's default, the system's roots).
-    tls: Option<native_tls::TlsConnector>,
+    /// TLS for `wss://`: rustls with the system's roots and the extra CAs.
+    tls: Arc<rustls::ClientConfig>,
     fallback: Arc<[i16]>,
     /// Connections opened by [`Agent::prepare_call`], waiting for [`Agent::start_call`], by
     /// Call-ID. Locked at call set-up only.
@@ -230,10 +211,7 @@ impl WsAgent {
             });
         }
         let pcm = r.into_samples::<i16>().collect::<Result<Vec<_>, _>>()?;
-        let tls = match &config.ca_file {
-            Some(path) => Some(tls_with_extra_roots(path)?),
-            None => None,
-        };
+        let tls = crate::tls::client_config(config.ca_file.as_deref())?;
         Ok(WsAgent {
             config: Arc::new(config),
             tls,
@@ -248,32 +226,9 @@ impl WsAgent {
     }
 }
 
-/// A TLS connector trusting the system's roots plus every certificate in the PEM file.
-fn tls_with_extra_roots(path: &std::path::Path) -> Result<native_tls::TlsConnector, WsAgentError> {
-    let pem = std::fs::read(path).map_err(|source| WsAgentError::CaFileRead {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let ca_err = |source| WsAgentError::CaFile {
-        path: path.to_path_buf(),
-        source,
-    };
-    let certs = native_tls::Certificate::stack_from_pem(&pem).map_err(ca_err)?;
-    if certs.is_empty() {
-        return Err(WsAgentError::CaFileEmpty {
-            path: path.to_path_buf(),
-        });
-    }
-    let mut builder = native_tls::TlsConnector::builder();
-    for cert in certs {
-        builder.add_root_certificate(cert);
-    }
-    builder.build().map_err(ca_err)
-}
-
 async fn connect(
     config: &WsAgentConfig,
-    tls: Option<native_tls::TlsConnector>,
+    tls: Arc<rustls::ClientConfig>,
 ) -> Result<WsStream, &'static str> {
     let mut ws_config = WebSocketConfig::default();
     // tungstenite fails the whole connection on a message over its limit; ontime wants an
@@ -287,7 +242,7 @@ async fn connect(
         config.url.as_str(),
         Some(ws_config),
         true, // TCP_NODELAY: a mark or a media frame should not wait for Nagle.
-        tls.map(tokio_tungstenite::Connector::NativeTls),
+        Some(tokio_tungstenite::Connector::Rustls(tls)),
     );
     match tokio::time::timeout(config.connect_timeout, attempt).await {
         Ok(Ok((ws, _response))) => Ok(ws),

@@ -1,0 +1,169 @@
+//! The TwiML parser (gateway/src/api/twiml.rs), which reads what bots send (`Twiml=`, `Url=`
+//! answers, the voice URL's answer), on arbitrary text: no panic (arithmetic overflow included),
+//! the same answer twice, and every verb it accepts within the documented bounds: a document of
+//! at most `MAX_TWIML_BYTES`, at most `MAX_ELEMENTS` verbs, pauses of whole seconds up to
+//! `MAX_PAUSE_SECS`, 1 to 256 digits of `0-9 * # A-D w`, `sip:`/`sips:` URIs without spaces,
+//! E.164 numbers, `ws://`/`wss://` stream URLs. What parses is written back as TwiML (values
+//! escaped) that parses to the same verbs.
+//!
+//! Input: the bytes as one document (UTF-8 text, lossily when not valid).
+#![no_main]
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use libfuzzer_sys::fuzz_target;
+
+// The file itself, not the gateway crate: building the whole gateway with coverage is too heavy.
+// twiml.rs keeps to std, quick-xml and thiserror for this, with no `crate::` or `super::` paths.
+#[allow(dead_code)]
+#[path = "../../src/api/twiml.rs"]
+mod twiml;
+
+use twiml::{parse, DialTarget, TwimlError, Verb, MAX_PAUSE_SECS, MAX_TWIML_BYTES};
+
+/// `MAX_ELEMENTS` and `MAX_DIGITS` of twiml.rs (private there): elements per document, digits
+/// per `<Play>`.
+const MAX_ELEMENTS: usize = 1024;
+const MAX_DIGITS: usize = 256;
+
+/// XML-escape `s` for an attribute value or text: the five predefined entities, and tab, line
+/// feed and carriage return as character references (attribute-value normalization and
+/// line-end handling would otherwise turn them into spaces and line feeds).
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\t' | '\n' | '\r' => {
+                let _ = write!(out, "&#{};", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The verbs as TwiML, and how many elements that is.
+fn write(verbs: &[Verb]) -> (String, usize) {
+    let mut xml = String::from("<Response>");
+    let mut elements = 1;
+    for v in verbs {
+        match v {
+            Verb::Hangup => xml.push_str("<Hangup/>"),
+            Verb::Pause(d) => {
+                let _ = write!(xml, "<Pause length=\"{}\"/>", d.as_secs());
+            }
+            Verb::PlayDigits(d) => {
+                let _ = write!(xml, "<Play digits=\"{}\"/>", esc(d));
+            }
+            Verb::Transfer(DialTarget::Sip(uri)) => {
+                let _ = write!(xml, "<Dial><Sip>{}</Sip></Dial>", esc(uri));
+                elements += 1;
+            }
+            Verb::Transfer(DialTarget::Number(n)) => {
+                let _ = write!(xml, "<Dial><Number>{}</Number></Dial>", esc(n));
+                elements += 1;
+            }
+            Verb::ConnectStream { url, parameters } => {
+                let _ = write!(xml, "<Connect><Stream url=\"{}\">", esc(url));
+                for (name, value) in parameters {
+                    let _ = write!(
+                        xml,
+                        "<Parameter name=\"{}\" value=\"{}\"/>",
+                        esc(name),
+                        esc(value)
+                    );
+                }
+                xml.push_str("</Stream></Connect>");
+                elements += 1 + parameters.len();
+            }
+            Verb::Reject { busy: true } => xml.push_str("<Reject reason=\"busy\"/>"),
+            Verb::Reject { busy: false } => xml.push_str("<Reject/>"),
+        }
+        elements += 1;
+    }
+    xml.push_str("</Response>");
+    (xml, elements)
+}
+
+fn check_verb(v: &Verb) {
+    match v {
+        Verb::Hangup | Verb::Reject { .. } => {}
+        Verb::Pause(d) => {
+            assert!(*d <= Duration::from_secs(MAX_PAUSE_SECS), "pause {d:?}");
+            assert_eq!(d.subsec_nanos(), 0, "whole seconds: {d:?}");
+        }
+        Verb::PlayDigits(d) => {
+            assert!((1..=MAX_DIGITS).contains(&d.len()), "digits {d:?}");
+            assert!(
+                d.chars()
+                    .all(|c| c.is_ascii_digit() || matches!(c, '*' | '#' | 'A'..='D' | 'w')),
+                "digits {d:?}"
+            );
+        }
+        Verb::Transfer(DialTarget::Sip(uri)) => {
+            let lower = uri.to_ascii_lowercase();
+            let rest = lower
+                .strip_prefix("sip:")
+                .or_else(|| lower.strip_prefix("sips:"));
+            assert!(rest.is_some_and(|r| !r.is_empty()), "SIP URI {uri:?}");
+            assert!(
+                !uri.chars().any(|c| c.is_whitespace() || c.is_control()),
+                "SIP URI {uri:?}"
+            );
+        }
+        Verb::Transfer(DialTarget::Number(n)) => {
+            let digits = n.strip_prefix('+').unwrap_or_else(|| panic!("E.164 {n:?}"));
+            assert!(
+                (1..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()),
+                "E.164 {n:?}"
+            );
+        }
+        Verb::ConnectStream { url, parameters } => {
+            assert!(
+                (url.starts_with("ws://") || url.starts_with("wss://")) && url.len() >= 7,
+                "stream URL {url:?}"
+            );
+            assert_eq!(url.trim(), url, "stream URL trimmed");
+            assert!(
+                parameters.len() < MAX_ELEMENTS,
+                "{} parameters",
+                parameters.len()
+            );
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let xml = String::from_utf8_lossy(data);
+    let parsed = parse(&xml);
+    assert_eq!(parse(&xml), parsed, "parsing is deterministic");
+    match &parsed {
+        Ok(verbs) => {
+            assert!(xml.len() <= MAX_TWIML_BYTES, "{} bytes accepted", xml.len());
+            assert!(verbs.len() < MAX_ELEMENTS, "{} verbs", verbs.len());
+            verbs.iter().for_each(check_verb);
+            let (again, elements) = write(verbs);
+            if again.len() <= MAX_TWIML_BYTES && elements <= MAX_ELEMENTS {
+                assert_eq!(
+                    parse(&again).as_ref(),
+                    Ok(verbs),
+                    "written back as {again:?}"
+                );
+            }
+        }
+        Err(e) => {
+            assert!(!e.to_string().is_empty());
+            assert_eq!(
+                matches!(e, TwimlError::TooLarge(_)),
+                xml.len() > MAX_TWIML_BYTES,
+                "TooLarge iff over the limit"
+            );
+        }
+    }
+});

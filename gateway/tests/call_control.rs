@@ -1,0 +1,1453 @@
+//! The call-control API (a subset of Twilio's 2010-04-01 REST API and TwiML) against real peers:
+//! sipp callers and callees on loopback, tshark on their ports, a WebSocket bot, a real pipecat
+//! bot with pipecat's own `TwilioFrameSerializer`, and status callbacks checked with Twilio's own
+//! `RequestValidator` (the `twilio` helper library in the pipecat venv).
+//!
+//! - `POST …/Calls/{CallSid}.json` with `Status=completed` hangs a sipp caller up (BYE with Q.850
+//!   cause 16), and the call then reads `completed`;
+//! - `<Play digits="w159#"/>` reaches the caller as RFC 4733 events 1, 5, 9, 11 (tshark decodes
+//!   them in the caller's capture), 100 ms each;
+//! - `<Dial><Sip>` is a blind transfer by REFER: a caller playing the trunk accepts (202, NOTIFY
+//!   `100 Trying` then `200 OK`, the gateway then leaves with BYE) or declines (603: the call stays
+//!   up and the WebSocket bot gets `ontime.transfer`);
+//! - `--voice-url` asks a webhook (signed, Twilio's parameters) and runs the TwiML it returns;
+//! - `POST …/Calls.json` dials out through `--trunk-uri` to a sipp UAS that answers and speaks;
+//!   the stub's reply is heard by the callee and the status callbacks arrive signed;
+//! - wrong credentials, unknown calls and unsupported TwiML get Twilio's errors, and the API
+//!   answers as soon as `/readyz` says the gateway is ready;
+//! - a pipecat bot whose pipeline ends hangs the SIP call up through the API, pipecat unchanged.
+
+#[path = "common/bot.rs"]
+mod bot;
+mod common;
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use bot::{Step, TestBot};
+use common::pipecat::{cdr_end_records, require_pipecat, start_example, venv_python};
+use common::*;
+use serde_json::Value;
+
+/// Where the transfers go (TEST-NET-1: only ever named in a Refer-To, never dialled).
+const TRANSFER_TARGET: &str = "sip:agent@192.0.2.55";
+/// `Reason` of the BYE an API hang-up sends (a regular expression for sipp's `ereg`; the dots
+/// stand for the quotes, which cannot go into the scenario's XML attribute as they are).
+const REASON_API_HANGUP: &str = "Q\\.850;cause=16;text=.Normal call clearing.";
+
+fn tools() -> bool {
+    require("sipp") && require("tshark") && require("sox") && require("espeak-ng")
+}
+
+static ONE_CALL_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The calls run one at a time: each test's gateway runs the stub's models (or a Python bot) on
+/// a machine of two cores, and `cargo test` runs tests in parallel.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_CALL_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A test's start: its tools are there (else a printed skip, a failure in CI), and its turn.
+fn begin() -> Option<MutexGuard<'static, ()>> {
+    tools().then(one_at_a_time)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The API client: HTTP/1.1 over std, Basic auth, form bodies, Twilio's JSON.
+
+/// A gateway with its API on, and the credentials it was given.
+struct ApiGateway {
+    gw: Gateway,
+    api: SocketAddr,
+    account: String,
+    token: String,
+}
+
+/// A response of the API.
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    body: String,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): HTTP {} {}", self.status, self.body))
+    }
+}
+
+/// 32 random lowercase hex digits.
+fn hex32() -> String {
+    let half = || {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos(),
+        );
+        h.finish()
+    };
+    format!("{:016x}{:016x}", half(), half())
+}
+
+/// `application/x-www-form-urlencoded`, as Twilio's clients send it.
+fn form_encode(pairs: &[(&str, &str)]) -> String {
+    let enc = |s: &str| {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                b' ' => "+".to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    };
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// The pairs of a form body, in order (repeated names kept).
+fn form_decode(body: &str) -> Vec<(String, String)> {
+    let dec = |s: &str| {
+        let bytes = s.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < bytes.len() => {
+                    let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                    match u8::from_str_radix(hex, 16) {
+                        Ok(b) => {
+                            out.push(b);
+                            i += 2;
+                        }
+                        Err(_) => out.push(b'%'),
+                    }
+                }
+                b => out.push(b),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    body.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (dec(k), dec(v))
+        })
+        .collect()
+}
+
+/// The body of an HTTP/1.1 message whose head says `Transfer-Encoding: chunked`.
+fn dechunk(mut raw: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = raw.split_once("\r\n") {
+        let n = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        raw = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// One HTTP request to `addr`, `Connection: close`; what went wrong when nothing answered.
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    auth: Option<(&str, &str)>,
+    form: Option<&str>,
+) -> Result<Resp, String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(15)))
+        .map_err(|e| e.to_string())?;
+    let mut req = format!(
+        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: application/json\r\n"
+    );
+    if let Some((user, pass)) = auth {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+        req.push_str(&format!("Authorization: Basic {b64}\r\n"));
+    }
+    let body = form.unwrap_or("");
+    if form.is_some() {
+        req.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    s.write_all(req.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)
+        .map_err(|e| format!("read: {e} (after {raw:?})"))?;
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("not an HTTP response: {raw:?}"))?;
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .replace(' ', "")
+            .starts_with("transfer-encoding:chunked")
+    });
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok(Resp { status, body })
+}
+
+/// Start the gateway with its API on `api_port`, fresh credentials (the token in the
+/// environment, never on the command line) and `extra` flags.
+fn start_with_api(extra: &[&str], api_port: u16) -> ApiGateway {
+    let account = format!("AC{}", hex32());
+    let token = hex32();
+    let api: SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
+    let listen = api.to_string();
+    let mut args = vec!["--api-listen", &listen, "--api-account-sid", &account];
+    args.extend_from_slice(extra);
+    let gw = start_gateway_env(&args, &[("ONTIME_API_AUTH_TOKEN", &token)]);
+    ApiGateway {
+        gw,
+        api,
+        account,
+        token,
+    }
+}
+
+impl ApiGateway {
+    fn calls_path(&self) -> String {
+        format!("/2010-04-01/Accounts/{}/Calls.json", self.account)
+    }
+    fn call_path(&self, sid: &str) -> String {
+        format!("/2010-04-01/Accounts/{}/Calls/{sid}.json", self.account)
+    }
+    fn auth(&self) -> Option<(&str, &str)> {
+        Some((self.account.as_str(), self.token.as_str()))
+    }
+    fn request(&self, method: &str, target: &str, form: Option<&[(&str, &str)]>) -> Resp {
+        let body = form.map(form_encode);
+        http(self.api, method, target, self.auth(), body.as_deref()).unwrap_or_else(|e| {
+            panic!(
+                "the API at {} did not answer {method} {target}: {e}",
+                self.api
+            )
+        })
+    }
+    /// `GET …/Calls/{sid}.json`.
+    fn get_call(&self, sid: &str) -> Resp {
+        self.request("GET", &self.call_path(sid), None)
+    }
+    /// `POST …/Calls/{sid}.json` with this form.
+    fn update(&self, sid: &str, form: &[(&str, &str)]) -> Resp {
+        self.request("POST", &self.call_path(sid), Some(form))
+    }
+    /// The single call the API lists as `in-progress` (waits for it, bounded: 20 s).
+    fn live_call(&self) -> Value {
+        let target = format!("{}?Status=in-progress", self.calls_path());
+        let mut last = String::new();
+        let mut found = None;
+        wait_until(Duration::from_secs(20), || {
+            let r = self.request("GET", &target, None);
+            last = format!("HTTP {} {}", r.status, r.body);
+            if r.status == 200 {
+                found = r.json()["calls"]
+                    .as_array()
+                    .filter(|calls| calls.len() == 1)
+                    .map(|calls| calls[0].clone());
+            }
+            found.is_some()
+        });
+        found.unwrap_or_else(|| {
+            panic!(
+                "no single in-progress call listed in 20 s; last answer: {last}\n{}",
+                self.context()
+            )
+        })
+    }
+    /// Wait (bounded) until `GET` shows the call with this status; the last view.
+    fn wait_status(&self, sid: &str, status: &str, limit: Duration) -> Value {
+        let mut view = Value::Null;
+        wait_until(limit, || {
+            let r = self.get_call(sid);
+            view = if r.status == 200 {
+                r.json()
+            } else {
+                Value::String(format!("HTTP {} {}", r.status, r.body))
+            };
+            view["status"] == status
+        });
+        view
+    }
+    fn metric(&self, series: &str) -> f64 {
+        let body = self.gw.metrics_text();
+        metric_value(&body, series).unwrap_or_else(|| panic!("{series} missing from /metrics"))
+    }
+    /// What to print when a check fails: the gateway's output, last lines.
+    fn context(&self) -> String {
+        format!(
+            "gateway stderr (tail):\n{}\ngateway log (tail):\n{}",
+            tail(&self.gw.stderr(), 30),
+            tail(&self.gw.stdout(), 30)
+        )
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The sum of a counter over every label set that contains `label` (e.g. `status="401"`).
+fn metric_sum(body: &str, name: &str, label: &str) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// A folder for this test's files.
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ontime-cc-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The SIP messages of a capture on `sip_port`, one line each (first line, CSeq, and the
+/// headers the transfer tests care about): printed when a check fails.
+fn sip_flow(pcap: &Path, sip_port: u16) -> String {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args(["-d", &format!("udp.port=={sip_port},sip"), "-Y", "sip"])
+        .args(["-T", "fields", "-E", "separator=|", "-e", "udp.srcport"])
+        .args(["-e", "udp.dstport", "-e", "sip.Request-Line"])
+        .args([
+            "-e",
+            "sip.Status-Line",
+            "-e",
+            "sip.CSeq",
+            "-e",
+            "sip.Refer-To",
+        ])
+        .args(["-e", "sip.Event", "-e", "sip.Subscription-State"])
+        .args(["-e", "sip.Reason", "-e", "sipfrag.line"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("tshark -r");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Fresh caller speech in `dir` (no inner commas: see [`fresh_speech`]).
+fn speech(dir: &Path) -> PathBuf {
+    fresh_speech(
+        dir,
+        "I would like to change the address on my account please.",
+    )
+}
+
+/// A sipp caller speaking fresh speech (`@SPEECH@`) in `scenario_name`, with its other
+/// placeholders, running in the background against the gateway (bounded: 60 s).
+fn caller(
+    cc: &ApiGateway,
+    scenario_name: &str,
+    placeholders: &[(&str, &str)],
+    media_port: u16,
+) -> SippCall {
+    let label = format!("{}-{media_port}", scenario_name.trim_end_matches(".xml"));
+    let speech = speech(&tempdir(&label));
+    let mut reps = vec![("@SPEECH@", speech.to_str().unwrap())];
+    reps.extend_from_slice(placeholders);
+    let scen = scenario(scenario_name, &reps);
+    spawn_sipp(cc.gw.sip, &scen, 1, media_port, Duration::from_secs(60))
+}
+
+/// A caller that speaks, then waits (up to 40 s) for a BYE whose Reason is the API hang-up's.
+fn caller_hung_up_by_api(cc: &ApiGateway, media_port: u16) -> SippCall {
+    caller(
+        cc,
+        "caller_speaks_waits_bye.xml",
+        &[
+            ("@BYE_WITHIN_MS@", "40000"),
+            ("@REASON@", REASON_API_HANGUP),
+        ],
+        media_port,
+    )
+}
+
+/// `Status=completed` for the call, then the caller must get the BYE (with the Reason its
+/// scenario checks): the API's answer.
+fn hang_up(cc: &ApiGateway, sid: &str, caller: SippCall) -> Value {
+    let r = cc.update(sid, &[("Status", "completed")]);
+    assert_eq!(
+        r.status, 200,
+        "Status=completed: HTTP {} {}",
+        r.status, r.body
+    );
+    let (ok, log) = caller.finish(Duration::from_secs(30));
+    assert!(
+        ok,
+        "the caller did not get the API's BYE:\n{log}\n{}",
+        cc.context()
+    );
+    r.json()
+}
+
+/// Check a Twilio error body: `{code, message, more_info, status}` with this code and status.
+fn check_twilio_error(r: &Resp, status: u16, code: u64, what: &str) -> Value {
+    assert_eq!(r.status, status, "{what}: HTTP {} {}", r.status, r.body);
+    let v = r.json();
+    assert_eq!(v["code"], code, "{what}: {v}");
+    assert_eq!(v["status"], status, "{what}: {v}");
+    assert!(
+        v["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{what}: {v}"
+    );
+    assert!(
+        v["more_info"]
+            .as_str()
+            .is_some_and(|m| m.contains(&code.to_string())),
+        "{what}: more_info should point to the code's page: {v}"
+    );
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Hang up through the API.
+
+#[test]
+fn api_hangup_sends_bye_with_cause_16_and_the_call_reads_completed() {
+    let Some(_one) = begin() else { return };
+    let cc = start_with_api(&[], free_tcp_port());
+    let caller = caller_hung_up_by_api(&cc, free_udp_port() & !1);
+    let call = cc.live_call();
+    let sid = call["sid"].as_str().unwrap_or_default().to_string();
+    assert!(sid.starts_with("CA") && sid.len() == 34, "sid {call}");
+    assert_eq!(call["account_sid"], cc.account.as_str(), "{call}");
+    assert_eq!(call["status"], "in-progress", "{call}");
+    assert_eq!(call["direction"], "inbound", "{call}");
+    assert!(
+        call["from"].as_str().is_some_and(|f| f.contains("caller")),
+        "{call}"
+    );
+    assert!(
+        call["to"].as_str().is_some_and(|t| t.contains("bot")),
+        "{call}"
+    );
+    assert!(
+        call["sip_call_id"].as_str().is_some_and(|c| !c.is_empty()),
+        "{call}"
+    );
+    // The same call by its SID.
+    let one = cc.get_call(&sid);
+    assert_eq!(one.status, 200, "{}", one.body);
+    assert_eq!(one.json()["sid"], sid.as_str());
+
+    // The caller gets the BYE, with Reason Q.850 cause 16 (sipp's ereg checks it).
+    let answer = hang_up(&cc, &sid, caller);
+    assert_eq!(answer["sid"], sid.as_str(), "{answer}");
+    let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
+    assert_eq!(view["status"], "completed", "GET after the hang-up: {view}");
+    assert_eq!(
+        cc.metric("ontime_api_requests_total{route=\"call_update\",status=\"200\"}"),
+        1.0
+    );
+    assert!(wait_until(Duration::from_secs(5), || cc
+        .gw
+        .metric("ontime_calls_total{result=\"completed\"}")
+        == Some(1.0)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. <Play digits> as RFC 4733 events.
+
+/// One RTP packet sent to the caller, as tshark decodes it.
+#[derive(Debug, Clone, Copy)]
+struct RtpPkt {
+    pt: u8,
+    ssrc: u32,
+    marker: bool,
+    ts: u32,
+    /// RFC 4733: (event, end bit, duration), for telephone-events.
+    event: Option<(u8, bool, u32)>,
+}
+
+/// The RTP packets sent to `media_port`; tshark reads payload type 101 as RFC 4733
+/// (Wireshark's default), which is what the caller offered.
+fn rtp_to(pcap: &Path, media_port: u16) -> Vec<RtpPkt> {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args(["-d", &format!("udp.port=={media_port},rtp")])
+        .args(["-Y", &format!("rtp && udp.dstport == {media_port}")])
+        .args(["-T", "fields", "-e", "rtp.p_type", "-e", "rtp.ssrc"])
+        .args(["-e", "rtp.marker", "-e", "rtp.timestamp"])
+        .args(["-e", "rtpevent.event_id", "-e", "rtpevent.end_of_event"])
+        .args(["-e", "rtpevent.duration"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("tshark -r");
+    let flag = |f: &str| matches!(f, "1" | "True");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            let event = match (f.get(4), f.get(5), f.get(6)) {
+                (Some(e), Some(end), Some(d)) if !e.is_empty() => {
+                    Some((e.parse().ok()?, flag(end), d.parse().ok()?))
+                }
+                _ => None,
+            };
+            Some(RtpPkt {
+                pt: f.first()?.parse().ok()?,
+                ssrc: u32::from_str_radix(f.get(1)?.trim_start_matches("0x"), 16).ok()?,
+                marker: flag(f.get(2)?),
+                ts: f.get(3)?.parse().ok()?,
+                event,
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn play_digits_reach_the_caller_as_rfc4733_events_in_order() {
+    let Some(_one) = begin() else { return };
+    let cc = start_with_api(&[], free_tcp_port());
+    let media_port = free_udp_port() & !1;
+    let cap = capture(&[media_port]);
+    // The caller offers `a=rtpmap:101 telephone-event/8000`.
+    let caller = caller_hung_up_by_api(&cc, media_port);
+    let sid = cc.live_call()["sid"].as_str().unwrap().to_string();
+    let r = cc.update(
+        &sid,
+        &[("Twiml", r#"<Response><Play digits="w159#"/></Response>"#)],
+    );
+    assert_eq!(r.status, 200, "Play digits: HTTP {} {}", r.status, r.body);
+    let sent = wait_until(Duration::from_secs(15), || {
+        cc.gw.metric("ontime_dtmf_sent_total") == Some(4.0)
+    });
+    assert!(
+        sent,
+        "ontime_dtmf_sent_total is {:?}, not 4\n{}",
+        cc.gw.metric("ontime_dtmf_sent_total"),
+        cc.context()
+    );
+    // The sequence lasts 1.3 s (0.5 s pause, four 100 ms tones 100 ms apart) from its start;
+    // let it and the last end packets go out, then hang up.
+    std::thread::sleep(Duration::from_secs(2));
+    hang_up(&cc, &sid, caller);
+    let pcap = cap.finish();
+
+    let packets = rtp_to(&pcap, media_port);
+    let audio_ssrc = packets.iter().find(|p| p.pt == 0).map(|p| p.ssrc);
+    let events: Vec<&RtpPkt> = packets.iter().filter(|p| p.event.is_some()).collect();
+    assert!(!events.is_empty(), "the caller heard no RFC 4733 event");
+    for e in &events {
+        assert_eq!(
+            e.pt, 101,
+            "an event on payload type {} (offered 101): {e:?}",
+            e.pt
+        );
+        // The events belong to the call's audio stream (one SSRC, one clock).
+        assert_eq!(Some(e.ssrc), audio_ssrc, "event SSRC vs audio SSRC: {e:?}");
+    }
+    // One digit's packets share an RTP timestamp: group them in arrival order.
+    let mut digits: Vec<Vec<&RtpPkt>> = Vec::new();
+    for e in &events {
+        match digits.last_mut() {
+            Some(rows) if rows[0].ts == e.ts => rows.push(e),
+            _ => digits.push(vec![e]),
+        }
+    }
+    let id = |p: &RtpPkt| p.event.map_or(255, |e| e.0);
+    let ids: Vec<u8> = digits.iter().map(|rows| id(rows[0])).collect();
+    assert_eq!(ids, vec![1, 5, 9, 11], "digits heard (11 is #): {events:?}");
+    for rows in &digits {
+        let digit = id(rows[0]);
+        assert!(
+            rows.iter().all(|r| id(r) == digit),
+            "two events under one timestamp: {rows:?}"
+        );
+        // RFC 4733 2.5.1.3: the first packet of an event has the marker bit.
+        assert!(
+            rows[0].marker,
+            "digit {digit} starts without the marker: {rows:?}"
+        );
+        let ends: Vec<u32> = rows
+            .iter()
+            .filter_map(|r| r.event.filter(|e| e.1).map(|e| e.2))
+            .collect();
+        assert!(
+            !ends.is_empty(),
+            "digit {digit} has no end packet: {rows:?}"
+        );
+        // 100 ms tones: the end packets' duration is 800 timestamp units at 8 kHz.
+        assert!(
+            ends.iter().all(|d| *d == 800),
+            "digit {digit} lasted {ends:?} units: {rows:?}"
+        );
+        eprintln!(
+            "digit {digit}: timestamp {}, {} packets, {} end packets of duration 800",
+            rows[0].ts,
+            rows.len(),
+            ends.len()
+        );
+    }
+    assert!(
+        digits.windows(2).all(|w| w[1][0].ts > w[0][0].ts),
+        "events not in timestamp order: {events:?}"
+    );
+    assert_eq!(cc.metric("ontime_dtmf_sent_total"), 4.0);
+    assert_eq!(
+        cc.metric("ontime_api_requests_total{route=\"call_update\",status=\"200\"}"),
+        2.0
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Blind transfer by REFER.
+
+#[test]
+fn refer_accepted_then_notify_200_and_the_gateway_leaves_with_bye() {
+    let Some(_one) = begin() else { return };
+    let cc = start_with_api(&[], free_tcp_port());
+    let cap = capture(&[cc.gw.sip.port()]);
+    let caller = caller(
+        &cc,
+        "caller_refer_accept.xml",
+        &[("@REFER_WITHIN_MS@", "30000")],
+        free_udp_port() & !1,
+    );
+    let sid = cc.live_call()["sid"].as_str().unwrap().to_string();
+    let twiml = format!("<Response><Dial><Sip>{TRANSFER_TARGET}</Sip></Dial></Response>");
+    let r = cc.update(&sid, &[("Twiml", &twiml)]);
+    assert_eq!(r.status, 200, "Dial: HTTP {} {}", r.status, r.body);
+    let flow = finish_transfer(&cc, caller, cap, "the transfer flow failed");
+    eprintln!("SIP flow:\n{flow}");
+    let m = |s: &str| cc.metric(s);
+    assert_eq!(m("ontime_transfers_total{result=\"completed\"}"), 1.0);
+    assert_eq!(m("ontime_transfers_total{result=\"rejected\"}"), 0.0);
+    assert_eq!(m("ontime_transfers_total{result=\"failed\"}"), 0.0);
+    assert_eq!(
+        m("ontime_sip_messages_total{method=\"REFER\",direction=\"out\"}"),
+        1.0
+    );
+    assert_eq!(
+        m("ontime_sip_messages_total{method=\"NOTIFY\",direction=\"in\"}"),
+        2.0
+    );
+    assert_eq!(
+        m("ontime_api_requests_total{route=\"call_update\",status=\"200\"}"),
+        1.0
+    );
+    let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
+    assert_eq!(
+        view["status"], "completed",
+        "GET after the transfer: {view}"
+    );
+    // The call record names the transfer.
+    assert!(wait_until(Duration::from_secs(5), || !cdr_end_records(
+        &cc.gw
+    )
+    .is_empty()));
+    let cdr = cdr_end_records(&cc.gw).remove(0);
+    assert_eq!(cdr["transfer_target"], TRANSFER_TARGET, "CDR {cdr}");
+    assert_eq!(cdr["transfer_result"], "completed", "CDR {cdr}");
+    assert_eq!(cdr["call_sid"], sid.as_str(), "CDR {cdr}");
+    assert_eq!(cdr["direction"], "inbound", "CDR {cdr}");
+}
+
+/// Wait for a transfer's caller (bounded: 60 s) and stop the capture of the gateway's SIP port;
+/// the SIP flow, one message a line. A failed caller fails the test with `what`, its log, the
+/// flow and the gateway's output.
+fn finish_transfer(cc: &ApiGateway, caller: SippCall, cap: Capture, what: &str) -> String {
+    let (ok, log) = caller.finish(Duration::from_secs(60));
+    let pcap = cap.finish();
+    let flow = sip_flow(&pcap, cc.gw.sip.port());
+    assert!(
+        ok,
+        "{what}:\n{log}\nSIP (src|dst|request|status|CSeq|Refer-To|Event|Subscription-State|Reason|sipfrag):\n{flow}\n{}",
+        cc.context()
+    );
+    flow
+}
+
+/// Wait (bounded) until the bot's first connection has a message with this `event`.
+fn wait_event(bot: &TestBot, event: &str, limit: Duration) -> Option<Value> {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if let Some(v) = bot
+            .connection(0)
+            .and_then(|c| c.events(event).first().map(|(_, v)| v.clone()))
+        {
+            return Some(v);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn refer_declined_603_keeps_the_call_up_and_tells_the_bot() {
+    let Some(_one) = begin() else { return };
+    // A bot that only listens: it acts through the API with the SIDs of its `start` message.
+    // `ontime.transfer` comes without `--ws-ontime-events`: a bot that asked for a transfer
+    // must learn it did not happen.
+    let bot = TestBot::start(vec![Step::WaitMedia(1)]);
+    let cc = start_with_api(&["--agent", &bot.url()], free_tcp_port());
+    let cap = capture(&[cc.gw.sip.port()]);
+    let caller = caller(
+        &cc,
+        "caller_refer_decline.xml",
+        &[("@REFER_WITHIN_MS@", "30000"), ("@STAY_MS@", "5000")],
+        free_udp_port() & !1,
+    );
+    let start = wait_event(&bot, "start", Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("the bot got no start message\n{}", cc.context()));
+    let sid = start["start"]["callSid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let stream_sid = start["start"]["streamSid"].clone();
+    assert_eq!(
+        start["start"]["accountSid"],
+        cc.account.as_str(),
+        "start carries the configured account SID: {start}"
+    );
+    let view = cc.wait_status(&sid, "in-progress", Duration::from_secs(10));
+    assert_eq!(
+        view["status"], "in-progress",
+        "the start message's callSid is the API's CallSid: {view}"
+    );
+
+    let twiml = format!("<Response><Refer><Sip>{TRANSFER_TARGET}</Sip></Refer></Response>");
+    let r = cc.update(&sid, &[("Twiml", &twiml)]);
+    assert_eq!(r.status, 200, "Refer: HTTP {} {}", r.status, r.body);
+    let event = wait_event(&bot, "ontime.transfer", Duration::from_secs(15));
+    // While the caller stays (it hangs up itself after 5 s), the call is up.
+    let during = cc.get_call(&sid).json();
+    finish_transfer(
+        &cc,
+        caller,
+        cap,
+        "the declined transfer flow failed (a BYE from the gateway would fail it)",
+    );
+    let event = event.unwrap_or_else(|| {
+        panic!(
+            "the bot got no ontime.transfer event; it got {:?}\n{}",
+            bot.connection(0).map(|c| c
+                .received
+                .iter()
+                .map(|(_, v)| v["event"].clone())
+                .collect::<Vec<_>>()),
+            cc.context()
+        )
+    });
+    assert_eq!(event["streamSid"], stream_sid, "{event}");
+    assert_eq!(
+        event["transfer"],
+        serde_json::json!({"target": TRANSFER_TARGET, "result": "rejected", "sipStatus": 603}),
+        "{event}"
+    );
+    assert_eq!(during["status"], "in-progress", "after the 603: {during}");
+    let m = |s: &str| cc.metric(s);
+    assert_eq!(m("ontime_transfers_total{result=\"rejected\"}"), 1.0);
+    assert_eq!(m("ontime_transfers_total{result=\"completed\"}"), 0.0);
+    assert_eq!(m("ontime_transfers_total{result=\"failed\"}"), 0.0);
+    // The caller hung up: completed.
+    let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
+    assert_eq!(view["status"], "completed", "{view}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Dial out, with signed status callbacks.
+
+/// One request a [`HttpSink`] received.
+#[derive(Debug, Clone)]
+struct Received {
+    method: String,
+    target: String,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Received {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    fn param(&self, name: &str) -> Option<String> {
+        form_decode(&self.body)
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+    }
+}
+
+/// A webhook receiver on loopback: records every request and answers 200 with the same TwiML.
+struct HttpSink {
+    addr: SocketAddr,
+    got: Arc<Mutex<Vec<Received>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HttpSink {
+    fn start(twiml: &str) -> HttpSink {
+        let twiml = twiml.to_string();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let got: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (g, s) = (got.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((tcp, _)) => {
+                        if let Some(r) = read_request(tcp, &twiml) {
+                            g.lock().unwrap().push(r);
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        HttpSink {
+            addr,
+            got,
+            stop,
+            thread: Some(thread),
+        }
+    }
+    fn received(&self) -> Vec<Received> {
+        self.got.lock().unwrap().clone()
+    }
+}
+
+impl Drop for HttpSink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Read one request (head, then `Content-Length` bytes of body) and answer 200 with `reply`.
+fn read_request(mut tcp: TcpStream, reply: &str) -> Option<Received> {
+    tcp.set_nonblocking(false).ok()?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        let n = tcp.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        raw.extend_from_slice(&buf[..n]);
+        if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+    };
+    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
+    let mut lines = head.lines();
+    let mut first = lines.next()?.split_whitespace();
+    let (method, target) = (first.next()?.to_string(), first.next()?.to_string());
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            Some((n.trim().to_string(), v.trim().to_string()))
+        })
+        .collect();
+    let len: usize = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = raw[head_end + 4..].to_vec();
+    while body.len() < len {
+        let n = tcp.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&buf[..n]);
+    }
+    let _ = write!(
+        tcp,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+        reply.len()
+    );
+    Some(Received {
+        method,
+        target,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// A request the gateway made as Twilio makes them: a signed form POST to `target` with the
+/// account and the call's direction.
+fn check_webhook(r: &Received, target: &str, account: &str, direction: &str) {
+    assert_eq!(r.method, "POST", "{r:?}");
+    assert_eq!(r.target, target, "{r:?}");
+    assert!(
+        r.header("Content-Type")
+            .is_some_and(|c| c.starts_with("application/x-www-form-urlencoded")),
+        "{r:?}"
+    );
+    assert_eq!(r.param("AccountSid").as_deref(), Some(account), "{r:?}");
+    assert_eq!(r.param("Direction").as_deref(), Some(direction), "{r:?}");
+    assert!(r.header("X-Twilio-Signature").is_some(), "unsigned: {r:?}");
+}
+
+/// Validate each request's `X-Twilio-Signature` with Twilio's own `RequestValidator` (the `twilio`
+/// helper library in the pipecat venv), once with the right token and once with a wrong one:
+/// `(valid with the token, valid with a wrong token)` per request. `None` (with a printed
+/// reason) when the library is missing outside CI.
+fn twilio_validate(url: &str, requests: &[Received], token: &str) -> Option<Vec<(bool, bool)>> {
+    let has_twilio = Command::new(venv_python())
+        .args(["-c", "import twilio.request_validator"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_twilio {
+        if std::env::var_os("CI").is_some() {
+            panic!("the twilio package in .cache/pipecat-venv is required in CI (scripts/setup.sh installs it)");
+        }
+        eprintln!(
+            "SKIP signature check: no twilio package in .cache/pipecat-venv (run scripts/setup.sh)"
+        );
+        return None;
+    }
+    let items: Vec<Value> = requests
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "url": url,
+                "params": form_decode(&r.body),
+                "signature": r.header("X-Twilio-Signature").unwrap_or(""),
+            })
+        })
+        .collect();
+    let file = tempdir("signatures").join("requests.json");
+    std::fs::write(&file, Value::Array(items).to_string()).unwrap();
+    // A status callback never repeats a parameter: a repeated one fails loudly here rather
+    // than being folded into a dict.
+    let script = r#"
+import json, os, sys
+from twilio.request_validator import RequestValidator
+token = os.environ["TWILIO_AUTH_TOKEN"]
+out = []
+for r in json.load(open(sys.argv[1])):
+    params = {}
+    for k, v in r["params"]:
+        assert k not in params, f"repeated parameter {k}"
+        params[k] = v
+    out.append([RequestValidator(token).validate(r["url"], params, r["signature"]),
+                RequestValidator(token + "x").validate(r["url"], params, r["signature"])])
+print(json.dumps(out))
+"#;
+    let out = Command::new(venv_python())
+        .args(["-c", script])
+        .arg(&file)
+        .env("TWILIO_AUTH_TOKEN", token)
+        .output()
+        .expect("run the venv's python");
+    assert!(
+        out.status.success(),
+        "RequestValidator failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Vec<(bool, bool)> = serde_json::from_slice(&out.stdout).expect("validator output");
+    Some(v)
+}
+
+#[test]
+fn outbound_call_rings_answers_hears_the_stub_and_sends_signed_callbacks() {
+    let Some(_one) = begin() else { return };
+    let callee_sip = free_udp_port();
+    let callee_media = free_udp_port() & !1;
+    let trunk = format!("sip:127.0.0.1:{callee_sip}");
+    let cc = start_with_api(&["--trunk-uri", &trunk], free_tcp_port());
+    let sink = HttpSink::start("<Response/>");
+    let callback_url = format!("http://{}/status?leg=outbound", sink.addr);
+    let dir = tempdir("outbound");
+    let speech = fresh_speech(
+        &dir,
+        "Hello this is the pharmacy returning your call about the prescription.",
+    );
+    let scen = scenario(
+        "callee_answers_speaks.xml",
+        &[
+            (
+                "@RURI_RE@",
+                &format!("^INVITE sip:\\+15551234567@127\\.0\\.0\\.1:{callee_sip} SIP/2\\.0"),
+            ),
+            ("@SPEECH@", speech.to_str().unwrap()),
+            ("@LISTEN_MS@", "14000"),
+        ],
+    );
+    let cap = capture(&[callee_media]);
+    let callee = spawn_sipp_uas(&scen, callee_sip, 1, callee_media, Duration::from_secs(60));
+    // sipp binds its port at start; give it a moment before the INVITE can arrive.
+    std::thread::sleep(Duration::from_millis(500));
+    let form = [
+        ("To", "+15551234567"),
+        ("From", "+15557654321"),
+        ("Twiml", r#"<Response><Pause length="1"/></Response>"#),
+        ("StatusCallback", callback_url.as_str()),
+        ("StatusCallbackEvent", "initiated"),
+        ("StatusCallbackEvent", "ringing"),
+        ("StatusCallbackEvent", "answered"),
+        ("StatusCallbackEvent", "completed"),
+        ("StatusCallbackMethod", "POST"),
+    ];
+    let r = cc.request("POST", &cc.calls_path(), Some(&form));
+    assert_eq!(
+        r.status,
+        201,
+        "Calls.json create: HTTP {} {}\n{}",
+        r.status,
+        r.body,
+        cc.context()
+    );
+    let created = r.json();
+    let sid = created["sid"].as_str().unwrap_or_default().to_string();
+    assert!(sid.starts_with("CA") && sid.len() == 34, "{created}");
+    assert_eq!(created["direction"], "outbound-api", "{created}");
+    assert_eq!(created["to"], "+15551234567", "{created}");
+    assert_eq!(created["from"], "+15557654321", "{created}");
+    assert_eq!(created["account_sid"], cc.account.as_str(), "{created}");
+
+    let (ok, log) = callee.finish(Duration::from_secs(60));
+    let pcap = cap.finish();
+    assert!(ok, "the callee's call failed:\n{log}\n{}", cc.context());
+
+    // The callee heard the stub's reply: sounding audio from the gateway after it spoke.
+    let rows = rtp_rows(&pcap, callee_media);
+    let callee_rows: Vec<&RtpRow> = rows.iter().filter(|r| r.src_port == callee_media).collect();
+    let heard: Vec<&RtpRow> = rows.iter().filter(|r| r.dst_port == callee_media).collect();
+    assert!(
+        callee_rows.len() > 50,
+        "the callee sent {} packets",
+        callee_rows.len()
+    );
+    let first_speech = callee_rows
+        .iter()
+        .filter(|r| !r.silent)
+        .map(|r| r.time)
+        .fold(f64::MAX, f64::min);
+    let reply: Vec<&&RtpRow> = heard.iter().filter(|r| !r.silent).collect();
+    assert!(
+        reply.len() > 100,
+        "the callee heard {} sounding packets (of {}), not the stub's reply\n{}",
+        reply.len(),
+        heard.len(),
+        cc.context()
+    );
+    assert!(
+        reply[0].time > first_speech,
+        "a reply before the callee spoke"
+    );
+    eprintln!(
+        "callee heard {} sounding packets of {}, the first {:.2} s after it began to speak",
+        reply.len(),
+        heard.len(),
+        reply[0].time - first_speech
+    );
+
+    // The callbacks: initiated, ringing, in-progress (answered), completed; once each.
+    wait_until(Duration::from_secs(10), || {
+        sink.received()
+            .iter()
+            .any(|r| r.param("CallStatus").as_deref() == Some("completed"))
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let mut got = sink.received();
+    let summary: Vec<String> = got
+        .iter()
+        .map(|r| format!("{} {} {}", r.method, r.target, r.body))
+        .collect();
+    assert_eq!(
+        got.len(),
+        4,
+        "status callbacks received:\n{}",
+        summary.join("\n")
+    );
+    got.sort_by_key(|r| {
+        r.param("SequenceNumber")
+            .and_then(|s| s.parse::<u32>().ok())
+    });
+    let statuses: Vec<String> = got.iter().filter_map(|r| r.param("CallStatus")).collect();
+    assert_eq!(
+        statuses,
+        ["initiated", "ringing", "in-progress", "completed"],
+        "by SequenceNumber:\n{}",
+        summary.join("\n")
+    );
+    for (i, r) in got.iter().enumerate() {
+        check_webhook(r, "/status?leg=outbound", &cc.account, "outbound-api");
+        assert_eq!(r.param("SequenceNumber"), Some(i.to_string()), "{r:?}");
+        assert_eq!(r.param("CallSid").as_deref(), Some(sid.as_str()), "{r:?}");
+        assert_eq!(r.param("To").as_deref(), Some("+15551234567"), "{r:?}");
+        assert_eq!(r.param("From").as_deref(), Some("+15557654321"), "{r:?}");
+    }
+    assert!(
+        got[3]
+            .param("CallDuration")
+            .is_some_and(|d| d.parse::<u64>().is_ok()),
+        "completed without CallDuration: {:?}",
+        got[3]
+    );
+    if let Some(verdicts) = twilio_validate(&callback_url, &got, &cc.token) {
+        for (r, (valid, valid_wrong)) in got.iter().zip(verdicts) {
+            assert!(valid, "RequestValidator rejects the signature of {r:?}");
+            assert!(!valid_wrong, "a wrong token validates {r:?}");
+            eprintln!(
+                "callback {} {:?}: RequestValidator accepts its X-Twilio-Signature",
+                r.param("SequenceNumber").unwrap_or_default(),
+                r.param("CallStatus").unwrap_or_default()
+            );
+        }
+    }
+
+    let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
+    assert_eq!(view["status"], "completed", "{view}");
+    assert_eq!(view["direction"], "outbound-api", "{view}");
+    assert_eq!(
+        cc.metric("ontime_outbound_calls_total{result=\"answered\"}"),
+        1.0
+    );
+    assert_eq!(
+        cc.metric("ontime_outbound_calls_total{result=\"failed\"}"),
+        0.0
+    );
+    assert_eq!(
+        cc.metric("ontime_api_requests_total{route=\"calls_create\",status=\"201\"}"),
+        1.0
+    );
+}
+
+/// Inbound routing by `--voice-url`: the gateway asks the webhook what to do with the call (a
+/// signed POST with Twilio's parameters, before answering), and runs the TwiML it gets back:
+/// here a transfer, which the caller playing the trunk accepts.
+#[test]
+fn voice_url_webhook_is_signed_and_its_twiml_transfers_the_call() {
+    let Some(_one) = begin() else { return };
+    let sink = HttpSink::start(&format!(
+        "<Response><Dial><Sip>{TRANSFER_TARGET}</Sip></Dial></Response>"
+    ));
+    let voice_url = format!("http://{}/voice?tenant=acme", sink.addr);
+    let cc = start_with_api(&["--voice-url", &voice_url], free_tcp_port());
+    let cap = capture(&[cc.gw.sip.port()]);
+    let caller = caller(
+        &cc,
+        "caller_refer_accept.xml",
+        &[("@REFER_WITHIN_MS@", "30000")],
+        free_udp_port() & !1,
+    );
+    let failed = format!(
+        "the routed call's transfer failed (webhook requests: {:?})",
+        sink.received()
+    );
+    finish_transfer(&cc, caller, cap, &failed);
+    let got = sink.received();
+    assert_eq!(got.len(), 1, "webhook requests: {got:?}");
+    let hook = &got[0];
+    check_webhook(hook, "/voice?tenant=acme", &cc.account, "inbound");
+    let sid = hook.param("CallSid").unwrap_or_default();
+    assert!(sid.starts_with("CA") && sid.len() == 34, "{hook:?}");
+    // Twilio asks while the call rings (so the answer may still be <Reject>).
+    assert_eq!(
+        hook.param("CallStatus").as_deref(),
+        Some("ringing"),
+        "{hook:?}"
+    );
+    assert!(
+        hook.param("From").is_some_and(|f| f.contains("caller")),
+        "{hook:?}"
+    );
+    assert!(
+        hook.param("To").is_some_and(|t| t.contains("bot")),
+        "{hook:?}"
+    );
+    if let Some(verdicts) = twilio_validate(&voice_url, &got, &cc.token) {
+        assert_eq!(
+            verdicts,
+            vec![(true, false)],
+            "RequestValidator on {hook:?}"
+        );
+    }
+    assert_eq!(
+        cc.metric("ontime_transfers_total{result=\"completed\"}"),
+        1.0
+    );
+    let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
+    assert_eq!(view["status"], "completed", "{view}");
+    assert_eq!(view["direction"], "inbound", "{view}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Twilio's errors, and an API that is there once the gateway says it is ready.
+
+/// `/readyz` is what an orchestrator (and [`start_gateway`]) waits for: once it says 200, the API
+/// must answer too. Polled every 5 ms here, so a window between the two cannot hide between
+/// the harness's 100 ms polls; three starts.
+#[test]
+fn the_api_answers_as_soon_as_readyz_says_ready() {
+    let models = workspace().join(".cache/models");
+    for start in 0..3 {
+        let sip = format!("127.0.0.1:{}", free_udp_port());
+        let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+        let api: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+        let rtp = free_port_range(8);
+        let account = format!("AC{}", hex32());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ontime-gateway"));
+        cmd.args([
+            "--sip-listen",
+            &sip,
+            "--metrics-listen",
+            &metrics.to_string(),
+        ])
+        .args(["--rtp-ports", &format!("{}-{}", rtp.0, rtp.1)])
+        .args([
+            "--api-listen",
+            &api.to_string(),
+            "--api-account-sid",
+            &account,
+        ])
+        .env("ONTIME_API_AUTH_TOKEN", hex32())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        if std::env::var_os("ORT_DYLIB_PATH").is_none() {
+            cmd.env("ORT_DYLIB_PATH", models.join("libonnxruntime.so.1.31.1"));
+        }
+        if std::env::var_os("ONTIME_MODELS_DIR").is_none() {
+            cmd.env("ONTIME_MODELS_DIR", &models);
+        }
+        let mut gw = Proc {
+            child: cmd.spawn().expect("spawn ontime-gateway"),
+            name: "ontime-gateway".into(),
+        };
+        let until = Instant::now() + Duration::from_secs(30);
+        while http_get(metrics, "/readyz").map(|r| r.0) != Some(200) {
+            assert!(Instant::now() < until, "not ready in 30 s");
+            assert!(
+                gw.child.try_wait().ok().flatten().is_none(),
+                "the gateway exited"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let path = format!("/2010-04-01/Accounts/{account}/Calls.json");
+        let answer = http(api, "GET", &path, None, None);
+        assert!(
+            matches!(answer, Ok(Resp { status: 401, .. })),
+            "start {start}: /readyz said 200, then GET {path} without credentials got {answer:?}"
+        );
+    }
+}
+
+#[test]
+fn wrong_credentials_unknown_calls_and_unsupported_twiml_get_twilios_errors() {
+    let Some(_one) = begin() else { return };
+    // The token from a file this time (`--api-auth-token-file`), not the environment.
+    let dir = tempdir("errors");
+    let account = format!("AC{}", hex32());
+    let token = hex32();
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let api: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+    let gw = start_gateway(&[
+        "--api-listen",
+        &api.to_string(),
+        "--api-account-sid",
+        &account,
+        "--api-auth-token-file",
+        token_file.to_str().unwrap(),
+    ]);
+    let cc = ApiGateway {
+        gw,
+        api,
+        account,
+        token,
+    };
+
+    // Wrong credentials and none at all: 401, code 20003.
+    let wrong = http(
+        cc.api,
+        "GET",
+        &cc.calls_path(),
+        Some((&cc.account, "0123456789abcdef0123456789abcdef")),
+        None,
+    )
+    .unwrap_or_else(|e| panic!("the API did not answer: {e}"));
+    check_twilio_error(&wrong, 401, 20003, "wrong token");
+    let none = http(cc.api, "GET", &cc.calls_path(), None, None)
+        .unwrap_or_else(|e| panic!("the API did not answer: {e}"));
+    check_twilio_error(&none, 401, 20003, "no credentials");
+
+    // An unknown call: 404, code 20404, for GET and POST.
+    let unknown = format!("CA{}", "0".repeat(32));
+    check_twilio_error(&cc.get_call(&unknown), 404, 20404, "GET unknown call");
+    check_twilio_error(
+        &cc.update(&unknown, &[("Status", "completed")]),
+        404,
+        20404,
+        "POST unknown call",
+    );
+
+    // A live call and a verb ontime does not run: 400 naming it, the call untouched.
+    let caller = caller_hung_up_by_api(&cc, free_udp_port() & !1);
+    let sid = cc.live_call()["sid"].as_str().unwrap().to_string();
+    let say = cc.update(
+        &sid,
+        &[("Twiml", "<Response><Say>Hello there</Say></Response>")],
+    );
+    assert_eq!(say.status, 400, "<Say>: HTTP {} {}", say.status, say.body);
+    let v = say.json();
+    assert_eq!(v["status"], 400, "{v}");
+    assert!(
+        v["message"].as_str().is_some_and(|m| m.contains("Say")),
+        "the 400 should name the verb: {v}"
+    );
+    let view = cc.get_call(&sid).json();
+    assert_eq!(
+        view["status"], "in-progress",
+        "after the refused TwiML: {view}"
+    );
+    hang_up(&cc, &sid, caller);
+
+    let m = |s: &str| cc.metric(s);
+    assert_eq!(
+        m("ontime_api_requests_total{route=\"call_get\",status=\"404\"}"),
+        1.0
+    );
+    assert_eq!(
+        m("ontime_api_requests_total{route=\"call_update\",status=\"404\"}"),
+        1.0
+    );
+    assert_eq!(
+        m("ontime_api_requests_total{route=\"call_update\",status=\"400\"}"),
+        1.0
+    );
+    assert_eq!(
+        m("ontime_api_requests_total{route=\"call_update\",status=\"200\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric_sum(
+            &cc.gw.metrics_text(),
+            "ontime_api_requests_total",
+            "status=\"401\""
+        ),
+        2.0,
+        "401s counted"
+    );
+
+    // The secret stays secret: not on the command line, not in the logs.
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", cc.gw.proc.child.id()))
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    assert!(
+        !cmdline.contains(&cc.token),
+        "the token is on the command line"
+    );
+    assert!(
+        !cc.gw.stdout().contains(&cc.token) && !cc.gw.stderr().contains(&cc.token),
+        "the token is in the gateway's logs"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. A real pipecat bot hangs up through the API.
+
+#[test]
+fn pipecat_twilio_serializer_hangs_up_the_sip_call_through_the_api() {
+    let Some(_one) = begin().filter(|_| require_pipecat()) else {
+        return;
+    };
+    // The bot must know the API's address before the gateway starts (it is its base_url).
+    let api_port = free_tcp_port();
+    let base_url = format!("http://127.0.0.1:{api_port}");
+    let account = format!("AC{}", hex32());
+    let token = hex32();
+    let bot = start_example(
+        "hangup_bot.py",
+        &["--api-base-url", &base_url, "--end-after", "3"],
+        &[("TWILIO_AUTH_TOKEN", &token)],
+    );
+    let url = bot.url();
+    let listen = format!("127.0.0.1:{api_port}");
+    let gw = start_gateway_env(
+        &[
+            "--agent",
+            &url,
+            "--api-listen",
+            &listen,
+            "--api-account-sid",
+            &account,
+        ],
+        &[("ONTIME_API_AUTH_TOKEN", &token)],
+    );
+    let cc = ApiGateway {
+        gw,
+        api: listen.parse().unwrap(),
+        account,
+        token,
+    };
+    // The BYE must be the API's (Normal call clearing), not the one a closed WebSocket brings.
+    let (ok, log) =
+        caller_hung_up_by_api(&cc, free_udp_port() & !1).finish(Duration::from_secs(70));
+    let records = bot.wait_records(1, Duration::from_secs(15));
+    let context = format!(
+        "bot records: {records:?}\nbot log (tail):\n{}\n{}",
+        tail(&bot.stderr(), 30),
+        cc.context()
+    );
+    assert!(
+        ok,
+        "the caller did not get the API's BYE:\n{log}\n{context}"
+    );
+    assert_eq!(records.len(), 1, "{context}");
+    let sid = records[0]["call_sid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(sid.starts_with("CA"), "{context}");
+    assert_eq!(records[0]["account_sid"], cc.account.as_str(), "{context}");
+    assert!(
+        bot.stderr()
+            .contains(&format!("Successfully terminated Twilio call {sid}")),
+        "pipecat did not log a successful hang-up\n{context}"
+    );
+    assert_eq!(
+        cc.metric("ontime_api_requests_total{route=\"call_update\",status=\"200\"}"),
+        1.0,
+        "{context}"
+    );
+    let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
+    assert_eq!(view["status"], "completed", "{view}");
+}
