@@ -23,6 +23,9 @@ pub enum Error {
     /// The call handle is unknown (never existed, or the call has ended).
     #[error("no call with handle {0}")]
     UnknownCall(u64),
+    /// The registration handle is unknown (never existed, or unregistered).
+    #[error("no registration with handle {0}")]
+    UnknownRegistration(u64),
     /// The command does not fit the call's state (e.g. answering a call twice).
     #[error("cannot {action} a call that is {state}")]
     InvalidState {

@@ -34,14 +34,17 @@
 //! ```
 
 mod build;
+pub mod digest;
 pub mod endpoint;
 mod error;
 pub mod message;
 pub mod sdp;
 
+pub use digest::{Credentials, Password};
 pub use endpoint::{
-    describe_metrics, stateless_response, Budget, CallHandle, CallParams, Config, EndReason,
-    Endpoint, Event, IncomingCall, RequestHandle, Timers, Transmit, Transport, TrustedPeer,
+    describe_metrics, stateless_response, stateless_response_with_headers, warning_header, Budget,
+    CallHandle, CallParams, Config, EndReason, Endpoint, Event, IncomingCall, RegistrationHandle,
+    RegistrationParams, RequestHandle, Timers, Transmit, Transport, TrustedPeer, NONCE_LIFETIME,
 };
 pub use error::{Error, Result};
 pub use message::{

@@ -1,14 +1,19 @@
 //! The transaction and dialog layers: the input is split into datagrams fed to a UAS endpoint
-//! at advancing times; calls are answered or rejected; nothing may panic.
+//! at advancing times; calls are answered (INVITEs without SDP with our offer) or rejected;
+//! inputs of odd length meet an endpoint that challenges INVITEs (digest); nothing may panic.
 #![no_main]
 
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use ontime_sip::{sdp, Config, Endpoint, Event};
+use ontime_sip::{sdp, Config, Credentials, Endpoint, Event};
 
 fuzz_target!(|data: &[u8]| {
-    let mut ep = Endpoint::new(Config::new("10.0.0.2:5060".parse().unwrap()));
+    let mut config = Config::new("10.0.0.2:5060".parse().unwrap());
+    if data.len() % 2 == 1 {
+        config.trunk_auth = Some(Credentials::new("trunk", "pw"));
+    }
+    let mut ep = Endpoint::new(config);
     let source = "10.0.0.1:5060".parse().unwrap();
     let mut now = Instant::now();
     // Datagrams are separated by a 0xFF byte followed by a time step in 100 ms units.
@@ -28,6 +33,9 @@ fuzz_target!(|data: &[u8]| {
                 match c.offer.as_ref().map(|o| sdp::answer_offer(o, &local)) {
                     Some(Ok((answer, _))) => {
                         let _ = ep.answer(c.call, &answer, now);
+                    }
+                    None => {
+                        let _ = ep.answer(c.call, &sdp::build_offer(&local), now);
                     }
                     _ => {
                         let _ = ep.reject(c.call, 488, &[], now);

@@ -5,6 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::digest::Credentials;
 use crate::message::Limits;
 
 /// The transport a message came on or goes out on.
@@ -108,7 +109,25 @@ pub struct Config {
     /// from an IP this predicate returns `true` for; any other source gets 403 and changes
     /// nothing. `None` (the default) trusts no other address.
     pub trusted_peer: Option<TrustedPeer>,
+    /// What we answer digest challenges (401/407, RFC 3261 §22.2) with: a request of ours that
+    /// is challenged (REGISTER, INVITE, re-INVITE, BYE, REFER, OPTIONS, INFO) is sent again once
+    /// with credentials, and later requests of the same dialog or registration carry them from
+    /// the start. With [`Credentials::realm`] set, only challenges of that realm are answered.
+    /// `None` (the default): a challenge is a final failure like any other 4xx.
+    pub credentials: Option<Credentials>,
+    /// Challenge new INVITEs with digest authentication (RFC 3261 §22.4): an INVITE without
+    /// valid credentials for this user and password gets 401 with a fresh nonce, one with them
+    /// becomes [`crate::Event::IncomingCall`]. The realm is [`Credentials::realm`], else our
+    /// IP. Nonces are stateless (an HMAC of their time and the caller's IP under a per-endpoint
+    /// random key) and live [`NONCE_LIFETIME`]. Requests inside a dialog are not challenged.
+    /// `None` (the default): no challenge.
+    pub trunk_auth: Option<Credentials>,
 }
+
+/// How long a nonce of ours stays good (RFC 7616 §5.4 leaves it to the server): an INVITE
+/// answered with an older one gets a new challenge with `stale=true`, which clients answer
+/// without asking their user again.
+pub const NONCE_LIFETIME: Duration = Duration::from_secs(300);
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -127,6 +146,8 @@ impl fmt::Debug for Config {
                 "trusted_peer",
                 &self.trusted_peer.as_ref().map(|_| "Fn(IpAddr) -> bool"),
             )
+            .field("credentials", &self.credentials)
+            .field("trunk_auth", &self.trunk_auth)
             .finish()
     }
 }
@@ -155,6 +176,8 @@ impl Config {
             min_se: Duration::from_secs(90),
             rng_seed: None,
             trusted_peer: None,
+            credentials: None,
+            trunk_auth: None,
         }
     }
 }

@@ -11,8 +11,8 @@ use crate::message::Message;
 ///   retransmissions included (they are on the wire too).
 ///
 /// `method` is the request's method (`INVITE`, `ACK`, `BYE`, `CANCEL`, `OPTIONS`, `INFO`,
-/// `UPDATE`, `REFER`, `NOTIFY`, else `other`) or the response's status class (`1xx` … `6xx`). A
-/// message that cannot be parsed counts here as well (labelled from its start line: the method
+/// `UPDATE`, `REFER`, `NOTIFY`, `REGISTER`, else `other`) or the response's status class (`1xx`
+/// … `6xx`). A message that cannot be parsed counts here as well (labelled from its start line: the method
 /// or status class when the line names one, else `other`) and in [`INVALID_MESSAGES_TOTAL`].
 const MESSAGES_TOTAL: &str = "ontime_sip_messages_total";
 
@@ -37,6 +37,65 @@ const DIALOG_REQUESTS_REFUSED_TOTAL: &str = "ontime_sip_dialog_requests_refused_
 /// `budget="in_dialog"`: requests of live dialogs and CANCELs of INVITE transactions we hold, bounded by
 /// [`crate::Limits::max_in_dialog_transactions`]).
 const BUDGET_EXHAUSTED_TOTAL: &str = "ontime_sip_budget_exhausted_total";
+
+/// `ontime_sip_auth_challenges_sent_total{reason}`: new INVITEs we answered 401 because
+/// [`super::Config::trunk_auth`] is set and they lacked valid credentials:
+///
+/// - `reason="missing"`: no credentials for our realm;
+/// - `reason="stale"`: right credentials with a nonce of ours that expired (`stale=true`);
+/// - `reason="invalid"`: credentials that failed (wrong user or password, a nonce not ours, a
+///   uri that is not the Request-URI, an unreadable header): the failures to watch.
+const AUTH_CHALLENGES_SENT_TOTAL: &str = "ontime_sip_auth_challenges_sent_total";
+
+/// `ontime_sip_auth_challenges_received_total{outcome}`: 401/407 responses to our requests.
+/// `outcome="answered"`: the request went again with credentials; `outcome="failed"`: it could
+/// not (no credentials configured, none for the realm, only `auth-int` or unknown algorithms
+/// offered, or a second challenge without `stale=true`: the credentials were refused), so the
+/// challenge is the request's final response.
+const AUTH_CHALLENGES_RECEIVED_TOTAL: &str = "ontime_sip_auth_challenges_received_total";
+
+/// `ontime_sip_registrations_total{result}`: final results of our REGISTERs (after any digest
+/// round trip): `result="ok"` a 2xx (a registration, its refreshes and the unregistration),
+/// `result="failed"` anything else, timeouts included.
+const REGISTRATIONS_TOTAL: &str = "ontime_sip_registrations_total";
+
+/// Why we challenged an INVITE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ChallengeReason {
+    /// No credentials for our realm.
+    Missing,
+    /// Valid credentials, expired nonce.
+    Stale,
+    /// Credentials that failed.
+    Invalid,
+}
+
+impl ChallengeReason {
+    fn label(self) -> &'static str {
+        match self {
+            ChallengeReason::Missing => "missing",
+            ChallengeReason::Stale => "stale",
+            ChallengeReason::Invalid => "invalid",
+        }
+    }
+}
+
+/// Counts an INVITE we challenged.
+pub(super) fn count_challenge_sent(reason: ChallengeReason) {
+    metrics::counter!(AUTH_CHALLENGES_SENT_TOTAL, "reason" => reason.label()).increment(1);
+}
+
+/// Counts a challenge to one of our requests: answered or not.
+pub(super) fn count_challenge_received(answered: bool) {
+    let outcome = if answered { "answered" } else { "failed" };
+    metrics::counter!(AUTH_CHALLENGES_RECEIVED_TOTAL, "outcome" => outcome).increment(1);
+}
+
+/// Counts the final result of a REGISTER.
+pub(super) fn count_registration(ok: bool) {
+    let result = if ok { "ok" } else { "failed" };
+    metrics::counter!(REGISTRATIONS_TOTAL, "result" => result).increment(1);
+}
 
 /// Why an in-dialog request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +142,28 @@ pub fn describe_metrics() {
         BUDGET_EXHAUSTED_TOTAL,
         "New requests answered 503 because their transaction budget was full"
     );
+    metrics::describe_counter!(
+        AUTH_CHALLENGES_SENT_TOTAL,
+        "New INVITEs answered 401 for missing, stale or invalid digest credentials"
+    );
+    metrics::describe_counter!(
+        AUTH_CHALLENGES_RECEIVED_TOTAL,
+        "401/407 to our requests: answered with credentials, or failed"
+    );
+    metrics::describe_counter!(
+        REGISTRATIONS_TOTAL,
+        "Final results of our REGISTERs: ok (2xx) or failed"
+    );
     metrics::counter!(INVALID_MESSAGES_TOTAL).increment(0);
+    for reason in [
+        ChallengeReason::Missing,
+        ChallengeReason::Stale,
+        ChallengeReason::Invalid,
+    ] {
+        metrics::counter!(AUTH_CHALLENGES_SENT_TOTAL, "reason" => reason.label()).increment(0);
+    }
+    metrics::counter!(AUTH_CHALLENGES_RECEIVED_TOTAL, "outcome" => "failed").increment(0);
+    metrics::counter!(REGISTRATIONS_TOTAL, "result" => "failed").increment(0);
     for refusal in [Refusal::WrongTag, Refusal::WrongSource] {
         metrics::counter!(DIALOG_REQUESTS_REFUSED_TOTAL, "reason" => refusal.label()).increment(0);
     }
@@ -125,6 +205,7 @@ fn method_label(token: &[u8]) -> &'static str {
         b"UPDATE" => "UPDATE",
         b"REFER" => "REFER",
         b"NOTIFY" => "NOTIFY",
+        b"REGISTER" => "REGISTER",
         _ => OTHER,
     }
 }
@@ -370,6 +451,33 @@ mod tests {
         ];
         expected.sort();
         assert_eq!(all, expected);
+    }
+
+    #[test]
+    fn digest_challenges_count_by_reason() {
+        let recorder = Counters::default();
+        let sent = |r: &str| format!("{AUTH_CHALLENGES_SENT_TOTAL}{{reason=\"{r}\"}}");
+        let peer = "127.0.0.1:5070".parse().unwrap();
+        let now = Instant::now();
+        metrics::with_local_recorder(&recorder, || {
+            let mut cfg = Config::new("127.0.0.1:5060".parse().unwrap());
+            cfg.trunk_auth = Some(crate::Credentials::new("trunk", "pw"));
+            let mut uas = Endpoint::new(cfg);
+            for key in [sent("missing"), sent("stale"), sent("invalid")] {
+                assert!(recorder.0.lock().unwrap().contains_key(&key), "{key}");
+            }
+            uas.handle_datagram(request("INVITE", 1, "", SDP).as_bytes(), peer, now);
+            let bad = request("INVITE", 2, "", SDP).replace(
+                "Contact:",
+                "Authorization: Digest username=\"trunk\", realm=\"127.0.0.1\", nonce=\"x\", \
+                 uri=\"sip:bot@127.0.0.1\", response=\"00\"\r\nContact:",
+            );
+            uas.handle_datagram(bad.as_bytes(), peer, now);
+            assert_eq!(recorder.get(&sent("missing")), 1);
+            assert_eq!(recorder.get(&sent("invalid")), 1);
+            assert_eq!(recorder.get(&sent("stale")), 0);
+            assert!(uas.poll_event().is_none());
+        });
     }
 
     #[test]

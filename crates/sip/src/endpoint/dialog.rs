@@ -4,11 +4,12 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use crate::build::{self, h};
+use crate::build::{self, h, HeaderList};
 use crate::error::{Error, Result};
 use crate::message::{parse_name_addr, uri_socket_addr, Message, Method};
 use crate::sdp::SessionDescription;
 
+use super::auth::AuthCache;
 use super::refer::Referral;
 use super::transaction::ServerKey;
 use super::{CallHandle, EndReason, Endpoint, Event, Transport};
@@ -95,6 +96,14 @@ pub(super) struct Call {
     pub(super) peer_supports_timer: bool,
     /// Our latest REFER and the subscription it made.
     pub(super) referral: Option<Referral>,
+    /// The digest challenges our requests in this dialog answer (RFC 3261 §22.3).
+    pub(super) auth: AuthCache,
+    /// The credentials of our latest INVITE, which the ACK of its 2xx repeats (RFC 3261
+    /// §13.2.2.4: the ACK carries the INVITE's credentials).
+    pub(super) invite_auth: HeaderList,
+    /// UAS: the INVITE had no SDP, so our 2xx carries the offer and the ACK the answer (RFC
+    /// 3261 §13.2.1).
+    pub(super) late_offer: bool,
 }
 
 impl Call {
@@ -357,6 +366,21 @@ impl Endpoint {
         ];
         for r in &c.route_set {
             headers.push(h("Route", r.clone()));
+        }
+        match method {
+            Method::Ack => headers.extend(c.invite_auth.iter().cloned()),
+            _ => {
+                let auth = c.auth.sign(
+                    self.config.credentials.as_ref(),
+                    &mut self.rng,
+                    &method,
+                    &c.remote_target,
+                );
+                if method == Method::Invite {
+                    c.invite_auth = auth.clone();
+                }
+                headers.extend(auth);
+            }
         }
         headers.extend(extra.iter().cloned());
         let bytes = build::request(&method, &c.remote_target, &headers, body)?;

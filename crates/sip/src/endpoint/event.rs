@@ -2,6 +2,7 @@
 //! the parameters of a call we place.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use crate::message::{Method, NameAddr};
 use crate::sdp::SessionDescription;
@@ -28,6 +29,10 @@ pub struct CallHandle(pub u64);
 /// Names one out-of-dialog request we sent (OPTIONS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RequestHandle(pub u64);
+
+/// Names one registration ([`Endpoint::register`]) inside an [`Endpoint`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegistrationHandle(pub u64);
 
 /// Why a call ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +70,9 @@ pub enum EndReason {
         /// The status received.
         status: u16,
     },
+    /// We answered an INVITE without SDP with our offer and the ACK brought no usable answer
+    /// (none, or unreadable SDP); we sent BYE (RFC 3261 §13.3.1.4).
+    AckWithoutAnswer,
 }
 
 /// A new call to us.
@@ -112,6 +120,16 @@ pub enum Event {
         call: CallHandle,
         /// The answer SDP.
         answer: Option<SessionDescription>,
+    },
+    /// The caller's answer to the offer we put in our 2xx, from the ACK (late offer: the
+    /// INVITE had no SDP, RFC 3261 §13.2.1, RFC 3264). Comes just before
+    /// [`Event::Established`]. An ACK without a usable answer ends the call instead
+    /// ([`EndReason::AckWithoutAnswer`]).
+    AckAnswer {
+        /// The call.
+        call: CallHandle,
+        /// The answer SDP.
+        answer: SessionDescription,
     },
     /// The caller acknowledged our 2xx: media may flow both ways.
     Established {
@@ -175,6 +193,31 @@ pub enum Event {
         call: CallHandle,
         /// Status received (408 on timeout).
         status: u16,
+    },
+    /// A registration succeeded or was refreshed (a 2xx to our REGISTER); the endpoint
+    /// refreshes it at half of `expires`.
+    Registered {
+        /// The registration.
+        handle: RegistrationHandle,
+        /// The expiry the registrar granted our contact.
+        expires: Duration,
+    },
+    /// A REGISTER failed (`status` 408 when no response came, 401/407 when our credentials
+    /// were refused or missing); the endpoint tries again in `retry_in` (doubling with each
+    /// failure in a row, up to 30 minutes).
+    RegistrationFailed {
+        /// The registration.
+        handle: RegistrationHandle,
+        /// The final status.
+        status: u16,
+        /// When the endpoint tries again.
+        retry_in: Duration,
+    },
+    /// [`Endpoint::unregister`] is done (the registrar answered, or failed to: the binding
+    /// then expires on its own); the handle is no longer valid.
+    Unregistered {
+        /// The registration.
+        handle: RegistrationHandle,
     },
     /// The peer reported the progress of the transfer we asked for with a NOTIFY (RFC 3515
     /// §2.4.5), already answered 200. It may come before [`Event::ReferResponse`].

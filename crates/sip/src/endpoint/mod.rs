@@ -16,6 +16,9 @@
 //!   their responses mean for the call;
 //! - `refer`: blind transfer (RFC 3515): the REFER we send, its result, and the NOTIFYs that
 //!   report the transfer's progress;
+//! - `auth`: digest authentication (RFC 3261 §22): challenges to our requests answered, new
+//!   INVITEs challenged;
+//! - `register`: registrations with a registrar (RFC 3261 §10);
 //! - `dtmf`: DTMF bodies of SIP INFO;
 //! - `stateless`: stateless responses for requests the application keeps from the endpoint;
 //! - `counters`: the endpoint's counters.
@@ -30,24 +33,31 @@ use rand::{Rng, SeedableRng};
 use crate::build::{self, h};
 use crate::message::{parse_message, Framing, ParseError, MAGIC_COOKIE};
 
+mod auth;
 mod config;
 mod counters;
 mod dialog;
 mod dtmf;
 mod event;
 mod refer;
+mod register;
 mod stateless;
 mod transaction;
 mod uac;
 mod uas;
 
-pub use config::{Config, Timers, Transport, TrustedPeer};
+pub use config::{Config, Timers, Transport, TrustedPeer, NONCE_LIFETIME};
 pub use counters::describe_metrics;
-pub use event::{CallHandle, CallParams, EndReason, Event, IncomingCall, RequestHandle, Transmit};
-pub use stateless::stateless_response;
+pub use event::{
+    CallHandle, CallParams, EndReason, Event, IncomingCall, RegistrationHandle, RequestHandle,
+    Transmit,
+};
+pub use register::RegistrationParams;
+pub use stateless::{stateless_response, stateless_response_with_headers, warning_header};
 
 use counters::Direction;
 use dialog::{session_interval, Call};
+use register::Registration;
 use transaction::{ClientTx, ServerKey, ServerTx};
 
 /// Methods this UA serves (RFC 3261 §20.5 Allow).
@@ -101,6 +111,11 @@ pub struct Endpoint {
     budget_in_use: [usize; 2],
     /// When each budget last became full (cleared once it is back to 90 % or less).
     exhausted_since: [Option<Instant>; 2],
+    registrations: HashMap<RegistrationHandle, Registration>,
+    /// The key of our nonces' HMAC ([`Config::trunk_auth`]), drawn at start.
+    nonce_secret: [u8; 32],
+    /// The time our nonces count from: the first one's.
+    nonce_epoch: Option<Instant>,
 }
 
 impl Endpoint {
@@ -116,10 +131,11 @@ impl Endpoint {
         config.session_expires = config.session_expires.map(|d| d.min(max_interval));
         config.min_se = config.min_se.min(max_interval);
         describe_metrics();
-        let rng = match config.rng_seed {
+        let mut rng = match config.rng_seed {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_os_rng(),
         };
+        let nonce_secret = rng.random();
         Endpoint {
             config,
             rng,
@@ -134,6 +150,9 @@ impl Endpoint {
             invalid_messages: 0,
             budget_in_use: [0; 2],
             exhausted_since: [None; 2],
+            registrations: HashMap::new(),
+            nonce_secret,
+            nonce_epoch: None,
         }
     }
 
@@ -240,7 +259,11 @@ impl Endpoint {
             .into_iter()
             .flatten()
         });
-        tx.chain(stx).chain(calls).min()
+        let regs = self
+            .registrations
+            .values()
+            .filter_map(Registration::deadline);
+        tx.chain(stx).chain(calls).chain(regs).min()
     }
 
     pub(super) fn new_id(&mut self) -> u64 {
@@ -279,11 +302,16 @@ impl Endpoint {
     /// `Warning: 399 <our address> "<text>"` (RFC 3261 §20.43): why a request was refused, for
     /// the peer's logs.
     pub(super) fn warning(&self, text: &str) -> (String, String) {
-        let text = text.replace('"', "'");
-        h(
-            "Warning",
-            format!("399 {} \"{text}\"", self.config.local_addr),
-        )
+        self.warning_header(399, text)
+    }
+
+    /// A `Warning` header (RFC 3261 §20.43) with our address as the agent, for the headers of
+    /// [`Endpoint::reject`], [`Endpoint::reject_update_with_headers`] or
+    /// [`stateless_response_with_headers`]: e.g. `warning_header(305, "SRTP required")` with a
+    /// 488 gives `Warning: 305 192.0.2.1:5060 "SRTP required"`. `code` is a 3xx warning code
+    /// (300..=399; anything else becomes 399, miscellaneous); the text is quoted safely.
+    pub fn warning_header(&self, code: u16, text: &str) -> (String, String) {
+        warning_header(code, &self.config.local_addr.to_string(), text)
     }
 
     pub(super) fn contact(&self, transport: Transport) -> String {
@@ -372,10 +400,7 @@ impl Endpoint {
             .chars()
             .filter(|c| !c.is_control() && *c != '"')
             .collect();
-        let warning = h(
-            "Warning",
-            format!("399 {} \"{}\"", self.config.local_addr, reason),
-        );
+        let warning = self.warning(&reason);
         let tag = self.random_token();
         build::stamp_top_via(&mut e.headers, source);
         let bytes = build::response(&e.headers, status, Some(&tag), &[warning], b"");
@@ -387,5 +412,6 @@ impl Endpoint {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.transaction_timeouts(now);
         self.call_timeouts(now);
+        self.registration_timeouts(now);
     }
 }

@@ -28,7 +28,7 @@ const SIPFRAG: &str = "message/sipfrag";
 pub(super) struct Referral {
     /// The REFER's CSeq number, which its NOTIFYs may name as `Event: refer;id=<n>` (RFC 3515
     /// §2.4.6).
-    cseq: u32,
+    pub(super) cseq: u32,
     /// No final response to the REFER yet.
     pending: bool,
     /// A NOTIFY said `Subscription-State: terminated` (possibly before the REFER's 2xx, which

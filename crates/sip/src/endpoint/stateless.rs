@@ -20,6 +20,17 @@ pub fn stateless_response(
     status: u16,
     user_agent: Option<&str>,
 ) -> Option<Vec<u8>> {
+    stateless_response_with_headers(request, status, user_agent, &[])
+}
+
+/// [`stateless_response`] with extra headers, e.g. a [`warning_header`] saying why (a 488 or 606
+/// with `Warning: 305 ... "SRTP required"`, a 403 with `399 ... "source not allowed"`).
+pub fn stateless_response_with_headers(
+    request: &[u8],
+    status: u16,
+    user_agent: Option<&str>,
+    headers: &[(String, String)],
+) -> Option<Vec<u8>> {
     if !(100..=699).contains(&status) {
         return None;
     }
@@ -37,6 +48,47 @@ pub fn stateless_response(
         .and_then(|v| v.branch().map(str::to_string))
         .hash(&mut hasher);
     let tag = format!("{:016x}", hasher.finish());
-    let extra: Vec<(String, String)> = user_agent.map(|ua| h("Server", ua)).into_iter().collect();
+    let mut extra: Vec<(String, String)> =
+        user_agent.map(|ua| h("Server", ua)).into_iter().collect();
+    extra.extend(headers.iter().cloned());
     Some(build::response_to(&msg, status, Some(&tag), &extra, b""))
+}
+
+/// A `Warning` header (RFC 3261 §20.43): `Warning: <code> <agent> "<text>"`. `code` is a 3xx
+/// warning code (300..=399, e.g. 304 media type not available, 305 incompatible media format,
+/// 381 SIPS required; anything else becomes 399, miscellaneous); `agent` is the host (and port)
+/// of whoever adds it ([`crate::Endpoint::warning_header`] puts ours); `text` is quoted with `"`
+/// and `\` escaped and control characters left out, so it cannot end the header.
+pub fn warning_header(code: u16, agent: &str, text: &str) -> (String, String) {
+    let code = if (300..=399).contains(&code) {
+        code
+    } else {
+        399
+    };
+    let agent: String = agent
+        .chars()
+        .filter(|c| !c.is_whitespace() && !c.is_control())
+        .collect();
+    let agent = if agent.is_empty() { "-".into() } else { agent };
+    h(
+        "Warning",
+        format!("{code} {agent} {}", crate::digest::quote(text)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_are_quoted_safely() {
+        assert_eq!(
+            warning_header(305, "192.0.2.1:5060", "SRTP required").1,
+            "305 192.0.2.1:5060 \"SRTP required\""
+        );
+        assert_eq!(
+            warning_header(200, "a b\r\n", "say \"hi\" \\ \r\nX-Evil: 1").1,
+            "399 ab \"say \\\"hi\\\" \\\\ X-Evil: 1\""
+        );
+    }
 }

@@ -10,7 +10,7 @@ use crate::build::{self, h, HeaderList};
 use crate::message::{parse_message, Framing, Limits, Message, Method};
 
 use super::dialog::DialogMatch;
-use super::{Budget, CallHandle, Endpoint, RequestHandle, Transport};
+use super::{Budget, CallHandle, Endpoint, RegistrationHandle, RequestHandle, Transport};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ClientState {
@@ -29,6 +29,7 @@ pub(super) enum Owner {
     InDialog(CallHandle),
     Refer(CallHandle),
     Options(RequestHandle),
+    Register(RegistrationHandle),
 }
 
 #[derive(Debug)]
@@ -44,6 +45,8 @@ pub(super) struct ClientTx {
     pub(super) end_at: Option<Instant>,
     pub(super) ack: Option<Vec<u8>>,
     pub(super) owner: Owner,
+    /// How many digest challenges this request already answers (0: a first attempt).
+    pub(super) auth_tries: u8,
 }
 
 impl ClientTx {
@@ -228,7 +231,7 @@ impl Endpoint {
                     _ => {}
                 }
             }
-            self.on_dialog_ack(&msg, source);
+            self.on_dialog_ack(&msg, source, now);
             return;
         }
 
@@ -400,6 +403,11 @@ impl Endpoint {
                 } else {
                     tx.end_at = Some(timer_end(tx.transport, timers.t4, now));
                 }
+                // A digest challenge we can answer is not the request's result: the request
+                // goes again with credentials (RFC 3261 §22.2).
+                if matches!(code, 401 | 407) && self.answer_challenge(&key, &msg, now) {
+                    return;
+                }
             }
         }
         self.on_client_result(owner, Some(&msg), now);
@@ -455,6 +463,7 @@ impl Endpoint {
                 end_at: None,
                 ack: None,
                 owner,
+                auth_tries: 0,
             },
         );
     }

@@ -298,6 +298,9 @@ impl Endpoint {
                 acked: false,
                 peer_supports_timer: true,
                 referral: None,
+                auth: Default::default(),
+                invite_auth: Vec::new(),
+                late_offer: false,
             },
         );
         self.dialogs.insert((call_id, local_tag), call);
@@ -506,6 +509,7 @@ impl Endpoint {
                 }
             }
             Owner::Refer(call) => self.on_refer_result(call, code, now),
+            Owner::Register(handle) => self.on_register_result(handle, msg, code, now),
             Owner::Cancel(_) | Owner::InDialog(_) => {}
         }
     }

@@ -51,7 +51,13 @@ impl Endpoint {
             .filter(|t| !SUPPORTED.split(", ").any(|s| s == t))
             .collect();
         if !unsupported.is_empty() {
-            let extra = [h("Unsupported", unsupported.join(", "))];
+            let extra = [
+                h("Unsupported", unsupported.join(", ")),
+                self.warning(&format!(
+                    "unsupported extension: {}",
+                    unsupported.join(", ")
+                )),
+            ];
             self.respond(&key, 420, &extra, b"", now);
             return;
         }
@@ -114,9 +120,16 @@ impl Endpoint {
         transport: Transport,
         now: Instant,
     ) {
+        // RFC 3261 §22.4: a trunk that must authenticate does so before anything else.
+        if !self.admit_invite(&key, &msg, source, now) {
+            return;
+        }
         // RFC 3261 §8.2.3: content we cannot read gets 415 with what we accept.
         if !msg.body.is_empty() && msg.content_type().as_deref() != Some("application/sdp") {
-            let extra = [h("Accept", "application/sdp")];
+            let extra = [
+                h("Accept", "application/sdp"),
+                self.warning_header(304, "only application/sdp bodies are accepted"),
+            ];
             self.respond(&key, 415, &extra, b"", now);
             return;
         }
@@ -220,6 +233,9 @@ impl Endpoint {
                 acked: false,
                 peer_supports_timer: supports_timer,
                 referral: None,
+                auth: Default::default(),
+                invite_auth: Vec::new(),
+                late_offer: offer.is_none(),
             },
         );
         self.dialogs
@@ -267,7 +283,7 @@ impl Endpoint {
         }
     }
 
-    pub(super) fn on_dialog_ack(&mut self, msg: &Message, source: SocketAddr) {
+    pub(super) fn on_dialog_ack(&mut self, msg: &Message, source: SocketAddr, now: Instant) {
         let call = match self.match_dialog(msg, source) {
             DialogMatch::Found(call) => call,
             DialogMatch::None => return,
@@ -285,9 +301,28 @@ impl Endpoint {
         let first = !c.acked && c.is_uas;
         c.reinvite_in_progress = false;
         c.acked = true;
-        if first {
-            self.events.push_back(Event::Established { call });
+        if !first {
+            return;
         }
+        if c.late_offer {
+            // RFC 3264 §5 / RFC 3261 §13.2.1: our 2xx carried the offer, so the ACK carries the
+            // answer; without one there is no session, and §13.3.1.4 says to end the dialog.
+            match sdp_body(msg) {
+                Some(Ok(answer)) => {
+                    self.note_remote_sdp(call, Some(&answer));
+                    self.events.push_back(Event::AckAnswer { call, answer });
+                }
+                _ => {
+                    tracing::debug!(
+                        call_id = msg.call_id(),
+                        "ACK without an answer to our offer"
+                    );
+                    self.hangup_inner(call, now, EndReason::AckWithoutAnswer);
+                    return;
+                }
+            }
+        }
+        self.events.push_back(Event::Established { call });
     }
 
     fn on_in_dialog(&mut self, call: CallHandle, key: ServerKey, msg: Message, now: Instant) {
@@ -558,6 +593,11 @@ impl Endpoint {
     /// Answers an incoming call with 200 and our SDP answer (see [`crate::sdp::answer_offer`]).
     /// The 2xx is retransmitted until the ACK ([`Event::Established`]) or for 64·T1, after which
     /// the call ends with [`EndReason::NoAck`].
+    ///
+    /// Late offer: when the INVITE had no SDP ([`IncomingCall::offer`] is `None`), `answer` is
+    /// our *offer* (e.g. [`crate::sdp::build_offer`]) and the caller's answer comes in the ACK:
+    /// [`Event::AckAnswer`], then [`Event::Established`] (RFC 3261 §13.2.1, RFC 3264). An ACK
+    /// without a usable answer ends the call with BYE and [`EndReason::AckWithoutAnswer`].
     pub fn answer(
         &mut self,
         call: CallHandle,
@@ -668,6 +708,18 @@ impl Endpoint {
 
     /// Rejects the peer's re-INVITE/UPDATE offer (e.g. 488); the previous session stays.
     pub fn reject_update(&mut self, call: CallHandle, status: u16, now: Instant) -> Result<()> {
+        self.reject_update_with_headers(call, status, &[], now)
+    }
+
+    /// [`Endpoint::reject_update`] with extra headers, e.g. an
+    /// [`Endpoint::warning_header`] saying why (`305`, "no common codec").
+    pub fn reject_update_with_headers(
+        &mut self,
+        call: CallHandle,
+        status: u16,
+        headers: &[(String, String)],
+        now: Instant,
+    ) -> Result<()> {
         if !(300..=699).contains(&status) {
             return Err(Error::InvalidStatus {
                 code: status,
@@ -679,7 +731,7 @@ impl Endpoint {
             action: "reject an update of",
             state: "without an offer pending",
         })?;
-        self.respond(&key, status, &[], b"", now);
+        self.respond(&key, status, headers, b"", now);
         Ok(())
     }
 }

@@ -335,3 +335,54 @@ pub fn drive(
         b.step();
     }
 }
+
+/// Parses a message the endpoint sent.
+pub fn parse(bytes: &[u8]) -> ontime_sip::Message {
+    ontime_sip::parse_message(
+        bytes,
+        &ontime_sip::Limits::default(),
+        ontime_sip::Framing::Datagram,
+    )
+    .unwrap_or_else(|e| panic!("{e:?}: {}", String::from_utf8_lossy(bytes)))
+}
+
+/// A response to `req` as a hand-written peer sends it: Via, From, Call-ID and CSeq copied, To
+/// copied with `to_tag` added when it has none, then `extra` and the body.
+pub fn response(
+    req: &[u8],
+    status: u16,
+    to_tag: Option<&str>,
+    extra: &[(&str, &str)],
+    body: &str,
+) -> Vec<u8> {
+    let m = parse(req);
+    let mut out = format!("SIP/2.0 {status} Whatever\r\n");
+    for (n, v) in &m.headers {
+        match n.as_str() {
+            "Via" | "From" | "Call-ID" | "CSeq" => out.push_str(&format!("{n}: {v}\r\n")),
+            "To" => match to_tag {
+                Some(t) if !v.contains(";tag=") => out.push_str(&format!("To: {v};tag={t}\r\n")),
+                _ => out.push_str(&format!("To: {v}\r\n")),
+            },
+            _ => {}
+        }
+    }
+    for (n, v) in extra {
+        out.push_str(&format!("{n}: {v}\r\n"));
+    }
+    if !body.is_empty() {
+        out.push_str("Content-Type: application/sdp\r\n");
+    }
+    out.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    out.into_bytes()
+}
+
+/// Every message the endpoint has to send now.
+pub fn drain(ep: &mut Endpoint) -> Vec<Transmit> {
+    std::iter::from_fn(|| ep.poll_transmit()).collect()
+}
+
+/// Every event the endpoint has now.
+pub fn events(ep: &mut Endpoint) -> Vec<Event> {
+    std::iter::from_fn(|| ep.poll_event()).collect()
+}
