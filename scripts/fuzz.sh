@@ -22,8 +22,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-30}
 shift || true
-all=(sip:parse_message sip:endpoint sip:sdp rtp:rtp rtp:rtcp gateway:bot_message gateway:twiml
-    gateway:api_request)
+# crates/srtp/fuzz: unprotect (SRTP/SRTCP receive) and crypto_attribute (SDES lines).
+all=(sip:parse_message sip:endpoint sip:sdp rtp:rtp rtp:rtcp srtp:unprotect srtp:crypto_attribute
+    gateway:bot_message gateway:twiml gateway:api_request)
 wanted=("$@")
 
 if ! command -v c++ >/dev/null; then
@@ -61,7 +62,7 @@ for w in "${wanted[@]}"; do
 done
 
 # --target keeps the instrumentation out of build scripts and proc macros.
-for crate in sip rtp gateway; do
+for crate in sip rtp srtp gateway; do
     needed=false
     for entry in "${all[@]}"; do
         [ "${entry%%:*}" = "$crate" ] && selected "${entry#*:}" && needed=true

@@ -46,6 +46,10 @@ struct RecvState {
 ///
 /// Nothing here allocates after [`SrtpContext::new`]: packets are transformed in the caller's
 /// buffer and every error is `Copy`.
+///
+/// Keystream is unique per (key, SSRC, packet index), and a context only knows the indexes it
+/// has protected itself: two contexts under one key must never protect RTP of the same SSRC
+/// (give each new stream a fresh random SSRC), nor SRTCP of the same SSRC.
 pub struct SrtpContext {
     suite: Suite,
     rtp: SessionKeys,
