@@ -310,6 +310,28 @@ pub struct Args {
     /// SRTP for call media: `off`, `optional` (the default: answer in kind) or `required`.
     #[arg(long, env = "ONTIME_SRTP", value_enum)]
     pub srtp: Option<SrtpMode>,
+    /// Register with this registrar as this address of record (`sip:user@provider`;
+    /// repeatable). The password comes from `ONTIME_REGISTER_PASSWORD` or
+    /// `--register-password-file`, never a flag.
+    #[arg(long = "register", env = "ONTIME_REGISTER", value_delimiter = ',')]
+    pub register: Vec<String>,
+    /// Digest user name for the registrations (default: each URI's user part).
+    #[arg(long, env = "ONTIME_REGISTER_USER")]
+    pub register_user: Option<String>,
+    /// File holding the registration password (instead of `ONTIME_REGISTER_PASSWORD`).
+    #[arg(long, env = "ONTIME_REGISTER_PASSWORD_FILE")]
+    pub register_password_file: Option<PathBuf>,
+    /// Registration expiry to ask for, in seconds (re-registered at half what is granted).
+    #[arg(long, env = "ONTIME_REGISTER_EXPIRES")]
+    pub register_expires: Option<u64>,
+    /// Challenge INVITEs with digest authentication for this user (on top of the trunk
+    /// networks); its password from `ONTIME_TRUNK_AUTH_PASSWORD` or
+    /// `--trunk-auth-password-file`.
+    #[arg(long, env = "ONTIME_TRUNK_AUTH")]
+    pub trunk_auth: Option<String>,
+    /// File holding the trunk-auth password.
+    #[arg(long, env = "ONTIME_TRUNK_AUTH_PASSWORD_FILE")]
+    pub trunk_auth_password_file: Option<PathBuf>,
     /// SIP over TCP listen address (off unless set).
     #[arg(long, env = "ONTIME_SIP_LISTEN_TCP")]
     pub sip_listen_tcp: Option<String>,
@@ -326,6 +348,25 @@ pub struct Args {
     /// bots, https callbacks), besides the system's.
     #[arg(long, env = "ONTIME_TLS_CA_FILE")]
     pub tls_ca_file: Option<PathBuf>,
+}
+
+/// A secret from `file` (its field named in errors) or else the environment variable `env`.
+fn secret(
+    field: &'static str,
+    file: Option<PathBuf>,
+    env: &str,
+) -> Result<Option<Secret>, ConfigError> {
+    let value = match file {
+        Some(path) => std::fs::read_to_string(&path)
+            .map_err(|e| ConfigError::Invalid {
+                field,
+                reason: format!("{}: {e}", path.display()),
+            })?
+            .trim()
+            .to_string(),
+        None => std::env::var(env).unwrap_or_default().trim().to_string(),
+    };
+    Ok((!value.is_empty()).then(|| Secret::new(value)))
 }
 
 /// A secret read from the environment or a file: it never reaches a log line (`Debug` hides
@@ -466,6 +507,12 @@ struct FileConfig {
     voice_url: Option<String>,
     voice_twiml: Option<PathBuf>,
     srtp: Option<SrtpMode>,
+    register: Option<Vec<String>>,
+    register_user: Option<String>,
+    register_password_file: Option<PathBuf>,
+    register_expires: Option<u64>,
+    trunk_auth: Option<String>,
+    trunk_auth_password_file: Option<PathBuf>,
     sip_listen_tcp: Option<String>,
     sip_listen_tls: Option<String>,
     tls_cert: Option<PathBuf>,
@@ -555,6 +602,16 @@ pub struct Config {
     pub voice_twiml: Option<String>,
     /// SRTP policy of call media.
     pub srtp: ontime_sip::SrtpPolicy,
+    /// Registrations: address-of-record URIs.
+    pub register: Vec<String>,
+    /// Digest user of the registrations (None: each URI's user).
+    pub register_user: Option<String>,
+    /// Digest password of the registrations (and of challenges to our calls).
+    pub register_password: Option<Secret>,
+    /// Registration expiry asked for.
+    pub register_expires: Duration,
+    /// Digest credentials INVITEs must carry (user, password).
+    pub trunk_auth: Option<(String, Secret)>,
     /// SIP over TCP listen address.
     pub sip_listen_tcp: Option<SocketAddr>,
     /// SIP over TLS listen address.
@@ -615,6 +672,11 @@ impl Default for Config {
             voice_url: None,
             voice_twiml: None,
             srtp: ontime_sip::SrtpPolicy::Optional,
+            register: Vec::new(),
+            register_user: None,
+            register_password: None,
+            register_expires: Duration::from_secs(3600),
+            trunk_auth: None,
             sip_listen_tcp: None,
             sip_listen_tls: None,
             tls_cert: None,
@@ -902,6 +964,55 @@ impl Config {
         if let Some(v) = args.srtp.or(file.srtp) {
             c.srtp = v.policy();
         }
+        let register = if args.register.is_empty() {
+            file.register.clone().unwrap_or_default()
+        } else {
+            args.register.clone()
+        };
+        for uri in &register {
+            crate::resolve::SipTarget::parse(uri).map_err(|reason| ConfigError::Invalid {
+                field: "register",
+                reason,
+            })?;
+        }
+        c.register = register;
+        c.register_user = pick!(register_user);
+        c.register_password = secret(
+            "register_password_file",
+            pick!(register_password_file),
+            "ONTIME_REGISTER_PASSWORD",
+        )?;
+        if !c.register.is_empty() && c.register_password.is_none() {
+            return Err(ConfigError::Invalid {
+                field: "register_password",
+                reason: "registering needs a password: set ONTIME_REGISTER_PASSWORD or \
+                         register_password_file"
+                    .into(),
+            });
+        }
+        if let Some(v) = pick!(register_expires) {
+            if !(60..=86_400).contains(&v) {
+                return Err(ConfigError::Invalid {
+                    field: "register_expires",
+                    reason: format!("{v} is outside 60..=86400 seconds"),
+                });
+            }
+            c.register_expires = Duration::from_secs(v);
+        }
+        if let Some(user) = pick!(trunk_auth) {
+            let password = secret(
+                "trunk_auth_password_file",
+                pick!(trunk_auth_password_file),
+                "ONTIME_TRUNK_AUTH_PASSWORD",
+            )?
+            .ok_or_else(|| ConfigError::Invalid {
+                field: "trunk_auth",
+                reason: "needs a password: set ONTIME_TRUNK_AUTH_PASSWORD or \
+                         trunk_auth_password_file"
+                    .into(),
+            })?;
+            c.trunk_auth = Some((user, password));
+        }
         c.tls_cert = pick!(tls_cert);
         c.tls_key = pick!(tls_key);
         c.tls_ca_file = pick!(tls_ca_file).or(c.ws_ca_file.clone());
@@ -942,19 +1053,11 @@ impl Config {
             }
             c.api_account_sid = v.to_string();
         }
-        c.api_auth_token = match pick!(api_auth_token_file) {
-            Some(path) => {
-                let text = std::fs::read_to_string(&path).map_err(|e| ConfigError::Invalid {
-                    field: "api_auth_token_file",
-                    reason: format!("{}: {e}", path.display()),
-                })?;
-                Some(Secret::new(text.trim()))
-            }
-            None => std::env::var("ONTIME_API_AUTH_TOKEN")
-                .ok()
-                .map(|t| Secret::new(t.trim())),
-        }
-        .filter(|t| !t.expose().is_empty());
+        c.api_auth_token = secret(
+            "api_auth_token_file",
+            pick!(api_auth_token_file),
+            "ONTIME_API_AUTH_TOKEN",
+        )?;
         if c.api_listen.is_some() && c.api_auth_token.is_none() {
             return Err(ConfigError::Invalid {
                 field: "api_auth_token",

@@ -64,6 +64,9 @@ pub enum Error {
     /// The builder was not given an agent.
     #[error("no agent: call GatewayBuilder::agent")]
     NoAgent,
+    /// A registrar (`register`) cannot be resolved.
+    #[error("config field `register`: {0}")]
+    Register(String),
     /// A TLS file or setting cannot be used.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
@@ -101,11 +104,45 @@ struct BoundStreams {
     tls: Option<SocketAddr>,
 }
 
+/// Resolve the registrations (RFC 3263; through the trunk as outbound proxy when one is
+/// configured). A registrar that cannot be resolved stops the start: it names the field.
+async fn resolve_registrations(
+    config: &Config,
+) -> Result<Vec<crate::sip_loop::Registration>, Error> {
+    let mut out = Vec::new();
+    for aor in &config.register {
+        let target = crate::resolve::SipTarget::parse(aor).map_err(Error::Register)?;
+        let (destination, transport) = match &config.trunk_uri {
+            Some(trunk) => (trunk.addr, trunk.transport),
+            None => (
+                crate::resolve::resolve(&target)
+                    .await
+                    .map_err(|e| Error::Register(format!("{aor}: {e}")))?,
+                target.transport,
+            ),
+        };
+        out.push(crate::sip_loop::Registration {
+            aor: aor.clone(),
+            destination,
+            transport,
+        });
+    }
+    Ok(out)
+}
+
 /// Bind the SIP TCP and TLS listeners that are configured and start accepting.
 async fn bind_streams(config: &Arc<Config>) -> Result<BoundStreams, Error> {
     let (tx, rx) = mpsc::channel(1024);
     let client = crate::tls::client_config(config.tls_ca_file.as_deref())?;
-    let trunk = config.trunk_cidrs.clone();
+    let registrations = resolve_registrations(config).await?;
+    // Calls arriving over a registration come from the registrar: trusted like the trunk.
+    let mut trusted = config.trunk_cidrs.clone();
+    trusted.extend(
+        registrations
+            .iter()
+            .map(|r| ipnet::IpNet::from(r.destination.ip())),
+    );
+    let trunk = trusted.clone();
     let transports = crate::transport::StreamTransports::new(
         tx,
         Some(tokio_rustls::TlsConnector::from(client)),
@@ -142,6 +179,8 @@ async fn bind_streams(config: &Arc<Config>) -> Result<BoundStreams, Error> {
             messages: rx,
             tcp_addr: advertise(tcp),
             tls_addr: advertise(tls),
+            registrations,
+            trusted,
         },
         tcp,
         tls,

@@ -47,7 +47,11 @@ impl SipTarget {
                     "udp" if !secure => Transport::Udp,
                     "tcp" if !secure => Transport::Tcp,
                     "tls" | "tcp" => Transport::Tls,
-                    other => return Err(format!("`{uri}`: transport `{other}` is not udp, tcp or tls")),
+                    other => {
+                        return Err(format!(
+                            "`{uri}`: transport `{other}` is not udp, tcp or tls"
+                        ))
+                    }
                 };
             }
         }
@@ -102,7 +106,10 @@ impl SipTarget {
 /// Resolve `target` to the address its requests go to.
 pub async fn resolve(target: &SipTarget) -> Result<SocketAddr, String> {
     if let Ok(ip) = target.host.parse::<IpAddr>() {
-        return Ok(SocketAddr::new(ip, target.port.unwrap_or(target.default_port())));
+        return Ok(SocketAddr::new(
+            ip,
+            target.port.unwrap_or(target.default_port()),
+        ));
     }
     let resolver = TokioResolver::builder_tokio()
         .map_err(|e| format!("DNS resolver: {e}"))?
@@ -176,8 +183,14 @@ mod tests {
     #[tokio::test]
     async fn ip_literals_resolve_without_dns() {
         let t = SipTarget::parse("sip:bob@127.0.0.1").unwrap();
-        assert_eq!(resolve(&t).await.unwrap(), "127.0.0.1:5060".parse().unwrap());
+        assert_eq!(
+            resolve(&t).await.unwrap(),
+            "127.0.0.1:5060".parse().unwrap()
+        );
         let t = SipTarget::parse("sips:bob@127.0.0.1:5071").unwrap();
-        assert_eq!(resolve(&t).await.unwrap(), "127.0.0.1:5071".parse().unwrap());
+        assert_eq!(
+            resolve(&t).await.unwrap(),
+            "127.0.0.1:5071".parse().unwrap()
+        );
     }
 }

@@ -103,7 +103,39 @@ pub(crate) struct SipLoop {
     /// SIP over TCP and TLS, if either listens (or we dial over them).
     streams: StreamTransports,
     stream_messages: mpsc::Receiver<StreamMessage>,
+    /// The trunk networks and the registrars' addresses.
+    trusted: Vec<ipnet::IpNet>,
+    /// Registrations to start.
+    registrations: Vec<Registration>,
+    /// Registrations started, with the registrar label of their gauge.
+    registered: HashMap<ontime_sip::RegistrationHandle, String>,
     tasks: tokio::task::JoinSet<()>,
+}
+
+/// The media of a call whose offer is ours and whose answer has not come yet: no remote
+/// address, so nothing is sent until [`DialogEvent::Media`] brings the answer.
+fn awaiting_answer() -> ontime_sip::NegotiatedMedia {
+    ontime_sip::NegotiatedMedia {
+        remote_rtp: None,
+        codec: Codec::Pcmu,
+        payload_type: 0,
+        telephone_event_pt: None,
+        remote_ptime_ms: None,
+        remote_maxptime_ms: None,
+        local_direction: ontime_sip::Direction::SendRecv,
+        srtp: false,
+    }
+}
+
+/// The user part of a SIP URI (`sip:alice@x` → `alice`).
+fn uri_user(uri: &str) -> String {
+    let rest = uri
+        .trim()
+        .trim_start_matches("sips:")
+        .trim_start_matches("sip:");
+    rest.split_once('@')
+        .map(|(u, _)| u.to_string())
+        .unwrap_or_default()
 }
 
 /// What the SIP loop is asked to do: by calls (BYE, REFER, INFO) and by the registry (dial out,
@@ -113,6 +145,17 @@ pub(crate) struct Requests {
     pub calls: mpsc::UnboundedReceiver<SipCall>,
     /// From the call registry.
     pub registry: mpsc::UnboundedReceiver<RegistryRequest>,
+}
+
+/// A registration the SIP loop keeps up, resolved.
+#[derive(Debug, Clone)]
+pub(crate) struct Registration {
+    /// The address of record (`sip:user@provider`).
+    pub aor: String,
+    /// Where the REGISTERs go (the registrar, or the trunk as outbound proxy).
+    pub destination: SocketAddr,
+    /// Over what.
+    pub transport: Transport,
 }
 
 /// The SIP loop's stream transports and where their messages arrive.
@@ -125,6 +168,11 @@ pub(crate) struct Streams {
     pub tcp_addr: Option<SocketAddr>,
     /// See `tcp_addr`.
     pub tls_addr: Option<SocketAddr>,
+    /// Registrations to keep up.
+    pub registrations: Vec<Registration>,
+    /// Sources trusted like the trunk networks: the trunk networks plus each registrar's
+    /// address (calls arriving over a registration come from there).
+    pub trusted: Vec<ipnet::IpNet>,
 }
 
 impl SipLoop {
@@ -152,10 +200,28 @@ impl SipLoop {
         sip_config.user_agent = config.sip_server_header.clone();
         // In-dialog requests are also accepted from every address of the trunk (a proxy in
         // front may send the BYE from another host than the INVITE).
-        let trunk = config.trunk_cidrs.clone();
+        let trunk = streams.trusted.clone();
         sip_config.trusted_peer = Some(Arc::new(move |ip| trunk.iter().any(|n| n.contains(&ip))));
+        if let Some(password) = &config.register_password {
+            // Our REGISTERs, and requests of ours a trunk challenges (INVITE, REFER, BYE).
+            let user = config
+                .register_user
+                .clone()
+                .or_else(|| streams.registrations.first().map(|r| uri_user(&r.aor)))
+                .unwrap_or_default();
+            sip_config.credentials = Some(ontime_sip::Credentials::new(
+                user,
+                password.expose().to_string(),
+            ));
+        }
+        if let Some((user, password)) = &config.trunk_auth {
+            sip_config.trunk_auth = Some(ontime_sip::Credentials::new(
+                user.clone(),
+                password.expose().to_string(),
+            ));
+        }
         let guard = SipGuard::new(
-            config.trunk_cidrs.clone(),
+            streams.trusted.clone(),
             config.untrusted_sip,
             config.sip_rate_limit,
             Instant::now(),
@@ -179,6 +245,9 @@ impl SipLoop {
             route,
             streams: streams.transports,
             stream_messages: streams.messages,
+            trusted: streams.trusted,
+            registrations: streams.registrations,
+            registered: HashMap::new(),
             tasks: tokio::task::JoinSet::new(),
         })
     }
@@ -186,6 +255,8 @@ impl SipLoop {
     /// Run until a drain has been asked for (`drain` gets its deadline) and every call has
     /// ended.
     pub(crate) async fn run(mut self, mut drain: tokio::sync::watch::Receiver<Option<Instant>>) {
+        self.start_registrations();
+        self.flush().await;
         let mut buf = vec![0u8; 65_536];
         let mut drain_deadline: Option<Instant> = None;
         let mut hung_up = false;
@@ -305,6 +376,27 @@ impl SipLoop {
         }
     }
 
+    fn start_registrations(&mut self) {
+        for r in std::mem::take(&mut self.registrations) {
+            let params = ontime_sip::RegistrationParams {
+                registrar_uri: None,
+                aor: r.aor.clone(),
+                contact: None,
+                destination: r.destination,
+                transport: r.transport,
+                expires: self.config.register_expires,
+            };
+            match self.endpoint.register(params, Instant::now()) {
+                Ok(handle) => {
+                    info!(aor = %r.aor, registrar = %r.destination, transport = r.transport.name(), "registering");
+                    metrics::gauge!(m::REGISTRATION_UP, "registrar" => r.aor.clone()).set(0.0);
+                    self.registered.insert(handle, r.aor);
+                }
+                Err(e) => warn!(aor = %r.aor, error = %e, "REGISTER could not be sent"),
+            }
+        }
+    }
+
     fn registry_request(&mut self, req: RegistryRequest) {
         match req {
             RegistryRequest::DialOut { sid, call } => self.dial_out(sid, call),
@@ -388,6 +480,12 @@ impl SipLoop {
             SipCommand::StopAccepting => {
                 self.slots.stop_accepting();
                 self.endpoint.set_accepting(false);
+                // RFC 3261 §10.2.2: take our bindings away, so the provider stops sending calls.
+                for handle in self.registered.keys().copied().collect::<Vec<_>>() {
+                    if let Err(e) = self.endpoint.unregister(handle, Instant::now()) {
+                        warn!(error = %e, "unregister failed");
+                    }
+                }
                 info!(calls = self.calls.len(), "draining: no new calls");
             }
         }
@@ -479,6 +577,29 @@ impl SipLoop {
                 }
             }
             Event::Answered { call, answer } => self.outbound_answered(call, answer),
+            Event::AckAnswer { call, answer } => self.late_answer(call, answer),
+            Event::Registered { handle, expires } => {
+                if let Some(aor) = self.registered.get(&handle) {
+                    info!(%aor, expires_s = expires.as_secs(), "registered");
+                    metrics::gauge!(m::REGISTRATION_UP, "registrar" => aor.clone()).set(1.0);
+                }
+            }
+            Event::RegistrationFailed {
+                handle,
+                status,
+                retry_in,
+            } => {
+                if let Some(aor) = self.registered.get(&handle) {
+                    warn!(%aor, status, retry_in_s = retry_in.as_secs(), "registration failed");
+                    metrics::gauge!(m::REGISTRATION_UP, "registrar" => aor.clone()).set(0.0);
+                }
+            }
+            Event::Unregistered { handle } => {
+                if let Some(aor) = self.registered.remove(&handle) {
+                    info!(%aor, "unregistered");
+                    metrics::gauge!(m::REGISTRATION_UP, "registrar" => aor).set(0.0);
+                }
+            }
             Event::Ended { call, reason } => {
                 if let Some(p) = self.dialing.remove(&call) {
                     self.end_unanswered_outbound(p, reason);
@@ -519,7 +640,11 @@ impl SipLoop {
         let call = incoming.call;
         let span = tracing::info_span!("call", call_id = %incoming.call_id);
         let _enter = span.enter();
-        if !self.config.is_trunk(incoming.source.ip()) {
+        if !self
+            .trusted
+            .iter()
+            .any(|n| n.contains(&incoming.source.ip()))
+        {
             warn!(source = %incoming.source, "INVITE from outside the trunk networks: 403");
             return self.reject(call, RejectReason::NotTrunk);
         }
@@ -527,48 +652,33 @@ impl SipLoop {
             Ok(a) => a,
             Err(reason) => return self.reject(call, reason),
         };
-        let Some(offer) = incoming.offer.clone() else {
-            // Late offer (INVITE without SDP) is not supported: trunks send an offer.
-            return self.reject(call, RejectReason::NoCommonCodec);
-        };
         let Some(port) = admitted.slot.port() else {
             return self.reject(call, RejectReason::NoRtpPort);
         };
         let local = self.local_media(port);
-        let mut keys = None;
-        let answered = ontime_sip::sdp::answer_offer_srtp(
-            &offer,
-            &local,
-            self.config.srtp,
-            &mut |_, section| match ontime_srtp::answer_offer(section.attribute_values("crypto")) {
-                Ok(k) => {
-                    let line = k.local.to_string();
-                    keys = Some(k);
-                    Some(line)
-                }
-                Err(e) => {
-                    info!(reason = e.reason(), "offered crypto lines unusable");
-                    None
-                }
+        let (answer, negotiated, srtp) = match incoming.offer.as_ref() {
+            Some(offer) => match self.answer_offer(offer, &local) {
+                Ok(answered) => answered,
+                Err((reason, why)) => return self.reject_with(call, reason, Some(why)),
             },
-        );
-        let (answer, negotiated) = match answered {
-            Ok(ok) => ok,
-            Err(ontime_sip::Error::Srtp(why)) => {
-                info!(why, "SRTP policy refused the offer: 488");
-                return self.reject_with(call, RejectReason::Srtp, Some(why));
-            }
-            Err(e) => {
-                info!(error = %e, "no common codec: 488");
+            // Late offer (RFC 3261 §13.2.1): our offer goes in the 200, the answer comes in
+            // the ACK (`Event::AckAnswer`); until then the call has no remote media.
+            None if self.config.srtp == ontime_sip::SrtpPolicy::Required => {
                 return self.reject_with(
                     call,
-                    RejectReason::NoCommonCodec,
-                    Some("no common codec: PCMU or PCMA at 8000 Hz"),
+                    RejectReason::Srtp,
+                    Some("SRTP required: an INVITE without SDP is answered with plain RTP only"),
                 );
             }
+            None => {
+                info!("late offer: our offer goes in the 200");
+                (
+                    ontime_sip::sdp::build_offer(&local),
+                    awaiting_answer(),
+                    None,
+                )
+            }
         };
-        // Only the chosen section's keys count (the closure may have seen others first).
-        let srtp = keys.filter(|_| negotiated.srtp);
         let info = CallInfo {
             call_sid: crate::call::new_call_sid(),
             account_sid: self.config.api_account_sid.clone(),
@@ -768,16 +878,7 @@ impl SipLoop {
         CallDetailRecord::start(&info, start_unix_ms).log();
         self.sids.insert(sid, handle);
         // Negotiated for real from the answer; this placeholder never reaches a call.
-        let negotiated = ontime_sip::NegotiatedMedia {
-            remote_rtp: None,
-            codec: Codec::Pcmu,
-            payload_type: 0,
-            telephone_event_pt: None,
-            remote_ptime_ms: None,
-            remote_maxptime_ms: None,
-            local_direction: ontime_sip::Direction::SendRecv,
-            srtp: false,
-        };
+        let negotiated = awaiting_answer();
         self.dialing.insert(
             handle,
             PendingCall {
@@ -800,6 +901,73 @@ impl SipLoop {
             tokio::time::sleep(timeout).await;
             let _ = tx.send(SipCommand::RingTimeout(handle));
         });
+    }
+
+    /// Our answer to an offer under the SRTP policy, the media, and the SDES keys if SRTP;
+    /// or why not (the refusal and its Warning text).
+    fn answer_offer(
+        &self,
+        offer: &SessionDescription,
+        local: &LocalMedia,
+    ) -> Result<
+        (
+            SessionDescription,
+            ontime_sip::NegotiatedMedia,
+            Option<ontime_srtp::SdesKeys>,
+        ),
+        (RejectReason, &'static str),
+    > {
+        let mut keys = None;
+        let answered = ontime_sip::sdp::answer_offer_srtp(
+            offer,
+            local,
+            self.config.srtp,
+            &mut |_, section| match ontime_srtp::answer_offer(section.attribute_values("crypto")) {
+                Ok(k) => {
+                    let line = k.local.to_string();
+                    keys = Some(k);
+                    Some(line)
+                }
+                Err(e) => {
+                    info!(reason = e.reason(), "offered crypto lines unusable");
+                    None
+                }
+            },
+        );
+        match answered {
+            // Only the chosen section's keys count (the closure may have seen others first).
+            Ok((answer, negotiated)) => Ok((answer, negotiated, keys.filter(|_| negotiated.srtp))),
+            Err(ontime_sip::Error::Srtp(why)) => {
+                info!(why, "SRTP policy refused the offer: 488");
+                Err((RejectReason::Srtp, why))
+            }
+            Err(e) => {
+                info!(error = %e, "no common codec: 488");
+                Err((
+                    RejectReason::NoCommonCodec,
+                    "no common codec: PCMU or PCMA at 8000 Hz",
+                ))
+            }
+        }
+    }
+
+    /// The answer to our late offer arrived in the ACK: the call's media starts.
+    fn late_answer(&mut self, call: ontime_sip::CallHandle, answer: SessionDescription) {
+        let Some(entry) = self.calls.get(&call) else {
+            return;
+        };
+        match ontime_sip::sdp::read_answer(&answer, &entry.local) {
+            Ok(n) => {
+                info!(codec = ?n.codec, "late offer answered in the ACK");
+                let _ = entry.dialog.send(DialogEvent::Media(n));
+            }
+            Err(e) => {
+                warn!(error = %e, "the ACK's answer is unusable: hanging up");
+                let _ = entry
+                    .dialog
+                    .send(DialogEvent::Hangup(EndCause::SignallingFailure));
+            }
+        }
     }
 
     fn outbound_answered(

@@ -50,6 +50,9 @@ pub const SIP_CONNECTIONS: &str = "ontime_sip_connections";
 pub const SRTP_DROPPED_TOTAL: &str = "ontime_srtp_dropped_total";
 /// Calls answered, by SIP transport and media (`rtp`, `srtp`).
 pub const CALLS_ANSWERED_TOTAL: &str = "ontime_calls_answered_total";
+/// 1 while a registration (`--register`) is up, by address of record; 0 before the first
+/// success, after a failure and after the unregister.
+pub const REGISTRATION_UP: &str = "ontime_registration_up";
 /// SIP connections refused at the per-source or total bound.
 pub const SIP_CONNECTIONS_REFUSED_TOTAL: &str = "ontime_sip_connections_refused_total";
 /// TLS handshakes that failed or timed out, by side (`server`: a peer connecting to us;
@@ -315,6 +318,11 @@ pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
         "SIP messages dropped because their connection's send queue was full."
     );
     counter!(SIP_STREAM_SEND_DROPPED_TOTAL).absolute(0);
+    describe_gauge!(
+        REGISTRATION_UP,
+        Unit::Count,
+        "1 while a registration is up, by address of record."
+    );
     describe_counter!(
         SRTP_DROPPED_TOTAL,
         Unit::Count,
