@@ -332,6 +332,10 @@ pub struct Args {
     /// File holding the trunk-auth password.
     #[arg(long, env = "ONTIME_TRUNK_AUTH_PASSWORD_FILE")]
     pub trunk_auth_password_file: Option<PathBuf>,
+    /// Digest algorithms the trunk-auth challenges offer, in order (`SHA-256,MD5` by default;
+    /// `MD5` alone for clients that answer only the first challenge).
+    #[arg(long, env = "ONTIME_TRUNK_AUTH_ALGORITHMS", value_delimiter = ',')]
+    pub trunk_auth_algorithms: Vec<String>,
     /// SIP over TCP listen address (off unless set).
     #[arg(long, env = "ONTIME_SIP_LISTEN_TCP")]
     pub sip_listen_tcp: Option<String>,
@@ -513,6 +517,7 @@ struct FileConfig {
     register_expires: Option<u64>,
     trunk_auth: Option<String>,
     trunk_auth_password_file: Option<PathBuf>,
+    trunk_auth_algorithms: Option<Vec<String>>,
     sip_listen_tcp: Option<String>,
     sip_listen_tls: Option<String>,
     tls_cert: Option<PathBuf>,
@@ -612,6 +617,8 @@ pub struct Config {
     pub register_expires: Duration,
     /// Digest credentials INVITEs must carry (user, password).
     pub trunk_auth: Option<(String, Secret)>,
+    /// The algorithms its challenges offer, in order.
+    pub trunk_auth_algorithms: Vec<ontime_sip::digest::Algorithm>,
     /// SIP over TCP listen address.
     pub sip_listen_tcp: Option<SocketAddr>,
     /// SIP over TLS listen address.
@@ -677,6 +684,10 @@ impl Default for Config {
             register_password: None,
             register_expires: Duration::from_secs(3600),
             trunk_auth: None,
+            trunk_auth_algorithms: vec![
+                ontime_sip::digest::Algorithm::Sha256,
+                ontime_sip::digest::Algorithm::Md5,
+            ],
             sip_listen_tcp: None,
             sip_listen_tls: None,
             tls_cert: None,
@@ -1012,6 +1023,32 @@ impl Config {
                     .into(),
             })?;
             c.trunk_auth = Some((user, password));
+        }
+        let algorithms = if args.trunk_auth_algorithms.is_empty() {
+            file.trunk_auth_algorithms.clone()
+        } else {
+            Some(args.trunk_auth_algorithms.clone())
+        };
+        if let Some(list) = algorithms {
+            c.trunk_auth_algorithms = list
+                .iter()
+                .map(|a| match ontime_sip::digest::Algorithm::parse(a.trim()) {
+                    Some(
+                        alg @ (ontime_sip::digest::Algorithm::Md5
+                        | ontime_sip::digest::Algorithm::Sha256),
+                    ) => Ok(alg),
+                    _ => Err(ConfigError::Invalid {
+                        field: "trunk_auth_algorithms",
+                        reason: format!("`{a}` is not MD5 or SHA-256"),
+                    }),
+                })
+                .collect::<Result<_, _>>()?;
+            if c.trunk_auth_algorithms.is_empty() {
+                return Err(ConfigError::Invalid {
+                    field: "trunk_auth_algorithms",
+                    reason: "needs at least one algorithm".into(),
+                });
+            }
         }
         c.tls_cert = pick!(tls_cert);
         c.tls_key = pick!(tls_key);

@@ -214,6 +214,7 @@ impl SipLoop {
                 password.expose().to_string(),
             ));
         }
+        sip_config.trunk_auth_algorithms = config.trunk_auth_algorithms.clone();
         if let Some((user, password)) = &config.trunk_auth {
             sip_config.trunk_auth = Some(ontime_sip::Credentials::new(
                 user.clone(),

@@ -219,13 +219,20 @@ fn http(
 /// Start the gateway with its API on `api_port`, fresh credentials (the token in the
 /// environment, never on the command line) and `extra` flags.
 fn start_with_api(extra: &[&str], api_port: u16) -> ApiGateway {
+    start_with_api_env(extra, api_port, &[])
+}
+
+/// [`start_with_api`] with more environment variables (secrets).
+fn start_with_api_env(extra: &[&str], api_port: u16, env: &[(&str, &str)]) -> ApiGateway {
     let account = format!("AC{}", hex32());
     let token = hex32();
     let api: SocketAddr = format!("127.0.0.1:{api_port}").parse().unwrap();
     let listen = api.to_string();
     let mut args = vec!["--api-listen", &listen, "--api-account-sid", &account];
     args.extend_from_slice(extra);
-    let gw = start_gateway_env(&args, &[("ONTIME_API_AUTH_TOKEN", &token)]);
+    let mut all_env = vec![("ONTIME_API_AUTH_TOKEN", token.as_str())];
+    all_env.extend_from_slice(env);
+    let gw = start_gateway_env(&args, &all_env);
     ApiGateway {
         gw,
         api,
@@ -1450,4 +1457,67 @@ fn pipecat_twilio_serializer_hangs_up_the_sip_call_through_the_api() {
     );
     let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
     assert_eq!(view["status"], "completed", "{view}");
+}
+
+#[test]
+fn an_outbound_call_challenged_by_the_trunk_is_answered_with_digest() {
+    let Some(_one) = begin() else { return };
+    let trunk_sip = free_udp_port();
+    let callee_media = free_udp_port() & !1;
+    let trunk = format!("sip:127.0.0.1:{trunk_sip}");
+    let password = "trunk-pw-5c1d";
+    let cc = start_with_api_env(
+        &["--trunk-uri", &trunk, "--register-user", "carol"],
+        free_tcp_port(),
+        &[("ONTIME_REGISTER_PASSWORD", password)],
+    );
+    let dir = tempdir("challenged");
+    let speech = fresh_speech(
+        &dir,
+        "Hello this is the clinic calling to confirm your visit.",
+    );
+    let scen = scenario(
+        "callee_challenges.xml",
+        &[
+            ("@USER@", "carol"),
+            ("@PASSWORD@", password),
+            ("@SPEECH@", speech.to_str().unwrap()),
+            ("@LISTEN_MS@", "3000"),
+        ],
+    );
+    let callee = spawn_sipp_uas(&scen, trunk_sip, 1, callee_media, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(500));
+    let form = [
+        ("To", "+15551230000"),
+        ("From", "+15557654321"),
+        ("Twiml", r#"<Response><Pause length="1"/></Response>"#),
+    ];
+    let r = cc.request("POST", &cc.calls_path(), Some(&form));
+    assert_eq!(r.status, 201, "{} {}", r.body, cc.context());
+    let sid = r.json()["sid"].as_str().unwrap_or_default().to_string();
+    let (ok, log) = callee.finish(Duration::from_secs(60));
+    assert!(
+        ok,
+        "the challenging trunk's call failed:\n{log}\n{}",
+        cc.context()
+    );
+    assert!(wait_until(Duration::from_secs(10), || {
+        cc.request("GET", &cc.call_path(&sid), None).json()["status"] == "completed"
+    }));
+    let body = cc.gw.metrics_text();
+    assert_eq!(
+        metric_value(&body, "ontime_outbound_calls_total{result=\"answered\"}"),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        metric_value(
+            &body,
+            "ontime_sip_auth_challenges_received_total{outcome=\"answered\"}"
+        ),
+        Some(1.0),
+        "{body}"
+    );
+    let logs = std::fs::read_to_string(&cc.gw.log).unwrap() + &cc.gw.stderr();
+    assert!(!logs.contains(password), "the password reached the log");
 }

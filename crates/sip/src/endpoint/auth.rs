@@ -423,8 +423,10 @@ impl Endpoint {
         counters::count_challenge_sent(reason);
         tracing::debug!(%source, call_id = msg.call_id(), reason = ?reason, "INVITE challenged");
         let nonce = self.mint_nonce(source.ip(), now);
-        // SHA-256 first, MD5 for the clients that know nothing else (RFC 8760 §2.4).
-        let extra: HeaderList = [Algorithm::Sha256, Algorithm::Md5]
+        let extra: HeaderList = self
+            .config
+            .trunk_auth_algorithms
+            .clone()
             .into_iter()
             .map(|algorithm| {
                 let c = Challenge {

@@ -122,6 +122,10 @@ pub struct Config {
     /// random key) and live [`NONCE_LIFETIME`]. Requests inside a dialog are not challenged.
     /// `None` (the default): no challenge.
     pub trunk_auth: Option<Credentials>,
+    /// The digest algorithms offered in those challenges, one `WWW-Authenticate` each, in
+    /// order (default SHA-256 then MD5, RFC 8760 §2.4). Some clients answer only the first
+    /// challenge they see: list MD5 alone for them.
+    pub trunk_auth_algorithms: Vec<crate::digest::Algorithm>,
 }
 
 /// How long a nonce of ours stays good (RFC 7616 §5.4 leaves it to the server): an INVITE
@@ -148,6 +152,7 @@ impl fmt::Debug for Config {
             )
             .field("credentials", &self.credentials)
             .field("trunk_auth", &self.trunk_auth)
+            .field("trunk_auth_algorithms", &self.trunk_auth_algorithms)
             .finish()
     }
 }
@@ -178,6 +183,10 @@ impl Config {
             trusted_peer: None,
             credentials: None,
             trunk_auth: None,
+            trunk_auth_algorithms: vec![
+                crate::digest::Algorithm::Sha256,
+                crate::digest::Algorithm::Md5,
+            ],
         }
     }
 }
