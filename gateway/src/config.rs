@@ -411,57 +411,28 @@ impl FromStr for TrunkUri {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         use std::net::ToSocketAddrs;
-        let (secure, rest) = match s.trim().strip_prefix("sips:") {
-            Some(rest) => (true, rest),
-            None => (
-                false,
-                s.trim().strip_prefix("sip:").ok_or_else(|| {
-                    format!("`{s}` is not a sip: or sips: URI (e.g. sip:192.0.2.1:5060)")
-                })?,
-            ),
-        };
-        let mut transport = if secure {
-            ontime_sip::Transport::Tls
-        } else {
-            ontime_sip::Transport::Udp
-        };
-        for param in rest.split(';').skip(1) {
-            if let Some(t) = param.trim().strip_prefix("transport=") {
-                transport = match t.to_ascii_lowercase().as_str() {
-                    "udp" if !secure => ontime_sip::Transport::Udp,
-                    "tcp" if !secure => ontime_sip::Transport::Tcp,
-                    "tls" | "tcp" => ontime_sip::Transport::Tls,
-                    other => {
-                        return Err(format!("`{s}`: transport `{other}` is not udp, tcp or tls"))
-                    }
-                };
-            }
-        }
-        // Drop URI parameters and any user part: the trunk is a host.
-        let host_port = rest.split(';').next().unwrap_or("");
-        let host_port = host_port.rsplit('@').next().unwrap_or("").to_string();
-        if host_port.is_empty() {
-            return Err(format!("`{s}` has no host"));
-        }
-        let default_port = if transport == ontime_sip::Transport::Tls {
-            5061
-        } else {
-            5060
-        };
-        let with_port = if host_port.ends_with(']') || !host_port.contains(':') {
-            format!("{host_port}:{default_port}")
-        } else {
-            host_port.clone()
-        };
-        let addr = with_port
+        let t = crate::resolve::SipTarget::parse(s)?;
+        let port = t.port.unwrap_or(t.default_port());
+        // Resolved once at start-up by the system resolver (A/AAAA): a trunk URI names the
+        // proxy itself. Registrars get RFC 3263's SRV lookup (`resolve`).
+        let addr = (t.host.as_str(), port)
             .to_socket_addrs()
             .map_err(|e| format!("`{s}`: {e}"))?
             .next()
             .ok_or_else(|| format!("`{s}`: the host has no address"))?;
+        let host = if t.host.contains(':') {
+            format!("[{}]", t.host)
+        } else {
+            t.host.clone()
+        };
+        let host_port = match t.port {
+            Some(p) => format!("{host}:{p}"),
+            None => host,
+        };
         Ok(TrunkUri {
             host_port,
             addr,
-            transport,
+            transport: t.transport,
         })
     }
 }
@@ -1145,6 +1116,65 @@ mod tests {
         let mut v = vec!["ontime-gateway"];
         v.extend_from_slice(list);
         Args::parse_from(v)
+    }
+
+    fn err(list: &[&str]) -> String {
+        Config::resolve(args(list)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn provider_fields_resolve_and_bad_ones_are_named() {
+        let c = Config::resolve(args(&[
+            "--srtp",
+            "required",
+            "--sip-listen-tcp",
+            "127.0.0.1:5060",
+            "--trunk-uri",
+            "sip:127.0.0.1:5070;transport=tcp",
+            "--trunk-auth-algorithms",
+            "MD5",
+        ]))
+        .unwrap();
+        assert_eq!(c.srtp, ontime_sip::SrtpPolicy::Required);
+        assert_eq!(c.sip_listen_tcp, Some("127.0.0.1:5060".parse().unwrap()));
+        let trunk = c.trunk_uri.unwrap();
+        assert_eq!(trunk.transport, ontime_sip::Transport::Tcp);
+        assert_eq!(trunk.host_port, "127.0.0.1:5070");
+        assert_eq!(
+            c.trunk_auth_algorithms,
+            vec![ontime_sip::digest::Algorithm::Md5]
+        );
+        // sips: defaults to TLS on 5061.
+        let c = Config::resolve(args(&["--trunk-uri", "sips:127.0.0.1"])).unwrap();
+        let trunk = c.trunk_uri.unwrap();
+        assert_eq!(trunk.transport, ontime_sip::Transport::Tls);
+        assert_eq!(trunk.addr, "127.0.0.1:5061".parse().unwrap());
+        assert!(err(&["--sip-listen-tls", "127.0.0.1:5061"]).starts_with("config field `tls_cert`"));
+        assert!(err(&["--trunk-uri", "http://x"]).starts_with("config field `trunk_uri`"));
+        assert!(err(&["--register", "mailto:x"]).starts_with("config field `register`"));
+        assert!(err(&["--trunk-auth-algorithms", "SHA-512"])
+            .starts_with("config field `trunk_auth_algorithms`"));
+        assert!(err(&["--api-account-sid", "AC12"]).starts_with("config field `api_account_sid`"));
+        // Secrets come from files or the environment; the file's field is named when unreadable.
+        assert!(err(&["--api-auth-token-file", "/nonexistent/token"])
+            .starts_with("config field `api_auth_token_file`"));
+        let dir = std::env::temp_dir().join(format!("ontime-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pw");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        let c = Config::resolve(args(&[
+            "--register",
+            "sip:alice@127.0.0.1",
+            "--register-password-file",
+            file.to_str().unwrap(),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.register_password.as_ref().map(Secret::expose),
+            Some("s3cret")
+        );
+        assert!(!format!("{c:?}").contains("s3cret"), "a secret in Debug");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -143,10 +143,28 @@ async fn bind_streams(config: &Arc<Config>) -> Result<BoundStreams, Error> {
             .map(|r| ipnet::IpNet::from(r.destination.ip())),
     );
     let trunk = trusted.clone();
+    // TLS to the trunk and the registrars verifies the host names written in the config.
+    let mut names = std::collections::HashMap::new();
+    let hosts = config
+        .trunk_uri
+        .iter()
+        .map(|t| (t.addr, t.host_port.clone()))
+        .chain(registrations.iter().map(|r| (r.destination, r.aor.clone())));
+    for (addr, uri_or_host) in hosts {
+        let host = crate::resolve::SipTarget::parse(&uri_or_host)
+            .or_else(|_| crate::resolve::SipTarget::parse(&format!("sip:{uri_or_host}")))
+            .map(|t| t.host);
+        if let Ok(host) = host {
+            if host.parse::<std::net::IpAddr>().is_err() {
+                names.insert(addr.ip(), host);
+            }
+        }
+    }
     let transports = crate::transport::StreamTransports::new(
         tx,
         Some(tokio_rustls::TlsConnector::from(client)),
         Arc::new(move |ip| trunk.iter().any(|n| n.contains(&ip))),
+        names,
     );
     let bind = |what: &'static str, addr: SocketAddr| async move {
         let listener = tokio::net::TcpListener::bind(addr)

@@ -81,6 +81,9 @@ pub struct StreamTransports {
     connector: Option<TlsConnector>,
     limits: Limits,
     trusted: Arc<dyn Fn(IpAddr) -> bool + Send + Sync>,
+    /// Host names of the addresses we dial over TLS (the trunk's, the registrars'): the
+    /// certificate must name the host the operator wrote, not the address it resolved to.
+    names: Arc<HashMap<IpAddr, String>>,
 }
 
 impl StreamTransports {
@@ -90,6 +93,7 @@ impl StreamTransports {
         incoming: mpsc::Sender<StreamMessage>,
         connector: Option<TlsConnector>,
         trusted: Arc<dyn Fn(IpAddr) -> bool + Send + Sync>,
+        names: HashMap<IpAddr, String>,
     ) -> StreamTransports {
         StreamTransports {
             table: Arc::new(Mutex::new(Table::default())),
@@ -97,6 +101,7 @@ impl StreamTransports {
             connector,
             limits: Limits::default(),
             trusted,
+            names: Arc::new(names),
         }
     }
 
@@ -278,8 +283,13 @@ impl StreamTransports {
             match connector {
                 None => this.run(tcp, destination, transport, conn, rx).await,
                 Some(connector) => {
-                    // The peer is an address: its certificate must name that IP.
-                    let name = ServerName::IpAddress(destination.ip().into());
+                    // The host name the operator configured for this address, else the
+                    // address itself (the certificate must then name that IP).
+                    let name = this
+                        .names
+                        .get(&destination.ip())
+                        .and_then(|h| ServerName::try_from(h.clone()).ok())
+                        .unwrap_or_else(|| ServerName::IpAddress(destination.ip().into()));
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, connector.connect(name, tcp))
                         .await
                     {
