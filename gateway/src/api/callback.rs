@@ -49,6 +49,9 @@ pub struct CallbackConfig {
     pub backoff: Duration,
     /// Status callbacks in flight at once (including their retries); more are dropped.
     pub max_in_flight: usize,
+    /// TLS for https:// (the gateway's client config: system roots plus `tls_ca_file`);
+    /// `None`: the system's roots.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Default for CallbackConfig {
@@ -58,6 +61,7 @@ impl Default for CallbackConfig {
             max_body: twiml::MAX_TWIML_BYTES,
             retries: 3,
             backoff: Duration::from_millis(500),
+            tls: None,
             max_in_flight: 256,
         }
     }
@@ -165,9 +169,13 @@ impl Callbacks {
         // The host's trust store, so that bot servers behind a private CA work (as the
         // agents' wss:// does). A host without one still gets http:// callbacks; https://
         // ones then fail with a certificate error, which is logged.
-        let builder = match hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_native_roots(provider.clone())
-        {
+        let builder = match config.tls.clone().map_or_else(
+            || {
+                hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_provider_and_native_roots(provider.clone())
+            },
+            |tls| Ok(hyper_rustls::HttpsConnectorBuilder::new().with_tls_config((*tls).clone())),
+        ) {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(error = %e, "no system root certificates: https:// callbacks will fail");

@@ -46,7 +46,15 @@ pub(crate) mod wiring {
             .api_auth_token
             .as_ref()
             .map_or(String::new(), |t| t.expose().to_string());
-        Callbacks::new(token)
+        let tls = crate::tls::client_config(config.tls_ca_file.as_deref())
+            .map_err(|e| super::CallbackError::Tls(e.to_string()))?;
+        Callbacks::with_config(
+            token,
+            super::CallbackConfig {
+                tls: Some(tls),
+                ..super::CallbackConfig::default()
+            },
+        )
     }
 
     /// Bind the API on `addr` and serve it until the task is aborted.
