@@ -159,6 +159,18 @@ impl CpuBudget {
         self.started_in_window = 0;
     }
 
+    /// Would a job costing about `estimated` fit in this window's allowance now? Unlike
+    /// [`CpuBudget::check`] it changes nothing and counts nothing: for optional work (a
+    /// speculative Smart Turn run) that is skipped rather than deferred.
+    pub fn fits(&self, now: Duration, thread_cpu: Duration, estimated: Duration) -> bool {
+        let Some(allowance) = self.allowance else {
+            return true;
+        };
+        let mut probe = self.clone();
+        probe.roll(now, thread_cpu);
+        probe.used(thread_cpu) + estimated <= allowance
+    }
+
     /// May a job costing about `estimated` start now? Counts a deferral when not.
     pub fn check(
         &mut self,
@@ -280,6 +292,22 @@ mod tests {
         assert!(total >= 10 * MS * 60 - 60 * MS, "total {total:?}");
         assert!(b.oversize_runs() >= 9);
         assert!(b.deferrals() > 0);
+    }
+
+    #[test]
+    fn fits_probes_without_counting() {
+        let mut b = CpuBudget::new(quota(50), 10 * MS);
+        assert!(CpuBudget::new(None, 10 * MS).fits(Duration::ZERO, Duration::ZERO, 500 * MS));
+        assert_eq!(
+            b.check(Duration::ZERO, Duration::ZERO, MS),
+            BudgetDecision::Run
+        );
+        // 30 ms used of 40: 10 ms fits, 11 does not; nothing is counted.
+        assert!(b.fits(50 * MS, 30 * MS, 10 * MS));
+        assert!(!b.fits(50 * MS, 30 * MS, 11 * MS));
+        assert_eq!(b.deferrals(), 0);
+        // The next window has room again.
+        assert!(b.fits(100 * MS, 30 * MS, 40 * MS));
     }
 
     #[test]

@@ -92,6 +92,23 @@ pub struct TurnParams {
     pub complete_threshold: f32,
     /// After an *incomplete* verdict, silence this long ends the turn anyway (pipecat `stop_secs` = 3 s).
     pub incomplete_timeout: Duration,
+    /// Start Smart Turn speculatively once the caller has been quiet this long (rounded to whole
+    /// 32 ms VAD chunks, at least one, and shorter than the VAD's stop duration), so its verdict
+    /// is ready when the stop is confirmed (`crate::speculative`). `None`: only after the stop,
+    /// as pipecat does.
+    pub speculate_after: Option<Duration>,
+    /// End the turn before the VAD's stop duration when the speculative verdict is confident
+    /// (`None`: never; the stop is always confirmed first).
+    pub early_end: Option<EarlyEnd>,
+}
+
+/// A confident speculative verdict ends the turn without waiting for the full stop duration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EarlyEnd {
+    /// The speculative probability must be at least this.
+    pub probability: f32,
+    /// And the caller quiet at least this long (rounded up to whole VAD chunks).
+    pub min_quiet: Duration,
 }
 
 impl Default for TurnParams {
@@ -101,6 +118,8 @@ impl Default for TurnParams {
             max_audio: Duration::from_secs(8),
             complete_threshold: 0.5,
             incomplete_timeout: Duration::from_secs(3),
+            speculate_after: Some(Duration::from_millis(32)),
+            early_end: None,
         }
     }
 }
@@ -170,6 +189,29 @@ impl PoolConfig {
                 self.turn.max_audio
             )));
         }
+        if let Some(after) = self.turn.speculate_after {
+            let chunks = crate::speech::chunks_for(after);
+            if chunks >= self.vad.stop_chunks() {
+                return Err(Error::InvalidConfig(format!(
+                    "turn speculate_after {after:?} is {chunks} VAD chunks; it must be fewer than \
+                     the stop duration's {} chunks",
+                    self.vad.stop_chunks()
+                )));
+            }
+        }
+        if let Some(early) = &self.turn.early_end {
+            if self.turn.speculate_after.is_none() {
+                return Err(Error::InvalidConfig(
+                    "turn early_end needs speculate_after (it uses the speculative verdict)".into(),
+                ));
+            }
+            if !(0.0..=1.0).contains(&early.probability) {
+                return Err(Error::InvalidConfig(format!(
+                    "turn early_end probability {} is outside 0..=1",
+                    early.probability
+                )));
+            }
+        }
         if let Some(q) = &self.quota {
             q.validate()?;
         }
@@ -203,5 +245,18 @@ mod tests {
         c.turn.max_audio = Duration::from_secs(8);
         c.vad.confidence = 1.5;
         assert!(c.validate().is_err());
+        c.vad.confidence = 0.7;
+        assert!(c.validate().is_ok());
+        c.turn.speculate_after = Some(Duration::from_millis(192));
+        assert!(
+            c.validate().is_err(),
+            "speculating at the stop is no speculation"
+        );
+        c.turn.speculate_after = None;
+        c.turn.early_end = Some(EarlyEnd {
+            probability: 0.9,
+            min_quiet: Duration::from_millis(64),
+        });
+        assert!(c.validate().is_err(), "early end needs speculation");
     }
 }

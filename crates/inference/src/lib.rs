@@ -24,7 +24,7 @@
 //!
 //! Modules: [`pool`] (the thread and the per-call API), [`vad`] (Silero session, batched rows),
 //! [`speech`] (pipecat's speech state machine, sans-IO), [`turn`] (Smart Turn session and the turn
-//! audio buffer), [`features`] (Whisper log-mel), [`resample`] (8→16 kHz), [`budget`] (CPU per
+//! audio buffer), [`speculative`] (the speculative end of turn, sans-IO), [`features`] (Whisper log-mel), [`resample`] (8→16 kHz), [`budget`] (CPU per
 //! CFS window, sans-IO), [`runtime`] (loading ONNX Runtime), [`config`], [`metrics`].
 
 // The README's examples are compiled and run with the doctests, so they stay true to the API.
@@ -41,13 +41,14 @@ pub mod metrics;
 pub mod pool;
 pub mod resample;
 pub mod runtime;
+pub mod speculative;
 pub mod speech;
 mod thread_cpu;
 pub mod turn;
 pub mod vad;
 
 pub use budget::{BudgetDecision, CpuBudget, CpuQuota};
-pub use config::{ModelPaths, PoolConfig, TurnParams};
+pub use config::{EarlyEnd, ModelPaths, PoolConfig, TurnParams};
 pub use error::{Error, Result};
 pub use math_threads::{
     disable_runtime_telemetry, pin_math_threads_to_one, prepare_process_environment,

@@ -11,6 +11,13 @@ pub const BUDGET_DEFERRALS_TOTAL: &str = "ontime_inference_budget_deferrals_tota
 /// Audio pushes rejected because the queue was full (counter).
 pub const QUEUE_FULL_TOTAL: &str = "ontime_inference_queue_full_total";
 
+/// Speculative Smart Turn verdicts by `outcome`: `used` (it was the turn's verdict),
+/// `discarded` (speech resumed or it did not cover the confirmed turn), `skipped` (not run: no CPU
+/// budget left) (counter).
+pub const TURN_SPECULATIVE_TOTAL: &str = "ontime_inference_turn_speculative_total";
+/// Turns ended early by a confident speculative verdict, before the full stop duration (counter).
+pub const TURN_EARLY_END_TOTAL: &str = "ontime_inference_turn_early_end_total";
+
 /// The `model` label of Silero VAD.
 pub const MODEL_VAD: &str = "silero_vad";
 /// The `model` label of Smart Turn.
@@ -48,6 +55,18 @@ pub fn describe_metrics() {
         let _ = histogram!(QUEUE_WAIT_SECONDS, "model" => model);
         let _ = histogram!(RUN_SECONDS, "model" => model);
     }
+    describe_counter!(
+        TURN_SPECULATIVE_TOTAL,
+        "Speculative Smart Turn verdicts, by outcome (used, discarded, skipped)"
+    );
+    describe_counter!(
+        TURN_EARLY_END_TOTAL,
+        "Turns ended by a confident speculative verdict before the full stop duration"
+    );
+    for outcome in ["used", "discarded", "skipped"] {
+        counter!(TURN_SPECULATIVE_TOTAL, "outcome" => outcome).increment(0);
+    }
+    counter!(TURN_EARLY_END_TOTAL).increment(0);
     counter!(BUDGET_DEFERRALS_TOTAL).increment(0);
     counter!(QUEUE_FULL_TOTAL).increment(0);
 }

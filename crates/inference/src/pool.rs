@@ -7,7 +7,13 @@
 //!
 //! Order of work in the thread: control messages (register/unregister), then all queued audio,
 //! then one job — a Smart Turn job if any is waiting (a turn verdict is on the reply's critical
-//! path), else a VAD batch — each only if the CPU budget allows it in the current window.
+//! path; earliest deadline first), else a VAD batch — each only if the CPU budget allows it in the
+//! current window.
+//!
+//! Speculative end of turn (`TurnParams::speculate_after`, [`crate::speculative`]): when a call
+//! goes quiet, Smart Turn runs on its turn audio so far; at the confirmed stop that verdict is
+//! used if it covers the confirmed turn's audio, else Smart Turn runs as before. A speculative
+//! run that does not fit the CPU budget is skipped, never deferred: the fallback is today's rule.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,10 +28,11 @@ use crate::budget::{BudgetDecision, CpuBudget};
 use crate::config::{PoolConfig, TurnParams};
 use crate::metrics::{
     describe_metrics, BUDGET_DEFERRALS_TOTAL, JOBS_TOTAL, MODEL_TURN, MODEL_VAD, QUEUE_FULL_TOTAL,
-    QUEUE_WAIT_SECONDS, RUN_SECONDS,
+    QUEUE_WAIT_SECONDS, RUN_SECONDS, TURN_EARLY_END_TOTAL, TURN_SPECULATIVE_TOTAL,
 };
+use crate::speculative::{AudioSpan, DeadlineQueue, OnStop, OnVerdict, Outcome, Speculation};
 use crate::speech::{
-    chunk_time, SpeechDetector, SpeechState, SpeechTransition, VadParams, VAD_CHUNK,
+    chunk_time, chunks_for, SpeechDetector, SpeechState, SpeechTransition, VadParams, VAD_CHUNK,
     VAD_CHUNK_SAMPLES,
 };
 use crate::thread_cpu::thread_cpu_time;
@@ -55,7 +62,8 @@ pub enum InferenceEvent {
         /// End of the chunk that confirmed it (end + the stop duration).
         detected: Duration,
     },
-    /// Smart Turn's verdict on the turn's audio, after a speech stop.
+    /// Smart Turn's verdict on the turn's audio, after a speech stop (or with it, for an early
+    /// end: `TurnParams::early_end`).
     TurnEnded {
         /// Probability that the turn is complete.
         probability: f32,
@@ -68,7 +76,8 @@ pub enum InferenceEvent {
         at: Duration,
         /// Audio analysed (at most 8 s).
         audio: Duration,
-        /// Wall time from the stop detection being queued to the verdict (queue wait + run).
+        /// Wall time from the stop detection to the verdict (queue wait + run); zero when a
+        /// speculative verdict was ready at the detection.
         latency: Duration,
     },
 }
@@ -98,6 +107,10 @@ struct Shared {
     dropped_samples: AtomicU64,
     errors: AtomicU64,
     calls: AtomicU64,
+    speculative_used: AtomicU64,
+    speculative_discarded: AtomicU64,
+    speculative_skipped: AtomicU64,
+    early_ends: AtomicU64,
 }
 
 /// A snapshot of the pool's counters.
@@ -119,9 +132,27 @@ pub struct PoolStats {
     pub errors: u64,
     /// Calls registered now.
     pub calls: u64,
+    /// Speculative verdicts that became the turn's verdict.
+    pub speculative_used: u64,
+    /// Speculative verdicts thrown away (speech resumed, or not covering the confirmed turn).
+    pub speculative_discarded: u64,
+    /// Speculative runs not made for lack of CPU budget.
+    pub speculative_skipped: u64,
+    /// Turns ended early by a confident speculative verdict (also counted as used).
+    pub early_ends: u64,
 }
 
 impl Shared {
+    fn speculative(&self, outcome: Outcome) {
+        let c = match outcome {
+            Outcome::Used => &self.speculative_used,
+            Outcome::Discarded => &self.speculative_discarded,
+            Outcome::Skipped => &self.speculative_skipped,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        counter!(TURN_SPECULATIVE_TOTAL, "outcome" => outcome.label()).increment(1);
+    }
+
     fn snapshot(&self) -> PoolStats {
         PoolStats {
             queue_full: self.queue_full.load(Ordering::Relaxed),
@@ -132,6 +163,10 @@ impl Shared {
             dropped_samples: self.dropped_samples.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             calls: self.calls.load(Ordering::Relaxed),
+            speculative_used: self.speculative_used.load(Ordering::Relaxed),
+            speculative_discarded: self.speculative_discarded.load(Ordering::Relaxed),
+            speculative_skipped: self.speculative_skipped.load(Ordering::Relaxed),
+            early_ends: self.early_ends.load(Ordering::Relaxed),
         }
     }
 }
@@ -338,6 +373,17 @@ struct CallSlot {
     last_vad_reset_chunk: u64,
     turn: TurnAudioBuffer,
     incomplete_since: Option<(u64, f32)>,
+    speculation: Speculation,
+    /// The confirmed stop waiting for its speculative job (`OnStop::Await`).
+    awaiting: Option<StopDetection>,
+}
+
+/// A confirmed speech stop: stream time and chunk of its detection, and when it was seen.
+#[derive(Clone, Copy)]
+struct StopDetection {
+    at: Duration,
+    at_chunk: u64,
+    seen: Instant,
 }
 
 impl CallSlot {
@@ -354,6 +400,8 @@ impl CallSlot {
             last_vad_reset_chunk: 0,
             turn: TurnAudioBuffer::new(turn.pre_speech, vad.start + VAD_CHUNK * 2, turn.max_audio),
             incomplete_since: None,
+            speculation: Speculation::new(),
+            awaiting: None,
         }
     }
 
@@ -370,8 +418,58 @@ struct TurnJob {
     id: u64,
     audio: Vec<i16>,
     queued_at: Instant,
+    /// The stop detection's stream time and chunk (a speculative job: the chunk that started it).
     at: Duration,
     at_chunk: u64,
+    /// The speculation's generation, for a speculative job.
+    speculative: Option<u64>,
+}
+
+/// Emits a verdict on the turn and moves the call on: a complete turn ends, an incomplete one
+/// waits for more speech or the incomplete timeout.
+fn conclude(slot: &mut CallSlot, params: &TurnParams, verdict: Verdict) {
+    let complete = verdict.probability > params.complete_threshold;
+    if complete {
+        slot.turn.end_turn();
+        slot.incomplete_since = None;
+    } else {
+        slot.incomplete_since = Some((verdict.at_chunk, verdict.probability));
+    }
+    (slot.sink)(InferenceEvent::TurnEnded {
+        probability: verdict.probability,
+        complete,
+        timed_out: false,
+        at: verdict.at,
+        audio: Duration::from_secs_f64(
+            verdict.audio_samples as f64 / f64::from(ontime_rtp::SAMPLE_RATE_HZ),
+        ),
+        latency: verdict.latency,
+    });
+}
+
+struct Verdict {
+    probability: f32,
+    at: Duration,
+    at_chunk: u64,
+    audio_samples: u64,
+    latency: Duration,
+}
+
+/// Drops a call's queued speculative job `generation`.
+fn cancel_job(jobs: &mut DeadlineQueue<TurnJob>, id: u64, generation: u64) {
+    jobs.retain(|j| !(j.id == id && j.speculative == Some(generation)));
+}
+
+/// The call's turn so far, and where its voice ends (`quiet_chunks` quiet chunks before the end).
+fn turn_span(slot: &CallSlot, quiet_chunks: u32) -> (AudioSpan, u64) {
+    let span = AudioSpan {
+        start: slot.turn.start(),
+        end: slot.turn.end(),
+    };
+    let voiced_end = span
+        .end
+        .saturating_sub(u64::from(quiet_chunks) * VAD_CHUNK_SAMPLES as u64);
+    (span, voiced_end)
 }
 
 /// Running estimates of job CPU cost, for the budget (exponential moving averages).
@@ -395,7 +493,7 @@ struct Worker {
     vad: SileroVad,
     turn: SmartTurn,
     calls: HashMap<u64, CallSlot>,
-    turn_jobs: VecDeque<TurnJob>,
+    turn_jobs: DeadlineQueue<TurnJob>,
     budget: CpuBudget,
     origin: Instant,
     estimates: CostEstimates,
@@ -429,7 +527,7 @@ impl Worker {
             vad,
             turn,
             calls: HashMap::new(),
-            turn_jobs: VecDeque::new(),
+            turn_jobs: DeadlineQueue::default(),
             budget,
             origin: Instant::now(),
             // Conservative first guesses until measured: 0.3 ms per VAD chunk, 80 ms a turn.
@@ -568,6 +666,9 @@ impl Worker {
     }
 
     fn run_vad_batch(&mut self) {
+        let stop_chunks = self.config.vad.stop_chunks();
+        let speculate_chunks = self.config.turn.speculate_after.map(chunks_for);
+        let early = self.early_end_rule();
         self.batch_ids.clear();
         let max = self.config.max_vad_batch;
         // Oldest backlog first, so no call starves when more than a batch are ready.
@@ -654,6 +755,7 @@ impl Worker {
             }
             slot.turn.push(&self.chunk_i16);
             let chunk_index = slot.detector.chunks_seen() + slot.skipped_chunks;
+            let was = slot.detector.state();
             let transition = slot.detector.push(p);
             let detected = chunk_time(chunk_index + 1);
             match transition {
@@ -673,18 +775,104 @@ impl Worker {
                         detected,
                     });
                     if slot.turn.in_turn() {
-                        let mut audio = Vec::with_capacity(slot.turn.len());
-                        slot.turn.copy_turn(&mut audio);
-                        self.turn_jobs.push_back(TurnJob {
-                            id,
-                            audio,
-                            queued_at: Instant::now(),
+                        let (confirmed, voiced_end) = turn_span(slot, stop_chunks);
+                        let stop = StopDetection {
                             at: detected,
                             at_chunk: chunk_index + 1,
-                        });
+                            seen: Instant::now(),
+                        };
+                        match slot.speculation.stop_confirmed(confirmed, voiced_end) {
+                            OnStop::Use { probability, span } => {
+                                self.shared.speculative(Outcome::Used);
+                                conclude(
+                                    slot,
+                                    &self.config.turn,
+                                    Verdict {
+                                        probability,
+                                        at: stop.at,
+                                        at_chunk: stop.at_chunk,
+                                        audio_samples: span.end - span.start,
+                                        latency: Duration::ZERO,
+                                    },
+                                );
+                            }
+                            OnStop::Await { .. } => slot.awaiting = Some(stop),
+                            OnStop::Run { cancel, outcome } => {
+                                if let Some(g) = cancel {
+                                    cancel_job(&mut self.turn_jobs, id, g);
+                                }
+                                if let Some(o) = outcome {
+                                    self.shared.speculative(o);
+                                }
+                                let mut audio = Vec::with_capacity(slot.turn.len());
+                                slot.turn.copy_turn(&mut audio);
+                                self.turn_jobs.push(
+                                    self.origin.elapsed(),
+                                    TurnJob {
+                                        id,
+                                        audio,
+                                        queued_at: stop.seen,
+                                        at: stop.at,
+                                        at_chunk: stop.at_chunk,
+                                        speculative: None,
+                                    },
+                                );
+                            }
+                        }
+                    } else if let Some(g) = slot.speculation.clear() {
+                        cancel_job(&mut self.turn_jobs, id, g);
                     }
                 }
-                None => {}
+                None => {
+                    let now = slot.detector.state();
+                    if was == SpeechState::Stopping && now == SpeechState::Speaking {
+                        // Speech resumed inside the quiet gap: what was judged is not the turn.
+                        let (cancel, had) = slot.speculation.speech_resumed();
+                        if let Some(g) = cancel {
+                            cancel_job(&mut self.turn_jobs, id, g);
+                        }
+                        if had {
+                            self.shared.speculative(Outcome::Discarded);
+                        }
+                    }
+                    let quiet = slot.detector.quiet_run();
+                    if quiet > 0
+                        && Some(quiet) == speculate_chunks
+                        && slot.turn.in_turn()
+                        && !slot.speculation.is_active()
+                    {
+                        let fits = self.budget.fits(
+                            self.origin.elapsed(),
+                            thread_cpu_time(),
+                            self.estimates.turn,
+                        );
+                        if !fits {
+                            // Optional work: without room in this window, today's rule runs.
+                            self.shared.speculative(Outcome::Skipped);
+                        } else if let Some(generation) = slot.speculation.start(AudioSpan {
+                            start: slot.turn.start(),
+                            end: slot.turn.end(),
+                        }) {
+                            let mut audio = Vec::with_capacity(slot.turn.len());
+                            slot.turn.copy_turn(&mut audio);
+                            // Due when the stop would be confirmed.
+                            let due = self.origin.elapsed()
+                                + VAD_CHUNK * stop_chunks.saturating_sub(quiet);
+                            self.turn_jobs.push(
+                                due,
+                                TurnJob {
+                                    id,
+                                    audio,
+                                    queued_at: Instant::now(),
+                                    at: detected,
+                                    at_chunk: chunk_index + 1,
+                                    speculative: Some(generation),
+                                },
+                            );
+                        }
+                    }
+                    try_early_end(slot, &self.config.turn, &self.shared, early);
+                }
             }
             // Reset a quiet call's model state every 5 s of stream time, as pipecat does: the
             // carried state loses short utterances after long silence.
@@ -716,12 +904,39 @@ impl Worker {
         }
     }
 
+    /// The early end rule in chunks: (probability, minimum quiet chunks), if enabled.
+    fn early_end_rule(&self) -> Option<(f32, u32)> {
+        self.config.turn.early_end.map(|e| {
+            // A verdict that would not call the turn complete never ends it early.
+            let p = e.probability.max(self.config.turn.complete_threshold);
+            let chunks = e.min_quiet.as_micros().div_ceil(VAD_CHUNK.as_micros());
+            (p, u32::try_from(chunks).unwrap_or(u32::MAX).max(1))
+        })
+    }
+
     fn run_turn_job(&mut self) {
         let estimated = self.estimates.turn;
-        if !self.budget_allows(estimated) {
+        let Some(speculative) = self.turn_jobs.peek().map(|j| j.speculative) else {
+            return;
+        };
+        if let Some(generation) = speculative {
+            if !self.budget.fits(self.now(), thread_cpu_time(), estimated) {
+                // Speculation is optional work: skip it, never defer the thread for it.
+                let Some(job) = self.turn_jobs.pop() else {
+                    return;
+                };
+                self.shared.speculative(Outcome::Skipped);
+                self.fall_back(job.id, generation);
+                return;
+            }
+            // It fits: charge it to the window like any job.
+            if !self.budget_allows(estimated) {
+                return;
+            }
+        } else if !self.budget_allows(estimated) {
             return;
         }
-        let Some(job) = self.turn_jobs.pop_front() else {
+        let Some(job) = self.turn_jobs.pop() else {
             return;
         };
         let started = Instant::now();
@@ -745,28 +960,128 @@ impl Worker {
             Err(e) => {
                 tracing::error!(error = %e, "Smart Turn run failed");
                 self.shared.errors.fetch_add(1, Ordering::Relaxed);
+                if let Some(generation) = job.speculative {
+                    // Not counted as an outcome: the error is; today's rule still answers.
+                    self.fall_back(job.id, generation);
+                }
                 return;
             }
         };
+        let early = self.early_end_rule();
         let Some(slot) = self.calls.get_mut(&job.id) else {
             return;
         };
-        let complete = probability > self.config.turn.complete_threshold;
-        if complete {
-            slot.turn.end_turn();
-            slot.incomplete_since = None;
-        } else {
-            slot.incomplete_since = Some((job.at_chunk, probability));
+        let audio_samples = job.audio.len() as u64;
+        let Some(generation) = job.speculative else {
+            conclude(
+                slot,
+                &self.config.turn,
+                Verdict {
+                    probability,
+                    at: job.at,
+                    at_chunk: job.at_chunk,
+                    audio_samples,
+                    latency: job.queued_at.elapsed(),
+                },
+            );
+            return;
+        };
+        match slot.speculation.verdict(generation, probability) {
+            // Counted when it was discarded.
+            OnVerdict::Stale => {}
+            OnVerdict::Stored => try_early_end(slot, &self.config.turn, &self.shared, early),
+            OnVerdict::Final => {
+                self.shared.speculative(Outcome::Used);
+                let stop = slot.awaiting.take();
+                let (at, at_chunk, latency) = match stop {
+                    Some(s) => (s.at, s.at_chunk, s.seen.elapsed()),
+                    None => (job.at, job.at_chunk, Duration::ZERO),
+                };
+                conclude(
+                    slot,
+                    &self.config.turn,
+                    Verdict {
+                        probability,
+                        at,
+                        at_chunk,
+                        audio_samples,
+                        latency,
+                    },
+                );
+            }
         }
-        (slot.sink)(InferenceEvent::TurnEnded {
-            probability,
-            complete,
-            timed_out: false,
-            at: job.at,
-            audio: Duration::from_secs_f64(
-                job.audio.len() as f64 / f64::from(ontime_rtp::SAMPLE_RATE_HZ),
-            ),
-            latency: job.queued_at.elapsed(),
-        });
     }
+
+    /// A speculative job did not run: if its stop was already confirmed, run today's rule now.
+    fn fall_back(&mut self, id: u64, generation: u64) {
+        let Some(slot) = self.calls.get_mut(&id) else {
+            return;
+        };
+        if slot.speculation.skip(generation) != Some(true) {
+            return;
+        }
+        let Some(stop) = slot.awaiting.take() else {
+            return;
+        };
+        let mut audio = Vec::with_capacity(slot.turn.len());
+        slot.turn.copy_turn(&mut audio);
+        let due = stop.seen.saturating_duration_since(self.origin);
+        self.turn_jobs.push(
+            due,
+            TurnJob {
+                id,
+                audio,
+                queued_at: stop.seen,
+                at: stop.at,
+                at_chunk: stop.at_chunk,
+                speculative: None,
+            },
+        );
+    }
+}
+
+/// Ends the turn now if the call is quiet long enough and holds a confident speculative verdict
+/// covering its turn so far (`TurnParams::early_end`): the stop is confirmed early
+/// (`SpeechStopped`, then `TurnEnded`).
+fn try_early_end(
+    slot: &mut CallSlot,
+    params: &TurnParams,
+    shared: &Shared,
+    rule: Option<(f32, u32)>,
+) {
+    let Some((threshold, min_quiet)) = rule else {
+        return;
+    };
+    let quiet = slot.detector.quiet_run();
+    if quiet < min_quiet || !slot.turn.in_turn() {
+        return;
+    }
+    let (turn, voiced_end) = turn_span(slot, quiet);
+    let Some((probability, span)) = slot.speculation.take_confident(threshold, turn, voiced_end)
+    else {
+        return;
+    };
+    let Some(SpeechTransition::Stopped { end_chunk }) = slot.detector.stop_now() else {
+        return;
+    };
+    let at_chunk = slot.detector.chunks_seen() + slot.skipped_chunks;
+    let at = chunk_time(at_chunk);
+    (slot.sink)(InferenceEvent::SpeechStopped {
+        end: chunk_time(end_chunk + slot.skipped_chunks),
+        detected: at,
+    });
+    shared.speculative(Outcome::Used);
+    shared.early_ends.fetch_add(1, Ordering::Relaxed);
+    counter!(TURN_EARLY_END_TOTAL).increment(1);
+    conclude(
+        slot,
+        params,
+        Verdict {
+            probability,
+            at,
+            at_chunk,
+            audio_samples: span.end - span.start,
+            latency: Duration::ZERO,
+        },
+    );
 }

@@ -66,7 +66,8 @@ impl VadParams {
     }
 }
 
-fn chunks_for(d: Duration) -> u32 {
+/// Whole VAD chunks in `d` (rounded, at least 1).
+pub(crate) fn chunks_for(d: Duration) -> u32 {
     let n = (d.as_secs_f64() / VAD_CHUNK.as_secs_f64()).round();
     // ok: durations are config values; clamp into a sane range instead of trusting them.
     (n.clamp(1.0, 1_000_000.0)) as u32
@@ -143,6 +144,29 @@ impl SpeechDetector {
     /// Chunks seen so far.
     pub fn chunks_seen(&self) -> u64 {
         self.next_chunk
+    }
+
+    /// Quiet chunks in a row since speech was last seen, while [`SpeechState::Stopping`] (else 0).
+    pub fn quiet_run(&self) -> u32 {
+        if self.state == SpeechState::Stopping {
+            self.run
+        } else {
+            0
+        }
+    }
+
+    /// Confirms the stop now, before the stop duration has passed (an early end of turn): from
+    /// [`SpeechState::Stopping`], goes to Quiet and returns the transition `push` would have
+    /// returned; in any other state does nothing. Speech after it is a new start.
+    pub fn stop_now(&mut self) -> Option<SpeechTransition> {
+        if self.state != SpeechState::Stopping {
+            return None;
+        }
+        self.state = SpeechState::Quiet;
+        self.run = 0;
+        Some(SpeechTransition::Stopped {
+            end_chunk: self.run_first_chunk,
+        })
     }
 
     /// Feeds the next chunk's probability; returns a transition when one completes.
@@ -260,6 +284,33 @@ mod tests {
             Some(SpeechTransition::Stopped { end_chunk: 15 })
         );
         assert_eq!(d.state(), SpeechState::Quiet);
+    }
+
+    #[test]
+    fn stop_now_confirms_early_and_speech_after_it_starts_anew() {
+        let mut d = SpeechDetector::new(&VadParams::default());
+        assert_eq!(d.stop_now(), None, "quiet: nothing to stop");
+        for _ in 0..6 {
+            d.push(0.9);
+        }
+        assert_eq!(d.quiet_run(), 0);
+        assert_eq!(d.stop_now(), None, "speaking: nothing to stop");
+        d.push(0.1);
+        d.push(0.1);
+        assert_eq!(d.quiet_run(), 2);
+        assert_eq!(
+            d.stop_now(),
+            Some(SpeechTransition::Stopped { end_chunk: 6 })
+        );
+        assert_eq!(d.state(), SpeechState::Quiet);
+        assert_eq!(d.quiet_run(), 0);
+        for _ in 0..5 {
+            assert_eq!(d.push(0.9), None);
+        }
+        assert_eq!(
+            d.push(0.9),
+            Some(SpeechTransition::Started { onset_chunk: 8 })
+        );
     }
 
     #[test]

@@ -182,6 +182,16 @@ impl TurnAudioBuffer {
         self.first_sample += excess as u64;
     }
 
+    /// Absolute index of the first sample held (the turn's start while in a turn).
+    pub fn start(&self) -> u64 {
+        self.first_sample
+    }
+
+    /// Absolute index one past the last sample held.
+    pub fn end(&self) -> u64 {
+        self.first_sample + self.samples.len() as u64
+    }
+
     /// Samples held.
     pub fn len(&self) -> usize {
         self.samples.len()
