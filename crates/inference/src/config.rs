@@ -97,6 +97,11 @@ pub struct TurnParams {
     /// is ready when the stop is confirmed (`crate::speculative`). `None`: only after the stop,
     /// as pipecat does.
     pub speculate_after: Option<Duration>,
+    /// Append digital silence to the speculative run's audio so it is as long as the audio the
+    /// confirmed stop would judge. Smart Turn weighs the trailing quiet heavily (a complete
+    /// sentence scored 0.86 with 192 ms of trailing silence and 0.12 with 32 ms), so unpadded
+    /// speculation disagrees with today's rule; see docs/inference.md for the figures.
+    pub speculate_pad: bool,
     /// End the turn before the VAD's stop duration when the speculative verdict is confident
     /// (`None`: never; the stop is always confirmed first).
     pub early_end: Option<EarlyEnd>,
@@ -119,6 +124,7 @@ impl Default for TurnParams {
             complete_threshold: 0.5,
             incomplete_timeout: Duration::from_secs(3),
             speculate_after: Some(Duration::from_millis(32)),
+            speculate_pad: true,
             early_end: None,
         }
     }

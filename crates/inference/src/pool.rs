@@ -374,6 +374,8 @@ struct CallSlot {
     turn: TurnAudioBuffer,
     incomplete_since: Option<(u64, f32)>,
     speculation: Speculation,
+    /// Samples the current speculative run judges (its audio plus any padding).
+    speculative_samples: u64,
     /// The confirmed stop waiting for its speculative job (`OnStop::Await`).
     awaiting: Option<StopDetection>,
 }
@@ -401,6 +403,7 @@ impl CallSlot {
             turn: TurnAudioBuffer::new(turn.pre_speech, vad.start + VAD_CHUNK * 2, turn.max_audio),
             incomplete_since: None,
             speculation: Speculation::new(),
+            speculative_samples: 0,
             awaiting: None,
         }
     }
@@ -440,9 +443,11 @@ fn conclude(slot: &mut CallSlot, params: &TurnParams, verdict: Verdict) {
         complete,
         timed_out: false,
         at: verdict.at,
+        // The model reads at most the last `max_audio`, padding included.
         audio: Duration::from_secs_f64(
             verdict.audio_samples as f64 / f64::from(ontime_rtp::SAMPLE_RATE_HZ),
-        ),
+        )
+        .min(params.max_audio),
         latency: verdict.latency,
     });
 }
@@ -782,7 +787,7 @@ impl Worker {
                             seen: Instant::now(),
                         };
                         match slot.speculation.stop_confirmed(confirmed, voiced_end) {
-                            OnStop::Use { probability, span } => {
+                            OnStop::Use { probability, .. } => {
                                 self.shared.speculative(Outcome::Used);
                                 conclude(
                                     slot,
@@ -791,7 +796,7 @@ impl Worker {
                                         probability,
                                         at: stop.at,
                                         at_chunk: stop.at_chunk,
-                                        audio_samples: span.end - span.start,
+                                        audio_samples: slot.speculative_samples,
                                         latency: Duration::ZERO,
                                     },
                                 );
@@ -853,11 +858,19 @@ impl Worker {
                             start: slot.turn.start(),
                             end: slot.turn.end(),
                         }) {
-                            let mut audio = Vec::with_capacity(slot.turn.len());
+                            let to_confirm = stop_chunks.saturating_sub(quiet);
+                            let pad = if self.config.turn.speculate_pad {
+                                to_confirm as usize * VAD_CHUNK_SAMPLES
+                            } else {
+                                0
+                            };
+                            let mut audio = Vec::with_capacity(slot.turn.len() + pad);
                             slot.turn.copy_turn(&mut audio);
+                            // The quiet still to come before the confirmation, as silence.
+                            audio.resize(audio.len() + pad, 0);
+                            slot.speculative_samples = audio.len() as u64;
                             // Due when the stop would be confirmed.
-                            let due = self.origin.elapsed()
-                                + VAD_CHUNK * stop_chunks.saturating_sub(quiet);
+                            let due = self.origin.elapsed() + VAD_CHUNK * to_confirm;
                             self.turn_jobs.push(
                                 due,
                                 TurnJob {
@@ -1057,7 +1070,7 @@ fn try_early_end(
         return;
     }
     let (turn, voiced_end) = turn_span(slot, quiet);
-    let Some((probability, span)) = slot.speculation.take_confident(threshold, turn, voiced_end)
+    let Some((probability, _)) = slot.speculation.take_confident(threshold, turn, voiced_end)
     else {
         return;
     };
@@ -1080,7 +1093,7 @@ fn try_early_end(
             probability,
             at,
             at_chunk,
-            audio_samples: span.end - span.start,
+            audio_samples: slot.speculative_samples,
             latency: Duration::ZERO,
         },
     );

@@ -60,7 +60,11 @@ fn events_match_offline_analysis() {
         .predict_pcm(&pcm[turn_from..turn_to], 8000)
         .expect("predict");
 
-    let pool = InferencePool::start(PoolConfig::new(paths)).expect("pool");
+    // Today's rule: Smart Turn on the confirmed stop's audio (tests/speculative.rs covers the
+    // speculative rule).
+    let mut config = PoolConfig::new(paths);
+    config.turn.speculate_after = None;
+    let pool = InferencePool::start(config).expect("pool");
     // Three calls pushing the same audio in different frame sizes, interleaved.
     let calls: Vec<_> = (0..3)
         .map(|_| pool.register_call().expect("register"))
