@@ -15,8 +15,10 @@ Three kinds of turn, from the same sentences, each spoken by several espeak-ng v
   trailing comma, so with continuation intonation); label complete, and the turn must not end in
   the inner pause.
 
-Every turn is 300 ms of silence, the speech, then 1.2 s of silence (the runner feeds it and stops
-listening there). Audio path: espeak-ng (22.05 kHz) → sox to 8 kHz mono (its default resampler,
+Every turn is 300 ms of quiet, the speech, then 1.2 s of quiet (the runner feeds it and stops
+listening there). Quiet is a phone line's: white noise at --noise-dbfs (default −72 dBFS RMS,
+peaks clipped to ±40 so that no quiet 20 ms frame reaches the load harness's voiced threshold of
+64), added under the speech too; `--noise-dbfs off` gives digital silence. Audio path: espeak-ng (22.05 kHz) → sox to 8 kHz mono (its default resampler,
 as fixtures/callers was made) → G.711 µ-law, which the gateway decodes. `labels.json` lists each
 file with its label, text, voice, rate and, for paused turns, where the inner pause is.
 
@@ -141,13 +143,25 @@ def silence(seconds):
     return [0] * int(round(seconds * RATE))
 
 
+def add_noise(pcm, dbfs, rng):
+    """Line noise under the whole turn: Gaussian, RMS at `dbfs`, clipped to ±40."""
+    if dbfs is None:
+        return pcm
+    sigma = 32768.0 * 10 ** (dbfs / 20.0)
+    return [max(-32768, min(32767, s + int(max(-40.0, min(40.0, rng.gauss(0.0, sigma)))))) for s in pcm]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir")
     ap.add_argument("--voices", type=int, default=4, help="voices per sentence (of %d)" % len(VOICES))
     ap.add_argument("--seed", type=int, default=18)
+    ap.add_argument("--noise-dbfs", default="-72", help="line noise RMS in dBFS, or off")
     args = ap.parse_args()
     rng = random.Random(args.seed)
+    noise = None if args.noise_dbfs == "off" else float(args.noise_dbfs)
+    # Its own stream, so the set's voices, rates and cuts do not depend on the noise setting.
+    noise_rng = random.Random(args.seed + 1)
     os.makedirs(args.dir, exist_ok=True)
     turns = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -160,7 +174,8 @@ def main():
                 for kind in ("complete", "cut"):
                     body = speech if kind == "complete" else speech[: cut_point(speech, rng)]
                     name = "s%02d_v%d_%s.wav" % (si, vi, kind)
-                    write_ulaw(os.path.join(args.dir, name), silence(LEAD_S) + body + silence(TAIL_S), tmp)
+                    pcm = add_noise(silence(LEAD_S) + body + silence(TAIL_S), noise, noise_rng)
+                    write_ulaw(os.path.join(args.dir, name), pcm, tmp)
                     turns.append(
                         {
                             "file": name,
@@ -178,7 +193,7 @@ def main():
                 a = trim(speak(first + ",", voice, rate, tmp8k, tmp))
                 b = trim(speak(second, voice, rate, tmp8k, tmp))
                 pause = rng.randint(400, 700) / 1000.0
-                pcm = silence(LEAD_S) + a + silence(pause) + b + silence(TAIL_S)
+                pcm = add_noise(silence(LEAD_S) + a + silence(pause) + b + silence(TAIL_S), noise, noise_rng)
                 name = "p%02d_v%d_paused.wav" % (pi, vi)
                 write_ulaw(os.path.join(args.dir, name), pcm, tmp)
                 pause_start = int(LEAD_S * RATE) + len(a)
@@ -195,7 +210,11 @@ def main():
                     }
                 )
     with open(os.path.join(args.dir, "labels.json"), "w") as f:
-        json.dump({"generator": "scripts/turnset.py", "seed": args.seed, "turns": turns}, f, indent=1)
+        json.dump(
+            {"generator": "scripts/turnset.py", "seed": args.seed, "noise_dbfs": noise, "turns": turns},
+            f,
+            indent=1,
+        )
     kinds = {}
     for t in turns:
         kinds[t["kind"]] = kinds.get(t["kind"], 0) + 1

@@ -9,13 +9,15 @@
 //!     [--early P,MS] [--speculate-after MS] [--json]
 //! ```
 //!
-//! Rules: **today** (Smart Turn after the confirmed stop), **spec32** / **spec64** (Smart Turn
-//! from the first / second quiet chunk, its verdict used at the confirmed stop when it covers the
-//! turn) and **early** (speculative from `--speculate-after`, default 32 ms, and a verdict ≥ P ends
-//! the turn after MS of quiet; default 0.95, 96 ms).
+//! Rules: **today** (Smart Turn after the confirmed stop); **spec** (Smart Turn from
+//! `--speculate-after` of quiet, default 32 ms, on the audio so far padded with silence to the
+//! confirmed length, its verdict used at the confirmed stop when it covers the turn);
+//! **spec-unpadded** (the same without the padding); **early** (spec, and a verdict ≥ P ends the
+//! turn after MS of quiet; `--early P,MS`, default 0.95,96).
 //! One pool per rule, each with one call per turn, fed the same decoded µ-law audio in real time
-//! (one 20 ms frame every 20 ms, absolute deadlines), so latencies are wall times as a caller
-//! would see them at one call.
+//! (one 20 ms frame every 20 ms, absolute deadlines; each rule 400 ms after the previous so their
+//! Smart Turn runs do not overlap), so latencies are wall times as a caller would see them at one
+//! call.
 //!
 //! Definitions:
 //! - **turn latency**: the harness's (docs/capacity.md): from the send time of the caller's last
@@ -40,6 +42,8 @@ const VOICED_THRESHOLD: i16 = 64;
 const FRAME: usize = 160;
 /// Audio fed after the last voiced frame: today's verdict comes ≈ 0.3 s after it.
 const FEED_AFTER_VOICE: Duration = Duration::from_millis(900);
+/// Delay between the rules' copies of a turn.
+const STAGGER: Duration = Duration::from_millis(400);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Decision {
@@ -168,19 +172,31 @@ fn run_turn(rules: &[Rule], turn: &Turn) -> Vec<Outcome> {
         + (FEED_AFTER_VOICE.as_micros() as usize * 8 / 1000).div_ceil(FRAME) * FRAME)
         .min(turn.pcm.len());
     let last_voiced_frame = turn.voiced_end.saturating_sub(1) / FRAME;
+    let frames: Vec<&[i16]> = turn.pcm[..feed_end].chunks(FRAME).collect();
+    // Each rule hears the turn STAGGER later than the previous one, so that their Smart Turn
+    // runs (all near the end of speech) do not compete for the two cores.
+    let mut schedule: Vec<(Duration, usize, usize)> = (0..calls.len())
+        .flat_map(|k| {
+            (0..frames.len()).map(move |i| {
+                (
+                    STAGGER * k as u32 + Duration::from_millis(20 * i as u64),
+                    k,
+                    i,
+                )
+            })
+        })
+        .collect();
+    schedule.sort();
     let start = Instant::now();
-    let mut last_voiced_sent = start;
-    for (i, frame) in turn.pcm[..feed_end].chunks(FRAME).enumerate() {
-        let due = start + Duration::from_millis(20 * i as u64);
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+    let mut last_voiced_sent = vec![start; calls.len()];
+    for (offset, k, i) in schedule {
+        if let Some(wait) = (start + offset).checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
         let sent = Instant::now();
-        for c in &calls {
-            c.push_pcm(frame).expect("push");
-        }
+        calls[k].push_pcm(frames[i]).expect("push");
         if i == last_voiced_frame {
-            last_voiced_sent = sent;
+            last_voiced_sent[k] = sent;
         }
     }
     // Stragglers: a verdict still running when the feed ended.
@@ -188,7 +204,8 @@ fn run_turn(rules: &[Rule], turn: &Turn) -> Vec<Outcome> {
     drop(calls);
     let voiced_end_time = Duration::from_micros(turn.voiced_end as u64 * 125);
     logs.iter()
-        .map(|log| {
+        .zip(last_voiced_sent)
+        .map(|(log, last_voiced_sent)| {
             let log = log.lock().expect("log").clone();
             let mut decision = Decision::None;
             let mut latency = None;
@@ -275,17 +292,18 @@ fn main() {
         std::process::exit(2);
     }
     let turns = load_turns(&dir, limit);
-    let config = |spec: Option<Duration>, early: Option<EarlyEnd>| {
+    let config = |spec: Option<Duration>, pad: bool, early: Option<EarlyEnd>| {
         let mut c = PoolConfig::new(paths.clone());
         c.turn.speculate_after = spec;
+        c.turn.speculate_pad = pad;
         c.turn.early_end = early;
         c
     };
     let rules = [
-        ("today", config(None, None)),
-        ("spec32", config(Some(Duration::from_millis(32)), None)),
-        ("spec64", config(Some(Duration::from_millis(64)), None)),
-        ("early", config(Some(speculate_after), Some(early))),
+        ("today", config(None, false, None)),
+        ("spec", config(Some(speculate_after), true, None)),
+        ("spec-unpadded", config(Some(speculate_after), false, None)),
+        ("early", config(Some(speculate_after), true, Some(early))),
     ]
     .map(|(name, c)| Rule {
         name,

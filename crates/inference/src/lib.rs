@@ -24,8 +24,9 @@
 //!
 //! Modules: [`pool`] (the thread and the per-call API), [`vad`] (Silero session, batched rows),
 //! [`speech`] (pipecat's speech state machine, sans-IO), [`turn`] (Smart Turn session and the turn
-//! audio buffer), [`speculative`] (the speculative end of turn, sans-IO), [`features`] (Whisper log-mel), [`resample`] (8→16 kHz), [`budget`] (CPU per
-//! CFS window, sans-IO), [`runtime`] (loading ONNX Runtime), [`config`], [`metrics`].
+//! audio buffer), [`speculative`] (the speculative end of turn and Smart Turn job order, sans-IO),
+//! [`features`] (Whisper log-mel), [`resample`] (8→16 kHz), [`budget`] (CPU per CFS window,
+//! sans-IO), [`runtime`] (loading ONNX Runtime), [`config`], [`metrics`].
 
 // The README's examples are compiled and run with the doctests, so they stay true to the API.
 #[cfg(doctest)]
