@@ -460,6 +460,29 @@ struct Verdict {
     latency: Duration,
 }
 
+/// Queues Smart Turn on the call's turn audio for a confirmed stop (today's rule), due at once.
+fn queue_confirmed(
+    jobs: &mut DeadlineQueue<TurnJob>,
+    origin: Instant,
+    id: u64,
+    slot: &CallSlot,
+    stop: StopDetection,
+) {
+    let mut audio = Vec::with_capacity(slot.turn.len());
+    slot.turn.copy_turn(&mut audio);
+    jobs.push(
+        stop.seen.saturating_duration_since(origin),
+        TurnJob {
+            id,
+            audio,
+            queued_at: stop.seen,
+            at: stop.at,
+            at_chunk: stop.at_chunk,
+            speculative: None,
+        },
+    );
+}
+
 /// Drops a call's queued speculative job `generation`.
 fn cancel_job(jobs: &mut DeadlineQueue<TurnJob>, id: u64, generation: u64) {
     jobs.retain(|j| !(j.id == id && j.speculative == Some(generation)));
@@ -809,19 +832,7 @@ impl Worker {
                                 if let Some(o) = outcome {
                                     self.shared.speculative(o);
                                 }
-                                let mut audio = Vec::with_capacity(slot.turn.len());
-                                slot.turn.copy_turn(&mut audio);
-                                self.turn_jobs.push(
-                                    self.origin.elapsed(),
-                                    TurnJob {
-                                        id,
-                                        audio,
-                                        queued_at: stop.seen,
-                                        at: stop.at,
-                                        at_chunk: stop.at_chunk,
-                                        speculative: None,
-                                    },
-                                );
+                                queue_confirmed(&mut self.turn_jobs, self.origin, id, slot, stop);
                             }
                         }
                     } else if let Some(g) = slot.speculation.clear() {
@@ -1036,20 +1047,7 @@ impl Worker {
         let Some(stop) = slot.awaiting.take() else {
             return;
         };
-        let mut audio = Vec::with_capacity(slot.turn.len());
-        slot.turn.copy_turn(&mut audio);
-        let due = stop.seen.saturating_duration_since(self.origin);
-        self.turn_jobs.push(
-            due,
-            TurnJob {
-                id,
-                audio,
-                queued_at: stop.seen,
-                at: stop.at,
-                at_chunk: stop.at_chunk,
-                speculative: None,
-            },
-        );
+        queue_confirmed(&mut self.turn_jobs, self.origin, id, slot, stop);
     }
 }
 

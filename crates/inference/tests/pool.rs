@@ -7,10 +7,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use crossbeam_channel::Receiver;
-use ontime_inference::speech::{segments, VAD_CHUNK};
+use ontime_inference::speech::VAD_CHUNK;
 use ontime_inference::{
-    runtime, CpuQuota, Error, InferenceEvent, InferencePool, PoolConfig, SileroVad, SmartTurn,
-    VadParams,
+    runtime, CpuQuota, Error, InferenceEvent, InferencePool, PoolConfig, SmartTurn,
 };
 
 fn wait_for<F: Fn() -> bool>(what: &str, limit: Duration, done: F) {
@@ -46,11 +45,7 @@ fn events_match_offline_analysis() {
 
     // Offline: the expected segment and the turn verdict on the audio the pool should buffer.
     let env = runtime::load_runtime(&paths.ort_dylib).expect("runtime");
-    let mut vad = SileroVad::load(&env, &paths.silero_vad).expect("vad");
-    let probs = vad.probabilities(&pcm, 8000).expect("probabilities");
-    let segs = segments(&probs, &VadParams::default());
-    assert_eq!(segs.len(), 1, "fixture has one segment: {segs:?}");
-    let (start, end) = segs[0];
+    let (start, end) = one_segment(&env, &paths, &pcm);
     let stop_detected = end + VAD_CHUNK * 6;
     let sample = |d: Duration| (d.as_micros() as u64 * 8 / 1000) as usize;
     let turn_from = sample(start).saturating_sub(4000);

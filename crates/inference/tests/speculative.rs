@@ -9,10 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use crossbeam_channel::Receiver;
-use ontime_inference::speech::{segments, VAD_CHUNK};
-use ontime_inference::{
-    runtime, InferenceEvent, InferencePool, PoolConfig, SileroVad, SmartTurn, VadParams,
-};
+use ontime_inference::speech::VAD_CHUNK;
+use ontime_inference::{runtime, InferenceEvent, InferencePool, PoolConfig, SmartTurn};
 
 /// Events until the feed's last TurnEnded: waits until `quiet` passes without an event.
 fn drain(rx: &Receiver<InferenceEvent>, quiet: Duration, limit: Duration) -> Vec<InferenceEvent> {
@@ -40,11 +38,7 @@ fn speculative_verdict_is_on_the_audio_to_the_first_quiet_chunk() {
     let Some(paths) = model_paths() else { return };
     let (_, pcm) = read_wav(&fixture("book_table_8k.wav"));
     let env = runtime::load_runtime(&paths.ort_dylib).expect("runtime");
-    let mut vad = SileroVad::load(&env, &paths.silero_vad).expect("vad");
-    let probs = vad.probabilities(&pcm, 8000).expect("probabilities");
-    let segs = segments(&probs, &VadParams::default());
-    assert_eq!(segs.len(), 1, "fixture has one segment: {segs:?}");
-    let (start, end) = segs[0];
+    let (start, end) = one_segment(&env, &paths, &pcm);
     let sample = |d: Duration| (d.as_micros() as u64 * 8 / 1000) as usize;
     // The turn from 500 ms before the onset to the end of the first quiet chunk, then the five
     // quiet chunks still to come before the confirmation as digital silence.

@@ -36,6 +36,19 @@ pub fn model_paths() -> Option<ModelPaths> {
     }
 }
 
+/// The one speech segment Silero VAD and pipecat's defaults find in `pcm` (8 kHz), offline.
+pub fn one_segment(
+    env: &ort::environment::Environment,
+    paths: &ModelPaths,
+    pcm: &[i16],
+) -> (std::time::Duration, std::time::Duration) {
+    let mut vad = ontime_inference::SileroVad::load(env, &paths.silero_vad).expect("vad");
+    let probs = vad.probabilities(pcm, 8000).expect("probabilities");
+    let segs = ontime_inference::speech::segments(&probs, &ontime_inference::VadParams::default());
+    assert_eq!(segs.len(), 1, "one segment expected: {segs:?}");
+    segs[0]
+}
+
 pub fn read_wav(path: &Path) -> (u32, Vec<i16>) {
     let mut r = hound::WavReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let rate = r.spec().sample_rate;
