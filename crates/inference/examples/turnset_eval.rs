@@ -6,14 +6,16 @@
 //! ```text
 //! scripts/turnset.py /tmp/turnset
 //! cargo run --release -p ontime-inference --example turnset_eval -- /tmp/turnset [--limit N]
-//!     [--early P,MS] [--speculate-after MS] [--json]
+//!     [--kinds complete,cut,paused] [--rules today,spec,spec-unpadded,early:P:MS]
+//!     [--speculate-after MS] [--json]
 //! ```
 //!
 //! Rules: **today** (Smart Turn after the confirmed stop); **spec** (Smart Turn from
 //! `--speculate-after` of quiet, default 32 ms, on the audio so far padded with silence to the
 //! confirmed length, its verdict used at the confirmed stop when it covers the turn);
-//! **spec-unpadded** (the same without the padding); **early** (spec, and a verdict ≥ P ends the
-//! turn after MS of quiet; `--early P,MS`, default 0.95,96).
+//! **spec-unpadded** (the same without the padding); **early:P:MS** (spec, and a verdict ≥ P
+//! ends the turn after MS of quiet). Default `--rules today,spec,spec-unpadded,early:0.95:96`;
+//! "agreement with today" compares with the first rule listed.
 //! One pool per rule, each with one call per turn, fed the same decoded µ-law audio in real time
 //! (one 20 ms frame every 20 ms, absolute deadlines; each rule 400 ms after the previous so their
 //! Smart Turn runs do not overlap), so latencies are wall times as a caller would see them at one
@@ -145,7 +147,7 @@ fn load_turns(dir: &Path, limit: usize) -> Vec<Turn> {
 }
 
 struct Rule {
-    name: &'static str,
+    name: String,
     pool: InferencePool,
 }
 
@@ -255,21 +257,15 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mut dir: Option<PathBuf> = None;
     let mut limit = usize::MAX;
-    let mut early = EarlyEnd {
-        probability: 0.95,
-        min_quiet: Duration::from_millis(96),
-    };
+    let mut rule_list = "today,spec,spec-unpadded,early:0.95:96".to_string();
+    let mut kinds: Option<String> = None;
     let mut speculate_after = Duration::from_millis(32);
     let mut json = false;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--limit" => limit = args.next().and_then(|v| v.parse().ok()).expect("--limit N"),
-            "--early" => {
-                let v = args.next().expect("--early P,MS");
-                let (p, m) = v.split_once(',').expect("--early P,MS");
-                early.probability = p.parse().expect("P");
-                early.min_quiet = Duration::from_millis(m.parse().expect("MS"));
-            }
+            "--rules" => rule_list = args.next().expect("--rules LIST"),
+            "--kinds" => kinds = args.next(),
             "--speculate-after" => {
                 speculate_after = Duration::from_millis(
                     args.next()
@@ -282,7 +278,10 @@ fn main() {
         }
     }
     let Some(dir) = dir else {
-        eprintln!("usage: turnset_eval <dir from scripts/turnset.py> [--limit N] [--early P,MS] [--speculate-after MS] [--json]");
+        eprintln!(
+            "usage: turnset_eval <dir from scripts/turnset.py> [--limit N] [--kinds complete,cut,paused] \
+             [--rules today,spec,spec-unpadded,early:P:MS] [--speculate-after MS] [--json]"
+        );
         std::process::exit(2);
     };
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -291,24 +290,36 @@ fn main() {
         eprintln!("{e}");
         std::process::exit(2);
     }
-    let turns = load_turns(&dir, limit);
-    let config = |spec: Option<Duration>, pad: bool, early: Option<EarlyEnd>| {
-        let mut c = PoolConfig::new(paths.clone());
-        c.turn.speculate_after = spec;
-        c.turn.speculate_pad = pad;
-        c.turn.early_end = early;
-        c
-    };
-    let rules = [
-        ("today", config(None, false, None)),
-        ("spec", config(Some(speculate_after), true, None)),
-        ("spec-unpadded", config(Some(speculate_after), false, None)),
-        ("early", config(Some(speculate_after), true, Some(early))),
-    ]
-    .map(|(name, c)| Rule {
-        name,
-        pool: InferencePool::start(c).expect("pool"),
-    });
+    let mut turns = load_turns(&dir, usize::MAX);
+    if let Some(k) = &kinds {
+        turns.retain(|t| k.split(',').any(|k| k == t.kind));
+    }
+    turns.truncate(limit);
+    let rules: Vec<Rule> = rule_list
+        .split(',')
+        .map(|name| {
+            let mut c = PoolConfig::new(paths.clone());
+            c.turn.speculate_after = Some(speculate_after);
+            c.turn.speculate_pad = true;
+            c.turn.early_end = None;
+            match name.split(':').collect::<Vec<_>>().as_slice() {
+                ["today"] => c.turn.speculate_after = None,
+                ["spec"] => {}
+                ["spec-unpadded"] => c.turn.speculate_pad = false,
+                ["early", p, ms] => {
+                    c.turn.early_end = Some(EarlyEnd {
+                        probability: p.parse().expect("early:P:MS"),
+                        min_quiet: Duration::from_millis(ms.parse().expect("early:P:MS")),
+                    })
+                }
+                _ => panic!("unknown rule {name:?}"),
+            }
+            Rule {
+                name: name.to_string(),
+                pool: InferencePool::start(c).expect("pool"),
+            }
+        })
+        .collect();
     // Warm-up: the first Smart Turn run sizes the session's arena; not counted.
     if let Some(t) = turns.first() {
         run_turn(&rules, t);

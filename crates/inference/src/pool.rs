@@ -826,6 +826,9 @@ impl Worker {
                             }
                             OnStop::Await { .. } => slot.awaiting = Some(stop),
                             OnStop::Run { cancel, outcome } => {
+                                // A stop still waiting for a cancelled job is superseded: its
+                                // caller spoke again, so its verdict would be stale.
+                                slot.awaiting = None;
                                 if let Some(g) = cancel {
                                     cancel_job(&mut self.turn_jobs, id, g);
                                 }
