@@ -124,7 +124,8 @@ impl NotReady {
 #[derive(Debug)]
 pub struct CallSlots {
     sip_overloaded: AtomicBool,
-    /// More calls that fit by measurement (`usize::MAX` until the first estimate).
+    /// More calls that fit by measurement (0 until the first estimate: with a reserve, not
+    /// ready before anything was measured).
     headroom: AtomicUsize,
     /// Headroom a new call needs (`admission_reserve`).
     reserve: usize,
@@ -135,11 +136,11 @@ pub struct CallSlots {
 }
 
 impl CallSlots {
-    /// Room for `max_calls` calls on the RTP ports of `ports` (one measured call of headroom
-    /// needed: see [`CallSlots::with_reserve`]).
+    /// Room for `max_calls` calls on the RTP ports of `ports`, whatever the measured headroom
+    /// (see [`CallSlots::with_reserve`]).
     #[cfg(test)]
     pub fn new(max_calls: usize, ports: PortRange) -> Arc<CallSlots> {
-        Self::with_reserve(max_calls, ports, 1)
+        Self::with_reserve(max_calls, ports, 0)
     }
 
     /// [`CallSlots::new`] admitting a call only while the measured headroom is at least
@@ -147,7 +148,7 @@ impl CallSlots {
     pub fn with_reserve(max_calls: usize, ports: PortRange, reserve: usize) -> Arc<CallSlots> {
         Arc::new(CallSlots {
             sip_overloaded: AtomicBool::new(false),
-            headroom: AtomicUsize::new(usize::MAX),
+            headroom: AtomicUsize::new(0),
             reserve,
             accepting: AtomicBool::new(true),
             active: AtomicUsize::new(0),

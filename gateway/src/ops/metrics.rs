@@ -121,6 +121,7 @@ pub const RTP_DROP_REASONS: &[&str] = &[
     "latch_pending",
     "unknown_payload_type",
     "rate_limit",
+    "stun",
 ];
 const SIP_METHODS: &[&str] = &[
     "INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY", "1xx", "2xx",
