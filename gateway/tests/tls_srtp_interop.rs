@@ -324,6 +324,8 @@ fn baresip_over_tls_with_srtp_mandatory_hears_the_reply() {
         caller_wav(&dir, "Could you book me a table for two tonight please.");
     let (rtp_lo, rtp_hi) = free_port_range(10);
     let cap = capture(&(rtp_lo..=rtp_hi).collect::<Vec<_>>());
+    // tshark says it captures a moment before it does; baresip's first RTCP is at once.
+    std::thread::sleep(Duration::from_secs(1));
     // sip_listen on port 0: UDP, TCP and TLS each on a free port of their own.
     std::fs::write(
         dir.join("config"),
@@ -397,6 +399,8 @@ fn linphonec_over_tls_with_srtp_mandatory_hears_the_reply() {
     let heard = dir.join("heard.wav");
     let (rtp_lo, rtp_hi) = free_port_range(10);
     let cap = capture(&(rtp_lo..=rtp_hi).collect::<Vec<_>>());
+    // tshark says it captures a moment before it does; linphone's first STUN is at once.
+    std::thread::sleep(Duration::from_secs(1));
     // No UDP or TCP listener, TLS on a free port; the test CA as the only root, with the name
     // checked. IPv4 only (`ipv6_migration_done` keeps liblinphone from turning IPv6 back on),
     // media bound to and advertised on loopback.
