@@ -283,6 +283,18 @@ pub async fn run_step(
     step
 }
 
+/// The `reason` labels of the gateway's `ontime_srtp_dropped_total` (`ontime_srtp::Error::reason`).
+const GATEWAY_SRTP_DROP_REASONS: &[&str] = &[
+    "auth_failed",
+    "replayed",
+    "too_old",
+    "too_short",
+    "malformed",
+    "buffer_too_small",
+    "index_exhausted",
+    "bad_key",
+];
+
 #[allow(clippy::too_many_arguments)] // one step's inputs; grouping them would only rename them
 fn summarize(
     calls: usize,
@@ -348,6 +360,16 @@ fn summarize(
     s.late_ticks = counter_delta(a, b, "ontime_sender_late_ticks_total").map(|v| v as u64);
     s.gateway_underruns = counter_delta(a, b, "ontime_sender_underruns_total").map(|v| v as u64);
     s.gateway_srtp_drops = counter_delta(a, b, "ontime_srtp_dropped_total").map(|v| v as u64);
+    if let (Some(a), Some(b)) = (a, b) {
+        for reason in GATEWAY_SRTP_DROP_REASONS {
+            let at = |x: &Scrape| x.sum("ontime_srtp_dropped_total", &[("reason", reason)]);
+            let n = at(b).unwrap_or(0.0) - at(a).unwrap_or(0.0);
+            if n > 0.0 {
+                s.gateway_srtp_drops_by_reason
+                    .insert((*reason).to_owned(), n as u64);
+            }
+        }
+    }
     if let (Some(a), Some(b)) = (a, b) {
         s.worst_tick_ms = HistogramDelta::between(a, b, "ontime_sender_tick_lateness_seconds")
             .max_upper_bound()

@@ -107,6 +107,8 @@ pub struct StepReport {
     pub srtp_other_drops: u64,
     /// SRTP/SRTCP packets the gateway dropped in the window (`ontime_srtp_dropped_total`).
     pub gateway_srtp_drops: Option<u64>,
+    /// The same by the gateway's `reason` label (only reasons with drops).
+    pub gateway_srtp_drops_by_reason: std::collections::BTreeMap<String, u64>,
 }
 
 impl StepReport {
