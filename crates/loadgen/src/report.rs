@@ -167,14 +167,15 @@ pub fn table(steps: &[StepReport]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>4} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>9} {:>5} {:>9} {:>6} {:>11} {:>9} {:>5} {:>6} {:>4}  ok",
-        "N", "cpu%", "snd%", "inf%", "io%", "thr%", "rssMB", "late/wst", "infq", "turns", "p50", "p95", "undr/min", "fail", "cli", "cb"
+        "{:>4} {:>5} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>9} {:>5} {:>9} {:>6} {:>11} {:>9} {:>5} {:>6} {:>4}  ok",
+        "N", "media", "cpu%", "snd%", "inf%", "io%", "thr%", "rssMB", "late/wst", "infq", "turns", "p50", "p95", "undr/min", "fail", "cli", "cb"
     );
     for s in steps {
         let _ = writeln!(
             out,
-            "{:>4} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>9} {:>5} {:>9} {:>6} {:>11} {:>9.2} {:>5} {:>6} {:>4}  {}",
+            "{:>4} {:>5} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>9} {:>5} {:>9} {:>6} {:>11} {:>9.2} {:>5} {:>6} {:>4}  {}",
             s.calls,
+            s.media.name(),
             opt(s.cpu_pct, 1),
             opt(s.sender_cpu_pct, 1),
             opt(s.inference_cpu_pct, 1),

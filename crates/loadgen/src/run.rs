@@ -9,7 +9,7 @@ use ontime_sender::{Controller, SenderStats, LATENESS_BUCKET_BOUNDS};
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
-use crate::caller::{run_caller, CallerSetup, Record, RecordKind};
+use crate::caller::{run_caller, CallerSetup, Media, Record, RecordKind};
 use crate::http::MetricsUrl;
 use crate::procstat::{self, ProcSample, INFERENCE_THREAD, IO_THREAD, SENDER_THREAD};
 use crate::prom::{HistogramDelta, Scrape};
@@ -42,6 +42,9 @@ pub struct GatewayView<'a> {
 pub struct RunPlan {
     /// Concurrent calls per step, in order.
     pub steps: Vec<usize>,
+    /// The media of each step, in order: with more than one kind every step runs once per kind,
+    /// back to back, with the same seed (the callers say the same things).
+    pub media: Vec<Media>,
     /// Step windows.
     pub windows: Windows,
     /// Stop after the first step that is not ok.
@@ -184,7 +187,7 @@ fn progress_message(calls: usize, phase: &str, records: &[Record], elapsed: Dura
     )
 }
 
-/// Run one step of `calls` callers.
+/// Run one step of `calls` callers with `setup.media`.
 pub async fn run_step(
     calls: usize,
     plan: &RunPlan,
@@ -266,7 +269,7 @@ pub async fn run_step(
         cgroup: None,
         harness: after.harness,
     });
-    summarize(
+    let mut step = summarize(
         calls,
         &records,
         measure_start,
@@ -275,8 +278,22 @@ pub async fn run_step(
         &after,
         &lags,
         rss_peak_kib,
-    )
+    );
+    step.media = setup.media;
+    step
 }
+
+/// The `reason` labels of the gateway's `ontime_srtp_dropped_total` (`ontime_srtp::Error::reason`).
+const GATEWAY_SRTP_DROP_REASONS: &[&str] = &[
+    "auth_failed",
+    "replayed",
+    "too_old",
+    "too_short",
+    "malformed",
+    "buffer_too_small",
+    "index_exhausted",
+    "bad_key",
+];
 
 #[allow(clippy::too_many_arguments)] // one step's inputs; grouping them would only rename them
 fn summarize(
@@ -303,6 +320,11 @@ fn summarize(
             // A step never offers more calls than the gateway admits: a 503 is a failure here.
             RecordKind::Failed(_) | RecordKind::DroppedByGateway(_) | RecordKind::Refused => {
                 s.failed_calls += 1;
+            }
+            // Over the whole step, like failed calls: a forged packet in the ramp counts too.
+            RecordKind::SrtpDropped { auth_failed, other } => {
+                s.srtp_auth_failures += auth_failed;
+                s.srtp_other_drops += other;
             }
             _ => {}
         }
@@ -337,6 +359,17 @@ fn summarize(
     let (a, b) = (&before.scrape, &after.scrape);
     s.late_ticks = counter_delta(a, b, "ontime_sender_late_ticks_total").map(|v| v as u64);
     s.gateway_underruns = counter_delta(a, b, "ontime_sender_underruns_total").map(|v| v as u64);
+    s.gateway_srtp_drops = counter_delta(a, b, "ontime_srtp_dropped_total").map(|v| v as u64);
+    if let (Some(a), Some(b)) = (a, b) {
+        for reason in GATEWAY_SRTP_DROP_REASONS {
+            let at = |x: &Scrape| x.sum("ontime_srtp_dropped_total", &[("reason", reason)]);
+            let n = at(b).unwrap_or(0.0) - at(a).unwrap_or(0.0);
+            if n > 0.0 {
+                s.gateway_srtp_drops_by_reason
+                    .insert((*reason).to_owned(), n as u64);
+            }
+        }
+    }
     if let (Some(a), Some(b)) = (a, b) {
         s.worst_tick_ms = HistogramDelta::between(a, b, "ontime_sender_tick_lateness_seconds")
             .max_upper_bound()
@@ -399,19 +432,35 @@ pub async fn run(
         .map(|s| s.rss_kib as f64 / 1024.0);
     let mut steps: Vec<StepReport> = Vec::new();
     let mut baseline = None;
-    for &calls in &plan.steps {
-        let mut step = run_step(calls, plan, &setup, gw, &probe, bar).await;
-        if baseline.is_none() {
-            baseline = step.lat_p50_ms;
-        }
-        step.judge(baseline);
-        on_step(&step);
-        let ok = step.ok;
-        steps.push(step);
-        // Let the gateway finish the last BYEs before the next step.
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if !ok && plan.stop_on_degrade {
-            break;
+    let kinds: &[Media] = if plan.media.is_empty() {
+        &[Media::Rtp]
+    } else {
+        &plan.media
+    };
+    let setups: Vec<Arc<CallerSetup>> = kinds
+        .iter()
+        .map(|&media| {
+            Arc::new(CallerSetup {
+                media,
+                ..(*setup).clone()
+            })
+        })
+        .collect();
+    'steps: for &calls in &plan.steps {
+        for setup in &setups {
+            let mut step = run_step(calls, plan, setup, gw, &probe, bar).await;
+            if baseline.is_none() {
+                baseline = step.lat_p50_ms;
+            }
+            step.judge(baseline);
+            on_step(&step);
+            let ok = step.ok;
+            steps.push(step);
+            // Let the gateway finish the last BYEs before the next step.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if !ok && plan.stop_on_degrade {
+                break 'steps;
+            }
         }
     }
     let (cap, failed) = capacity(&steps);

@@ -38,6 +38,8 @@ pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
 pub struct StepReport {
     /// Concurrent calls placed.
     pub calls: usize,
+    /// Their media: `rtp` or `srtp`.
+    pub media: crate::caller::Media,
     /// The step passed the ok rule.
     pub ok: bool,
     /// Why it did not (empty when ok).
@@ -98,6 +100,15 @@ pub struct StepReport {
     pub harness_lag_max_ms: Option<f64>,
     /// Length of the measuring window, s.
     pub measure_s: f64,
+    /// SRTP packets from the gateway whose authentication failed, over the step's calls.
+    pub srtp_auth_failures: u64,
+    /// Other SRTP refusals over the step's calls (received packets replayed, too old or
+    /// malformed; the callers' own packets that could not be protected).
+    pub srtp_other_drops: u64,
+    /// SRTP/SRTCP packets the gateway dropped in the window (`ontime_srtp_dropped_total`).
+    pub gateway_srtp_drops: Option<u64>,
+    /// The same by the gateway's `reason` label (only reasons with drops).
+    pub gateway_srtp_drops_by_reason: std::collections::BTreeMap<String, u64>,
 }
 
 impl StepReport {
@@ -129,6 +140,17 @@ impl StepReport {
                     "p95 turn latency {p95:.0} ms > first step's median {base:.0} + {LATENCY_MARGIN_MS:.0} ms"
                 ));
             }
+        }
+        // A refused packet is one the other side protected wrongly (or an attack): never ok.
+        let srtp_drops = self.srtp_auth_failures + self.srtp_other_drops;
+        if srtp_drops > 0 {
+            reasons.push(format!(
+                "{srtp_drops} SRTP packets from the gateway refused ({} failed authentication)",
+                self.srtp_auth_failures
+            ));
+        }
+        if let Some(drops) = self.gateway_srtp_drops.filter(|&d| d > 0) {
+            reasons.push(format!("{drops} SRTP packets dropped by the gateway"));
         }
         if let Some(late) = self.late_ticks.filter(|&l| l > 0) {
             reasons.push(format!(
@@ -204,6 +226,14 @@ mod tests {
         late.harness_late_ticks = 1;
         late.judge(Some(400.0));
         assert!(!late.ok && late.client_bound);
+        let mut forged = good(8);
+        forged.srtp_auth_failures = 3;
+        forged.judge(Some(400.0));
+        assert!(!forged.ok && forged.reasons[0].contains("3 failed authentication"));
+        let mut refused = good(8);
+        refused.gateway_srtp_drops = Some(2);
+        refused.judge(Some(400.0));
+        assert!(!refused.ok && refused.reasons[0].contains("dropped by the gateway"));
         assert_eq!(capacity(&[s.clone(), slow.clone()]).0, 4);
         assert_eq!(capacity(&[slow, s]).0, 0);
     }

@@ -2,24 +2,27 @@
 //! `ontime-sip` that answers calls and replies to each caller turn over real loopback UDP) that
 //! is well-behaved, gets slower with more calls, or sends its reply with stalls like a late
 //! sender. The harness must call the first ok and the others degraded, for the right reason —
-//! a harness that can only say "ok" is worthless.
+//! a harness that can only say "ok" is worthless. The fake answers SRTP offers in kind (like the
+//! gateway's `--srtp optional`), so the callers' SRTP is checked end to end too: what they send
+//! must authenticate, and a forged packet they receive must be counted.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 use ontime_loadgen::audio::{self, is_silent_payload};
-use ontime_loadgen::caller::CallerSetup;
+use ontime_loadgen::caller::{CallerSetup, Media};
 use ontime_loadgen::run::{self, GatewayView, RunPlan, RunResults, Windows};
 use ontime_loadgen::sip::SipClient;
 use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, PT_PCMU};
 use ontime_sender::{EngineConfig, Sender, SenderConfig};
 use ontime_sip::sdp::{self, LocalMedia};
-use ontime_sip::{Config, Endpoint, Event};
+use ontime_sip::{Config, Endpoint, Event, SrtpPolicy};
+use ontime_srtp::{SdesKeys, SrtpContext};
 
 fn fixture(name: &str) -> Arc<[u8]> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/callers");
@@ -36,12 +39,41 @@ struct Behaviour {
     per_extra_call: Duration,
     /// Every this many reply frames, stop sending for `stall`, then send what is due at once.
     stall_every: Option<(u32, Duration)>,
+    /// SRTP calls: flip a byte of the authentication tag of the first this many reply packets
+    /// of each call, as a forger would.
+    forge_first: u64,
+}
+
+impl Behaviour {
+    fn prompt(reply: &str) -> Behaviour {
+        Behaviour {
+            reply: fixture(reply),
+            base_delay: Duration::from_millis(100),
+            per_extra_call: Duration::ZERO,
+            stall_every: None,
+            forge_first: 0,
+        }
+    }
+}
+
+/// What the fake saw of the callers' SRTP, over all calls.
+#[derive(Default)]
+struct SrtpSeen {
+    /// Calls answered with SRTP.
+    calls: AtomicUsize,
+    /// Caller packets that unprotected.
+    authentic: AtomicU64,
+    /// Caller packets that did not.
+    refused: AtomicU64,
+    /// Reply packets the fake forged.
+    forged: AtomicU64,
 }
 
 struct FakeGateway {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    srtp: Arc<SrtpSeen>,
 }
 
 impl Drop for FakeGateway {
@@ -61,7 +93,11 @@ fn media(
     b: Behaviour,
     active: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
+    srtp: Option<(SdesKeys, Arc<SrtpSeen>)>,
 ) {
+    let mut contexts: Option<(SrtpContext, SrtpContext)> =
+        srtp.as_ref().map(|(k, _)| (k.outbound(), k.inbound()));
+    let mut forged = 0u64;
     socket.set_nonblocking(true).unwrap();
     let mut packetizer = Packetizer::new(PT_PCMU);
     let start = Instant::now();
@@ -76,7 +112,19 @@ fn media(
     let mut packet = [0u8; 512];
     while !stop.load(Acquire) {
         let now = Instant::now();
-        while let Ok((n, _)) = socket.recv_from(&mut buf) {
+        while let Ok((mut n, _)) = socket.recv_from(&mut buf) {
+            if let (Some((_, inbound)), Some((_, seen))) = (contexts.as_mut(), srtp.as_ref()) {
+                match inbound.unprotect(&mut buf[..n]) {
+                    Ok(len) => {
+                        seen.authentic.fetch_add(1, AcqRel);
+                        n = len;
+                    }
+                    Err(_) => {
+                        seen.refused.fetch_add(1, AcqRel);
+                        continue;
+                    }
+                }
+            }
             if let Ok(p) = ontime_rtp::parse_rtp(&buf[..n]) {
                 if !is_silent_payload(p.payload, p.payload_type) {
                     heard_speech = true;
@@ -112,7 +160,15 @@ fn media(
                 playing = (end < b.reply.len()).then_some(end);
                 played_frames += 1;
             }
-            let len = packetizer.write_frame(&payload, &mut packet).unwrap();
+            let mut len = packetizer.write_frame(&payload, &mut packet).unwrap();
+            if let (Some((outbound, _)), Some((_, seen))) = (contexts.as_mut(), srtp.as_ref()) {
+                len = outbound.protect(&mut packet, len).unwrap();
+                if playing.is_some() && forged < b.forge_first {
+                    packet[len - 1] ^= 0x01;
+                    forged += 1;
+                    seen.forged.fetch_add(1, AcqRel);
+                }
+            }
             let _ = socket.send_to(&packet[..len], remote);
             slot += 1;
             if let (Some((every, stall)), Some(_)) = (b.stall_every, playing) {
@@ -134,6 +190,8 @@ fn start_fake(b: Behaviour) -> FakeGateway {
     let addr = socket.local_addr().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = Arc::clone(&stop);
+    let srtp = Arc::new(SrtpSeen::default());
+    let srtp2 = Arc::clone(&srtp);
     let thread = std::thread::spawn(move || {
         let mut ep = Endpoint::new(Config::new(addr));
         let active = Arc::new(AtomicUsize::new(0));
@@ -149,8 +207,26 @@ fn start_fake(b: Behaviour) -> FakeGateway {
                     Event::IncomingCall(c) => {
                         let rtp = UdpSocket::bind("127.0.0.1:0").unwrap();
                         let local = LocalMedia::new(rtp.local_addr().unwrap(), 9);
-                        let (answer, media_info) =
-                            sdp::answer_offer(c.offer.as_ref().unwrap(), &local).unwrap();
+                        // SRTP offers are answered in kind, keyed like the gateway does.
+                        let mut keys = None;
+                        let (answer, media_info) = sdp::answer_offer_srtp(
+                            c.offer.as_ref().unwrap(),
+                            &local,
+                            SrtpPolicy::Optional,
+                            &mut |_, section| {
+                                let k =
+                                    ontime_srtp::answer_offer(section.attribute_values("crypto"))
+                                        .ok()?;
+                                let line = k.local.to_string();
+                                keys = Some(k);
+                                Some(line)
+                            },
+                        )
+                        .unwrap();
+                        let srtp = keys.filter(|_| media_info.srtp).map(|k| {
+                            srtp2.calls.fetch_add(1, AcqRel);
+                            (k, Arc::clone(&srtp2))
+                        });
                         ep.answer(c.call, &answer, Instant::now()).unwrap();
                         active.fetch_add(1, AcqRel);
                         let call_stop = Arc::new(AtomicBool::new(false));
@@ -159,7 +235,7 @@ fn start_fake(b: Behaviour) -> FakeGateway {
                         calls.push((
                             c.call,
                             call_stop,
-                            std::thread::spawn(move || media(rtp, remote, b, a, s)),
+                            std::thread::spawn(move || media(rtp, remote, b, a, s, srtp)),
                         ));
                     }
                     Event::Ended { call, .. } => {
@@ -186,10 +262,18 @@ fn start_fake(b: Behaviour) -> FakeGateway {
         addr,
         stop,
         thread: Some(thread),
+        srtp,
     }
 }
 
-fn run_against(fake: &FakeGateway, steps: &[usize], measure_s: f64) -> RunResults {
+/// One run at a time: each is real time (a sender thread, a fake gateway's media threads), and
+/// four at once on a 2-core machine left the harness's own sender late, failing steps for it.
+static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn run_against(fake: &FakeGateway, steps: &[usize], media: &[Media], measure_s: f64) -> RunResults {
+    let _turn = ONE_RUN_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let sender = Sender::start(SenderConfig {
         engine: EngineConfig {
             metrics: false,
@@ -219,6 +303,7 @@ fn run_against(fake: &FakeGateway, steps: &[usize], measure_s: f64) -> RunResult
             local_ip: "127.0.0.1".parse().unwrap(),
             origin: Instant::now(),
             answer_timeout: Duration::from_secs(4),
+            media: Media::Rtp,
         });
         let plan = RunPlan {
             steps: steps.to_vec(),
@@ -229,6 +314,7 @@ fn run_against(fake: &FakeGateway, steps: &[usize], measure_s: f64) -> RunResult
             },
             stop_on_degrade: false,
             seed: 7,
+            media: media.to_vec(),
         };
         run::run(
             &plan,
@@ -252,8 +338,9 @@ fn a_prompt_gateway_is_ok_and_one_that_slows_with_load_is_not() {
         base_delay: Duration::from_millis(100),
         per_extra_call: Duration::from_millis(600),
         stall_every: None,
+        forge_first: 0,
     });
-    let r = run_against(&fake, &[1, 3], 12.0);
+    let r = run_against(&fake, &[1, 3], &[Media::Rtp], 12.0);
     let (one, three) = (&r.steps[0], &r.steps[1]);
     assert!(one.ok, "1 call against a prompt gateway: {:?}", one.reasons);
     assert_eq!(one.underruns, 0);
@@ -281,8 +368,9 @@ fn a_gateway_whose_sender_stalls_mid_reply_has_underruns() {
         base_delay: Duration::from_millis(100),
         per_extra_call: Duration::ZERO,
         stall_every: Some((30, Duration::from_millis(150))),
+        forge_first: 0,
     });
-    let r = run_against(&fake, &[2], 12.0);
+    let r = run_against(&fake, &[2], &[Media::Rtp], 12.0);
     let s = &r.steps[0];
     assert!(!s.ok, "{s:?}");
     assert!(s.underruns_per_min > 1.0, "{s:?}");
@@ -295,6 +383,51 @@ fn a_gateway_whose_sender_stalls_mid_reply_has_underruns() {
     assert!(
         s.underruns_per_min > 40.0 && s.underruns_per_min < 140.0,
         "{s:?}"
+    );
+    assert_eq!(r.capacity, 0);
+}
+
+#[test]
+fn srtp_calls_are_protected_both_ways_and_counted_ok_next_to_plain_ones() {
+    let fake = start_fake(Behaviour::prompt("utterance_3.ulaw.wav"));
+    // `--media both`: the step runs plain, then SRTP.
+    let r = run_against(&fake, &[1], &[Media::Rtp, Media::Srtp], 8.0);
+    assert_eq!(r.steps.len(), 2, "{:?}", r.steps);
+    let (plain, srtp) = (&r.steps[0], &r.steps[1]);
+    assert_eq!((plain.media, srtp.media), (Media::Rtp, Media::Srtp));
+    for s in [plain, srtp] {
+        assert!(s.ok, "{}: {:?}", s.media, s.reasons);
+        assert_eq!((s.answered_calls, s.failed_calls), (1, 0), "{s:?}");
+        assert_eq!((s.srtp_auth_failures, s.srtp_other_drops), (0, 0));
+        assert_eq!(s.underruns, 0);
+        assert!(s.turns >= 1, "{s:?}");
+    }
+    // Exactly the one SRTP call was SRTP, and everything its caller sent authenticated.
+    assert_eq!(fake.srtp.calls.load(Acquire), 1);
+    assert_eq!(fake.srtp.refused.load(Acquire), 0);
+    // 0.5 s ramp + 1.5 s warm-up + 8 s measured at 50 packets a second.
+    let authentic = fake.srtp.authentic.load(Acquire);
+    assert!(authentic >= 400, "{authentic} SRTP packets from the caller");
+    assert_eq!(r.capacity, 1);
+}
+
+#[test]
+fn forged_srtp_packets_are_counted_and_the_step_is_not_ok() {
+    let fake = start_fake(Behaviour {
+        forge_first: 5,
+        ..Behaviour::prompt("utterance_3.ulaw.wav")
+    });
+    let r = run_against(&fake, &[1], &[Media::Srtp], 6.0);
+    let s = &r.steps[0];
+    assert_eq!(fake.srtp.forged.load(Acquire), 5);
+    assert_eq!((s.srtp_auth_failures, s.srtp_other_drops), (5, 0), "{s:?}");
+    assert!(!s.ok);
+    assert!(
+        s.reasons.iter().any(
+            |r| r.contains("5 SRTP packets from the gateway refused (5 failed authentication)")
+        ),
+        "{:?}",
+        s.reasons
     );
     assert_eq!(r.capacity, 0);
 }
