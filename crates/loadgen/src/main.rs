@@ -114,7 +114,8 @@ struct Args {
     #[arg(long, requires = "churn")]
     churn_extra: Option<usize>,
     /// Admission limit (--max-calls) of the spawned gateway. Default: the largest step + 4; soak:
-    /// --calls + 4; churn: --calls.
+    /// --calls + 4; churn: --calls. Below a step, that step's excess is refused (503), counted
+    /// apart from failed calls.
     #[arg(long)]
     max_calls: Option<usize>,
     /// Soak: one JSON line per sample goes here.
@@ -309,7 +310,7 @@ fn main() -> anyhow::Result<()> {
         );
         let steps = run::run(&plan, setup, &view, &bar, |s| {
             let line = format!(
-                "N={:<3} {:<4} {} turns {} p50 {} p95 {} undr/min {:.2} cpu {} fail {}{}",
+                "N={:<3} {:<4} {} turns {} p50 {} p95 {} undr/min {:.2} cpu {} admitted {}/{} refused {} fail {}{}",
                 s.calls,
                 s.media.name(),
                 if s.ok { "ok " } else { "NOT ok" },
@@ -318,6 +319,9 @@ fn main() -> anyhow::Result<()> {
                 s.lat_p95_ms.map_or("-".into(), |v| format!("{v:.0}")),
                 s.underruns_per_min,
                 s.cpu_pct.map_or("-".into(), |v| format!("{v:.1}%")),
+                s.admitted,
+                s.offered,
+                s.refused,
                 s.failed_calls,
                 if s.client_bound { " (client-bound)" } else { "" },
             );

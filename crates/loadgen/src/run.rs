@@ -1,5 +1,6 @@
 //! The step runner: for each N, ramp N callers up, warm up, measure, hang up; then the figures.
 
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -58,9 +59,11 @@ pub struct RunPlan {
 pub struct RunResults {
     /// Per step.
     pub steps: Vec<StepReport>,
-    /// Largest N with every step up to it ok.
+    /// Most calls admitted in a step with every step up to it ok (`stats::capacity`).
     pub capacity: usize,
-    /// What stopped capacity growing: `gateway`, `harness` (client-bound step) or `none`.
+    /// What stopped capacity growing: `gateway` (a step was not ok), `harness` (that step was
+    /// client-bound), `admission` (every step ok, but the gateway refused calls: capacity is what
+    /// it admitted) or `none`.
     pub limited_by: String,
     /// The first step's median turn latency, the latency rule's baseline.
     pub baseline_p50_ms: Option<f64>,
@@ -165,6 +168,10 @@ fn progress_message(calls: usize, phase: &str, records: &[Record], elapsed: Dura
         .iter()
         .filter(|r| matches!(r.kind, RecordKind::Answered { .. }))
         .count();
+    let refused = records
+        .iter()
+        .filter(|r| matches!(r.kind, RecordKind::Refused))
+        .count();
     let lat: Vec<f64> = records
         .iter()
         .filter_map(|r| match r.kind {
@@ -180,7 +187,7 @@ fn progress_message(calls: usize, phase: &str, records: &[Record], elapsed: Dura
         })
         .sum();
     format!(
-        "N={calls:<3} {phase:<8} {:>4.0}s  up {answered}/{calls}  turns {}  lat p50 {}  underruns {underruns}",
+        "N={calls:<3} {phase:<8} {:>4.0}s  up {answered}/{calls}  refused {refused}  turns {}  lat p50 {}  underruns {underruns}",
         elapsed.as_secs_f64(),
         lat.len(),
         percentile(&lat, 0.5).map_or("-".into(), |p| format!("{p:.0} ms")),
@@ -204,16 +211,21 @@ pub async fn run_step(
     let (records_tx, mut records_rx) = mpsc::unbounded_channel::<Record>();
     let (stop_tx, stop_rx) = watch::channel(false);
     let start = Instant::now();
+    // Counted where a caller starts, not from its records: a caller still waiting for an answer
+    // when the step stops records nothing, and was offered all the same.
+    let offered = Arc::new(AtomicUsize::new(0));
     let mut callers = Vec::with_capacity(calls);
     for i in 0..calls {
         let delay = Duration::from_secs_f64(ramp_s * i as f64 / calls.max(1) as f64);
         let setup = Arc::clone(setup);
         let stop = stop_rx.clone();
         let tx = records_tx.clone();
+        let offered = Arc::clone(&offered);
         let seed = plan.seed ^ ((calls as u64) << 32) ^ i as u64;
         callers.push(tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             if !*stop.borrow() {
+                offered.fetch_add(1, Relaxed);
                 run_caller(i, setup, seed, stop, tx).await;
             }
         }));
@@ -280,6 +292,7 @@ pub async fn run_step(
         rss_peak_kib,
     );
     step.media = setup.media;
+    step.offered = offered.load(Relaxed);
     step
 }
 
@@ -294,6 +307,26 @@ const GATEWAY_SRTP_DROP_REASONS: &[&str] = &[
     "index_exhausted",
     "bad_key",
 ];
+
+/// The step's calls by how they went, over the whole step (ramp and warm-up too: a call is set up
+/// once, mostly before the window): answered, refused with 503, failed; and SRTP refusals.
+fn count_calls(records: &[Record], s: &mut StepReport) {
+    for r in records {
+        match &r.kind {
+            RecordKind::Answered { .. } => s.answered_calls += 1,
+            // Apart from failures: the ok rule judges the admitted calls (`StepReport::judge`).
+            RecordKind::Refused => s.refused += 1,
+            RecordKind::Failed(_) | RecordKind::DroppedByGateway(_) => s.failed_calls += 1,
+            // Like failed calls: a forged packet in the ramp counts too.
+            RecordKind::SrtpDropped { auth_failed, other } => {
+                s.srtp_auth_failures += auth_failed;
+                s.srtp_other_drops += other;
+            }
+            _ => {}
+        }
+    }
+    s.admitted = s.answered_calls;
+}
 
 #[allow(clippy::too_many_arguments)] // one step's inputs; grouping them would only rename them
 fn summarize(
@@ -314,21 +347,7 @@ fn summarize(
         ..Default::default()
     };
     let mut agent_audio = Duration::ZERO;
-    for r in records {
-        match &r.kind {
-            RecordKind::Answered { .. } => s.answered_calls += 1,
-            // A step never offers more calls than the gateway admits: a 503 is a failure here.
-            RecordKind::Failed(_) | RecordKind::DroppedByGateway(_) | RecordKind::Refused => {
-                s.failed_calls += 1;
-            }
-            // Over the whole step, like failed calls: a forged packet in the ramp counts too.
-            RecordKind::SrtpDropped { auth_failed, other } => {
-                s.srtp_auth_failures += auth_failed;
-                s.srtp_other_drops += other;
-            }
-            _ => {}
-        }
-    }
+    count_calls(records, &mut s);
     for r in records.iter().filter(in_window) {
         match &r.kind {
             RecordKind::Turn { latency } => latencies.push(latency.as_secs_f64() * 1000.0),
@@ -357,6 +376,10 @@ fn summarize(
         0.0
     };
     let (a, b) = (&before.scrape, &after.scrape);
+    // A gauge: its value at the end, with the step's calls up, is what one more call would meet.
+    s.gateway_headroom_calls = b
+        .as_ref()
+        .and_then(|b| b.sum("ontime_admission_headroom_calls", &[]));
     s.late_ticks = counter_delta(a, b, "ontime_sender_late_ticks_total").map(|v| v as u64);
     s.gateway_underruns = counter_delta(a, b, "ontime_sender_underruns_total").map(|v| v as u64);
     s.gateway_srtp_drops = counter_delta(a, b, "ontime_srtp_dropped_total").map(|v| v as u64);
@@ -465,9 +488,12 @@ pub async fn run(
     }
     let (cap, failed) = capacity(&steps);
     let limited_by = match failed {
-        None => "none",
         Some(s) if s.client_bound => "harness",
         Some(_) => "gateway",
+        // Every step ok, yet calls were refused: the gateway's admission, not its service,
+        // set the capacity.
+        None if steps.iter().any(|s| s.refused > 0) => "admission",
+        None => "none",
     };
     RunResults {
         capacity: cap,
@@ -476,5 +502,42 @@ pub async fn run(
         idle_rss_mb,
         rss_per_call_mb: rss_slope(&steps),
         steps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_are_counted_admitted_refused_or_failed() {
+        let at = Instant::now();
+        let record = |caller, kind| Record { caller, at, kind };
+        let answered = || RecordKind::Answered {
+            setup: Duration::from_millis(3),
+        };
+        let records = [
+            record(0, answered()),
+            record(1, answered()),
+            record(2, answered()),
+            record(2, RecordKind::DroppedByGateway("BYE".into())),
+            record(3, RecordKind::Refused),
+            record(4, RecordKind::Refused),
+            record(5, RecordKind::Failed("not answered: 486".into())),
+            record(
+                0,
+                RecordKind::SrtpDropped {
+                    auth_failed: 1,
+                    other: 2,
+                },
+            ),
+        ];
+        let mut s = StepReport::default();
+        count_calls(&records, &mut s);
+        assert_eq!(
+            (s.answered_calls, s.admitted, s.refused, s.failed_calls),
+            (3, 3, 2, 2)
+        );
+        assert_eq!((s.srtp_auth_failures, s.srtp_other_drops), (1, 2));
     }
 }

@@ -4,9 +4,13 @@
 //! sender. The harness must call the first ok and the others degraded, for the right reason —
 //! a harness that can only say "ok" is worthless. The fake answers SRTP offers in kind (like the
 //! gateway's `--srtp optional`), so the callers' SRTP is checked end to end too: what they send
-//! must authenticate, and a forged packet they receive must be counted.
+//! must authenticate, and a forged packet they receive must be counted. With an admission limit
+//! it refuses calls beyond it with 503 + Retry-After, like the gateway's `--max-calls`, and
+//! publishes its headroom on a metrics page: the harness must count those calls refused, not
+//! failed, and judge the step over the calls admitted.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
@@ -16,6 +20,7 @@ use std::time::{Duration, Instant};
 use indicatif::ProgressBar;
 use ontime_loadgen::audio::{self, is_silent_payload};
 use ontime_loadgen::caller::{CallerSetup, Media};
+use ontime_loadgen::http::MetricsUrl;
 use ontime_loadgen::run::{self, GatewayView, RunPlan, RunResults, Windows};
 use ontime_loadgen::sip::SipClient;
 use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, PT_PCMU};
@@ -42,6 +47,9 @@ struct Behaviour {
     /// SRTP calls: flip a byte of the authentication tag of the first this many reply packets
     /// of each call, as a forger would.
     forge_first: u64,
+    /// Answer at most this many calls at once; refuse the rest with 503 + Retry-After and
+    /// serve `ontime_admission_headroom_calls` (the limit minus the calls up) on /metrics.
+    admit_limit: Option<usize>,
 }
 
 impl Behaviour {
@@ -52,6 +60,7 @@ impl Behaviour {
             per_extra_call: Duration::ZERO,
             stall_every: None,
             forge_first: 0,
+            admit_limit: None,
         }
     }
 }
@@ -71,17 +80,53 @@ struct SrtpSeen {
 
 struct FakeGateway {
     addr: SocketAddr,
+    /// The metrics page, with an admission limit.
+    metrics: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
     srtp: Arc<SrtpSeen>,
+    /// INVITEs refused with 503.
+    refused: Arc<AtomicUsize>,
 }
 
 impl Drop for FakeGateway {
     fn drop(&mut self) {
         self.stop.store(true, Release);
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+/// Serve `ontime_admission_headroom_calls` (`limit` − calls up) to each GET until `stop`, one
+/// connection at a time: the harness scrapes twice a step.
+fn serve_headroom(
+    listener: TcpListener,
+    limit: usize,
+    active: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+) {
+    listener.set_nonblocking(true).unwrap();
+    while !stop.load(Acquire) {
+        let Ok((mut conn, _)) = listener.accept() else {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        };
+        conn.set_nonblocking(false).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        // Read the request head; its contents do not matter.
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).is_ok_and(|n| n == 1) {
+            head.push(byte[0]);
+        }
+        let headroom = limit.saturating_sub(active.load(Acquire));
+        let body = format!("# TYPE ontime_admission_headroom_calls gauge\nontime_admission_headroom_calls {headroom}\n");
+        let _ = write!(
+            conn,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
     }
 }
 
@@ -192,9 +237,21 @@ fn start_fake(b: Behaviour) -> FakeGateway {
     let stop2 = Arc::clone(&stop);
     let srtp = Arc::new(SrtpSeen::default());
     let srtp2 = Arc::clone(&srtp);
-    let thread = std::thread::spawn(move || {
+    let refused = Arc::new(AtomicUsize::new(0));
+    let refused2 = Arc::clone(&refused);
+    let active = Arc::new(AtomicUsize::new(0));
+    let mut threads = Vec::new();
+    let mut metrics = None;
+    if let Some(limit) = b.admit_limit {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        metrics = Some(listener.local_addr().unwrap());
+        let (active, stop) = (Arc::clone(&active), Arc::clone(&stop));
+        threads.push(std::thread::spawn(move || {
+            serve_headroom(listener, limit, active, stop);
+        }));
+    }
+    threads.push(std::thread::spawn(move || {
         let mut ep = Endpoint::new(Config::new(addr));
-        let active = Arc::new(AtomicUsize::new(0));
         let mut calls: Vec<(ontime_sip::CallHandle, Arc<AtomicBool>, JoinHandle<()>)> = Vec::new();
         let mut buf = vec![0u8; 65_536];
         while !stop2.load(Acquire) {
@@ -204,6 +261,19 @@ fn start_fake(b: Behaviour) -> FakeGateway {
             ep.handle_timeout(Instant::now());
             while let Some(ev) = ep.poll_event() {
                 match ev {
+                    // Full, as the gateway at `--max-calls`: 503 with a Retry-After.
+                    Event::IncomingCall(c)
+                        if b.admit_limit.is_some_and(|l| active.load(Acquire) >= l) =>
+                    {
+                        ep.reject(
+                            c.call,
+                            503,
+                            &[("Retry-After".into(), "5".into())],
+                            Instant::now(),
+                        )
+                        .unwrap();
+                        refused2.fetch_add(1, AcqRel);
+                    }
                     Event::IncomingCall(c) => {
                         let rtp = UdpSocket::bind("127.0.0.1:0").unwrap();
                         let local = LocalMedia::new(rtp.local_addr().unwrap(), 9);
@@ -257,12 +327,14 @@ fn start_fake(b: Behaviour) -> FakeGateway {
             s.store(true, Release);
             let _ = t.join();
         }
-    });
+    }));
     FakeGateway {
         addr,
+        metrics,
         stop,
-        thread: Some(thread),
+        threads,
         srtp,
+        refused,
     }
 }
 
@@ -285,6 +357,10 @@ fn run_against(fake: &FakeGateway, steps: &[usize], media: &[Media], measure_s: 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let controller = sender.controller();
     let destination = fake.addr;
+    let metrics = fake.metrics.map(|addr| MetricsUrl {
+        addr,
+        path: "/metrics".into(),
+    });
     let results = rt.block_on(async move {
         let sip = SipClient::start("127.0.0.1:0".parse().unwrap())
             .await
@@ -319,7 +395,10 @@ fn run_against(fake: &FakeGateway, steps: &[usize], media: &[Media], measure_s: 
         run::run(
             &plan,
             setup,
-            &GatewayView::default(),
+            &GatewayView {
+                metrics,
+                ..GatewayView::default()
+            },
             &ProgressBar::hidden(),
             |s| {
                 eprintln!("{}", ontime_loadgen::report::table(std::slice::from_ref(s)));
@@ -339,6 +418,7 @@ fn a_prompt_gateway_is_ok_and_one_that_slows_with_load_is_not() {
         per_extra_call: Duration::from_millis(600),
         stall_every: None,
         forge_first: 0,
+        admit_limit: None,
     });
     let r = run_against(&fake, &[1, 3], &[Media::Rtp], 12.0);
     let (one, three) = (&r.steps[0], &r.steps[1]);
@@ -369,6 +449,7 @@ fn a_gateway_whose_sender_stalls_mid_reply_has_underruns() {
         per_extra_call: Duration::ZERO,
         stall_every: Some((30, Duration::from_millis(150))),
         forge_first: 0,
+        admit_limit: None,
     });
     let r = run_against(&fake, &[2], &[Media::Rtp], 12.0);
     let s = &r.steps[0];
@@ -398,6 +479,8 @@ fn srtp_calls_are_protected_both_ways_and_counted_ok_next_to_plain_ones() {
     for s in [plain, srtp] {
         assert!(s.ok, "{}: {:?}", s.media, s.reasons);
         assert_eq!((s.answered_calls, s.failed_calls), (1, 0), "{s:?}");
+        assert_eq!((s.offered, s.admitted, s.refused), (1, 1, 0), "{s:?}");
+        assert_eq!(s.gateway_headroom_calls, None, "no metrics page");
         assert_eq!((s.srtp_auth_failures, s.srtp_other_drops), (0, 0));
         assert_eq!(s.underruns, 0);
         assert!(s.turns >= 1, "{s:?}");
@@ -430,4 +513,38 @@ fn forged_srtp_packets_are_counted_and_the_step_is_not_ok() {
         s.reasons
     );
     assert_eq!(r.capacity, 0);
+}
+
+#[test]
+fn calls_refused_over_the_admission_limit_are_counted_apart_and_the_admitted_ones_judged() {
+    let fake = start_fake(Behaviour {
+        admit_limit: Some(4),
+        ..Behaviour::prompt("utterance_3.ulaw.wav")
+    });
+    let r = run_against(&fake, &[6], &[Media::Rtp], 8.0);
+    let s = &r.steps[0];
+    assert_eq!(fake.refused.load(Acquire), 2, "the fake refused");
+    assert_eq!(
+        (s.calls, s.offered, s.admitted, s.refused, s.failed_calls),
+        (6, 6, 4, 2, 0),
+        "{s:?}"
+    );
+    assert_eq!(s.answered_calls, 4);
+    // Scraped at the end of the window, with the 4 calls up: the fake is full.
+    assert_eq!(s.gateway_headroom_calls, Some(0.0), "{s:?}");
+    // The 4 admitted calls are served promptly: the refusals alone do not fail the step.
+    assert!(s.ok, "{:?}", s.reasons);
+    assert!(s.turns >= 4, "{s:?}");
+    assert_eq!((s.unanswered_turns, s.underruns), (0, 0), "{s:?}");
+    // It carried 4, and what held it there was admission.
+    assert_eq!((r.capacity, r.limited_by.as_str()), (4, "admission"));
+    let table = ontime_loadgen::report::table(&r.steps);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    let column = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+    assert_eq!(
+        (column("offr"), column("adm"), column("ref"), column("fail")),
+        ("6", "4", "2", "0"),
+        "{table}"
+    );
 }
