@@ -61,12 +61,11 @@ def ulaw(b):
     t = (((b & 0x0F) << 3) + 0x84) << ((b & 0x70) >> 4)
     return (0x84 - t) if b & 0x80 else (t - 0x84)
 def silent(p):
-    # Speech means a frame above -45 dBFS RMS; espeak's tails and comfort levels are below.
+    # The load harness's definition (crates/loadgen/src/audio.rs, SILENCE_THRESHOLD): a frame
+    # is voiced when any sample reaches 64 of 32767 (about -54 dBFS), so both tools measure
+    # the same turn latency: the caller's last voiced packet -> the first voiced reply packet.
     h = bytes.fromhex(p.replace(":", ""))
-    if not h:
-        return True
-    rms = (sum(ulaw(x) ** 2 for x in h) / len(h)) ** 0.5
-    return rms < 32768 * 10 ** (-45 / 20)
+    return not any(abs(ulaw(x)) >= 64 for x in h)
 caller = [(float(t), silent(p)) for t, s, d, p in rows if s == port]
 agent = [(float(t), silent(p)) for t, s, d, p in rows if d == port]
 speech = [t for t, q in caller if not q]
@@ -75,7 +74,7 @@ if not speech or not reply:
     print("the caller heard no reply"); sys.exit(1)
 gaps = [b - a for a, b in zip([t for t, _ in agent if t >= reply[0]], [t for t, _ in agent if t >= reply[0]][1:])]
 print(f"caller spoke      {len(speech)} packets ({speech[-1]-speech[0]:.1f} s)")
-print(f"turn latency      {(reply[0]-speech[-1])*1e3:.0f} ms (caller's last speech packet -> first reply packet)")
+print(f"turn latency      {(reply[0]-speech[-1])*1e3:.0f} ms (caller's last voiced packet -> first voiced reply packet, as ontime-load measures it)")
 print(f"caller heard      {len(reply)} reply packets ({reply[-1]-reply[0]:.1f} s of the stub's sentence)")
 print(f"largest gap       {max(gaps)*1e3:.1f} ms between consecutive packets after the reply began (late if > 40)")
 PY

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the tests and the demo need, when missing: Debian packages (sipp, tshark, espeak-ng, sox,
-# baresip, kamailio), the ONNX Runtime library and models (scripts/fetch-models.sh), Python onnxruntime + numpy for
+# baresip, linphone-cli, kamailio), the ONNX Runtime library and models (scripts/fetch-models.sh), Python onnxruntime + numpy for
 # the independent reference checks, and cargo-deny. Safe to run again; it skips what is there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,6 +10,8 @@ command -v tshark >/dev/null || need_apt+=(tshark)
 command -v espeak-ng >/dev/null || need_apt+=(espeak-ng)
 command -v sox >/dev/null || need_apt+=(sox)
 command -v baresip >/dev/null || need_apt+=(baresip)
+# gateway/tests/tls_srtp_interop.rs: linphonec calls over TLS with SRTP.
+command -v linphonec >/dev/null || need_apt+=(linphone-cli)
 command -v kamailio >/dev/null || need_apt+=(kamailio)
 # The TLS tests make their throwaway certificates with the openssl command (the build itself
 # needs no OpenSSL: TLS is rustls).

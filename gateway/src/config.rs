@@ -336,6 +336,11 @@ pub struct Args {
     /// `MD5` alone for clients that answer only the first challenge).
     #[arg(long, env = "ONTIME_TRUNK_AUTH_ALGORITHMS", value_delimiter = ',')]
     pub trunk_auth_algorithms: Vec<String>,
+    /// Refuse new calls (503, OPTIONS 503, `/readyz` 503) while the measured headroom is
+    /// below this many calls (default 0: measure and report only). `--max-calls` stays a hard
+    /// ceiling on top.
+    #[arg(long, env = "ONTIME_ADMISSION_RESERVE")]
+    pub admission_reserve: Option<usize>,
     /// SIP over TCP listen address (off unless set).
     #[arg(long, env = "ONTIME_SIP_LISTEN_TCP")]
     pub sip_listen_tcp: Option<String>,
@@ -489,6 +494,7 @@ struct FileConfig {
     trunk_auth: Option<String>,
     trunk_auth_password_file: Option<PathBuf>,
     trunk_auth_algorithms: Option<Vec<String>>,
+    admission_reserve: Option<usize>,
     sip_listen_tcp: Option<String>,
     sip_listen_tls: Option<String>,
     tls_cert: Option<PathBuf>,
@@ -578,6 +584,8 @@ pub struct Config {
     pub voice_twiml: Option<String>,
     /// SRTP policy of call media.
     pub srtp: ontime_sip::SrtpPolicy,
+    /// Measured headroom (calls) a new call needs.
+    pub admission_reserve: usize,
     /// Registrations: address-of-record URIs.
     pub register: Vec<String>,
     /// Digest user of the registrations (None: each URI's user).
@@ -650,6 +658,9 @@ impl Default for Config {
             voice_url: None,
             voice_twiml: None,
             srtp: ontime_sip::SrtpPolicy::Optional,
+            // Off until the estimate has been measured against capacity runs on more
+            // machines: it is published (gauge, OPTIONS header) either way.
+            admission_reserve: 0,
             register: Vec::new(),
             register_user: None,
             register_password: None,
@@ -942,6 +953,9 @@ impl Config {
         }
         if let Some(v) = pick!(sip_listen_tls) {
             c.sip_listen_tls = Some(parse("sip_listen_tls", &v)?);
+        }
+        if let Some(v) = pick!(admission_reserve) {
+            c.admission_reserve = v;
         }
         if let Some(v) = args.srtp.or(file.srtp) {
             c.srtp = v.policy();

@@ -18,6 +18,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use crate::admission::headroom::{HeadroomEstimator, HeadroomLimits, Sample};
 use crate::admission::CallSlots;
 use crate::agent::Agent;
 use crate::call::driver::CallServices;
@@ -260,6 +261,7 @@ pub struct Gateway {
     ops_task: tokio::task::JoinHandle<()>,
     registry: Arc<CallRegistry>,
     api_task: Option<tokio::task::JoinHandle<()>>,
+    pool: Arc<InferencePool>,
 }
 
 impl Gateway {
@@ -296,8 +298,10 @@ impl Gateway {
         })?);
         // The sender logs whether it got SCHED_FIFO (and why not) itself.
         let pool = Arc::new(InferencePool::start(pool_config(&config))?);
+        let pool_handle = pool.clone();
 
-        let slots = CallSlots::new(config.max_calls, config.rtp_ports);
+        let slots =
+            CallSlots::with_reserve(config.max_calls, config.rtp_ports, config.admission_reserve);
         let sip_socket =
             UdpSocket::bind(config.sip_listen)
                 .await
@@ -398,6 +402,7 @@ impl Gateway {
             },
             registry,
             api_task,
+            pool: pool_handle,
             sender,
             slots,
             jitter_depth,
@@ -430,17 +435,32 @@ impl Gateway {
         });
         let publisher = {
             let sender = self.sender.clone();
+            let pool = self.pool.clone();
             let slots = self.slots.clone();
             let depth = self.jitter_depth.clone();
             tokio::spawn(async move {
                 let mut cgroup = CgroupWatch::new();
+                let mut headroom = HeadroomEstimator::new(headroom_limits());
                 let mut every = tokio::time::interval(Duration::from_secs(1));
                 loop {
                     every.tick().await;
                     sender.publish_metrics();
                     metrics::gauge!(m::CALLS_ACTIVE).set(slots.active() as f64);
                     depth.publish();
-                    cgroup.publish();
+                    let (periods, throttled) = cgroup.publish();
+                    let inference = pool.stats();
+                    let estimate = headroom.update(Sample {
+                        at: Instant::now(),
+                        calls: slots.active(),
+                        inference_cpu: Duration::from_nanos(inference.model_cpu_ns),
+                        queue_wait: Duration::from_nanos(inference.queue_wait_ns),
+                        queue_waits: inference.queue_waits,
+                        late_ticks: sender.stats().late_ticks,
+                        periods,
+                        throttled,
+                    });
+                    slots.set_headroom(estimate.calls);
+                    metrics::gauge!(m::ADMISSION_HEADROOM_CALLS).set(slots.headroom() as f64);
                 }
             })
         };
@@ -481,6 +501,19 @@ fn voice_route(config: &Config, callbacks: &crate::api::Callbacks) -> Result<Voi
         });
     }
     Ok(VoiceRoute::Agent)
+}
+
+/// The headroom estimate's limits for this process: the inference thread gets at most one
+/// core, less under a smaller CPU quota.
+fn headroom_limits() -> HeadroomLimits {
+    let quota = ontime_cgroup::CpuCgroup::current()
+        .and_then(|c| c.quota())
+        .ok()
+        .and_then(|q| q.cores());
+    HeadroomLimits {
+        inference_cores: quota.map_or(1.0, |q| q.min(1.0)),
+        ..HeadroomLimits::default()
+    }
 }
 
 fn model_paths(config: &Config) -> ModelPaths {

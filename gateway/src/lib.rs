@@ -41,7 +41,7 @@ mod transport;
 pub use admission::RejectReason;
 pub use agent::{
     Admission, AdmissionFuture, Agent, AgentAction, AgentCall, AgentEvent, AgentOutput, CallInfo,
-    StubAgent, StubReplyError, WsAgent, WsAgentConfig, WsAgentError,
+    StubAgent, StubReplyError, TransferResult, WsAgent, WsAgentConfig, WsAgentError,
 };
 pub use config::{
     AgentKind, AgentUnreachable, Args, BargeIn, Config, ConfigError, LogFormat, SrtpMode,

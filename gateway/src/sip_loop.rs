@@ -29,6 +29,10 @@ use crate::registry::RegistryRequest;
 use crate::routing::VoiceRoute;
 use crate::transport::{StreamMessage, StreamTransports};
 
+/// The header of our OPTIONS answers that says how many more calls we take (measured headroom
+/// within `max_calls`).
+pub const HEADROOM_HEADER: &str = "X-Ontime-Headroom";
+
 /// How long the SIP loop stays after the last call of a drain (RFC 3261 T4), absorbing
 /// retransmissions.
 const LINGER: Duration = Duration::from_secs(5);
@@ -109,6 +113,8 @@ pub(crate) struct SipLoop {
     registrations: Vec<Registration>,
     /// Registrations started, with the registrar label of their gauge.
     registered: HashMap<ontime_sip::RegistrationHandle, String>,
+    /// The headroom our OPTIONS answers last reported.
+    advertised_headroom: Option<usize>,
     tasks: tokio::task::JoinSet<()>,
 }
 
@@ -249,6 +255,7 @@ impl SipLoop {
             trusted: streams.trusted,
             registrations: streams.registrations,
             registered: HashMap::new(),
+            advertised_headroom: None,
             tasks: tokio::task::JoinSet::new(),
         })
     }
@@ -505,6 +512,13 @@ impl SipLoop {
         self.slots
             .set_sip_overloaded(self.endpoint.budget_exhausted_since().is_some());
         self.endpoint.set_accepting(self.slots.ready());
+        let headroom = self.slots.headroom();
+        if self.advertised_headroom != Some(headroom) {
+            // A front door probing with OPTIONS reads it (deploy/kamailio: no headroom, 503).
+            self.advertised_headroom = Some(headroom);
+            self.endpoint
+                .set_options_headers(vec![(HEADROOM_HEADER.to_string(), headroom.to_string())]);
+        }
     }
 
     /// Send on `transport`: UDP from the SIP socket, TCP/TLS through the connections.

@@ -342,3 +342,68 @@ fn docker_stage_script_builds_a_runnable_tree() {
         "the staged gateway was not run:\n{text}"
     );
 }
+
+/// Two gateways behind the front door, one without headroom to spare (its measured headroom is
+/// below its `--admission-reserve`): its OPTIONS answers say 503 with `X-Ontime-Headroom`, the
+/// dispatcher takes it out, and every new call goes to the other one.
+#[test]
+fn kamailio_sends_new_calls_to_the_gateway_with_headroom() {
+    if !require("kamailio") || !require("kamcmd") || !require("sipp") {
+        return;
+    }
+    // `tight` needs more measured headroom than any machine has: it stands for a pod loaded
+    // near its limit, without loading it.
+    let tight = start_gateway_alive(&["--admission-reserve", "1000000"]);
+    let roomy = start_gateway(&["--admission-reserve", "1"]);
+    // Its own OPTIONS answer says why: 503 and the headroom it measured.
+    let probe = common::uac::RawUac::new("127.0.0.1", tight.sip);
+    probe.send(&probe.options_text("headroom-probe"));
+    let answer = probe
+        .final_response("OPTIONS", Duration::from_secs(5))
+        .expect("an OPTIONS answer");
+    assert!(
+        common::uac::start_line(&answer).starts_with("SIP/2.0 503"),
+        "{answer}"
+    );
+    let advertised = common::uac::header(&answer, "X-Ontime-Headroom")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .expect("X-Ontime-Headroom on the OPTIONS answer");
+    assert!(advertised < 1_000_000, "{answer}");
+    let kam = start_kamailio(&[tight.sip, roomy.sip], &[]);
+    assert!(
+        wait_until(Duration::from_secs(15), || kam.is_active(tight.sip)
+            == Some(false)
+            && kam.is_active(roomy.sip) == Some(true)),
+        "the dispatcher should take the gateway without headroom out:\n{}",
+        report(&kam, &[&tight, &roomy])
+    );
+    let callers: Vec<SippCall> = (0..3)
+        .map(|_| caller(kam.sip, Duration::from_secs(2)))
+        .collect();
+    for c in callers {
+        let (ok, log) = c.finish(Duration::from_secs(40));
+        assert!(
+            ok,
+            "a caller failed:\n{log}\n{}",
+            report(&kam, &[&tight, &roomy])
+        );
+    }
+    assert_eq!(
+        invites_in(&tight),
+        0.0,
+        "{}",
+        report(&kam, &[&tight, &roomy])
+    );
+    assert_eq!(
+        invites_in(&roomy),
+        3.0,
+        "{}",
+        report(&kam, &[&tight, &roomy])
+    );
+    assert!(
+        roomy
+            .metric("ontime_admission_headroom_calls")
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+}

@@ -111,6 +111,11 @@ struct Shared {
     speculative_discarded: AtomicU64,
     speculative_skipped: AtomicU64,
     early_ends: AtomicU64,
+    /// CPU time of model runs, ns (the admission estimate reads its rate).
+    model_cpu_ns: AtomicU64,
+    /// Queue waits of the jobs run, summed (ns) and counted.
+    queue_wait_ns: AtomicU64,
+    queue_waits: AtomicU64,
 }
 
 /// A snapshot of the pool's counters.
@@ -140,6 +145,23 @@ pub struct PoolStats {
     pub speculative_skipped: u64,
     /// Turns ended early by a confident speculative verdict (also counted as used).
     pub early_ends: u64,
+    /// CPU time the models have used on the inference thread so far, in ns.
+    pub model_cpu_ns: u64,
+    /// Time jobs waited in the queue before their run, summed, in ns.
+    pub queue_wait_ns: u64,
+    /// Jobs whose wait is in `queue_wait_ns`.
+    pub queue_waits: u64,
+}
+
+impl Shared {
+    /// A model run: its CPU time and how long its job (the oldest of a batch) waited.
+    fn count_run(&self, cpu: Duration, waited: Duration) {
+        self.model_cpu_ns
+            .fetch_add(cpu.as_nanos() as u64, Ordering::Relaxed);
+        self.queue_wait_ns
+            .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+        self.queue_waits.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Shared {
@@ -167,6 +189,9 @@ impl Shared {
             speculative_discarded: self.speculative_discarded.load(Ordering::Relaxed),
             speculative_skipped: self.speculative_skipped.load(Ordering::Relaxed),
             early_ends: self.early_ends.load(Ordering::Relaxed),
+            model_cpu_ns: self.model_cpu_ns.load(Ordering::Relaxed),
+            queue_wait_ns: self.queue_wait_ns.load(Ordering::Relaxed),
+            queue_waits: self.queue_waits.load(Ordering::Relaxed),
         }
     }
 }
@@ -719,9 +744,11 @@ impl Worker {
         }
         let started = Instant::now();
         let cpu_before = thread_cpu_time();
-        if let Some(&(oldest, _)) = ready.first() {
-            histogram!(QUEUE_WAIT_SECONDS, "model" => MODEL_VAD)
-                .record(started.saturating_duration_since(oldest).as_secs_f64());
+        let waited = ready.first().map_or(Duration::ZERO, |&(oldest, _)| {
+            started.saturating_duration_since(oldest)
+        });
+        if !ready.is_empty() {
+            histogram!(QUEUE_WAIT_SECONDS, "model" => MODEL_VAD).record(waited.as_secs_f64());
         }
         self.vad.begin_batch(b);
         for (i, id) in self.batch_ids.iter().enumerate() {
@@ -753,6 +780,7 @@ impl Worker {
         }
         let run_wall = started.elapsed();
         let cpu = thread_cpu_time().saturating_sub(cpu_before);
+        self.shared.count_run(cpu, waited);
         self.estimates.vad_per_chunk =
             CostEstimates::update(self.estimates.vad_per_chunk, cpu / b as u32);
         histogram!(RUN_SECONDS, "model" => MODEL_VAD).record(run_wall.as_secs_f64());
@@ -978,6 +1006,8 @@ impl Worker {
             .predict_pcm(&job.audio, ontime_rtp::SAMPLE_RATE_HZ);
         let run_wall = started.elapsed();
         let cpu = thread_cpu_time().saturating_sub(cpu_before);
+        self.shared
+            .count_run(cpu, started.saturating_duration_since(job.queued_at));
         self.estimates.turn = CostEstimates::update(self.estimates.turn, cpu);
         histogram!(RUN_SECONDS, "model" => MODEL_TURN).record(run_wall.as_secs_f64());
         counter!(JOBS_TOTAL, "model" => MODEL_TURN).increment(1);

@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 use ontime_rtp::{Packetizer, PT_PCMU};
 use ontime_sender::{Controller, PacketInfo, PacketSink, StreamConfig, StreamEvent, StreamOutput};
 use ontime_sip::sdp::{self, Codec, LocalMedia};
-use ontime_sip::{CallParams, EndReason, Transport};
+use ontime_sip::{CallParams, EndReason, SessionDescription, Transport};
+use ontime_srtp::{CryptoAttribute, SdesKeys, SrtpContext, MAX_SRTP_TAG_LEN};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
 use crate::audio::{is_silent_payload, Utterance};
@@ -31,6 +33,104 @@ pub const PAUSE_MAX: Duration = Duration::from_millis(1500);
 pub const ANSWER_LIMIT: Duration = Duration::from_secs(10);
 /// How often a caller looks at its clock-driven state (sender events, hangover, deadlines).
 const POLL: Duration = Duration::from_millis(5);
+
+/// What a caller's media is: plain RTP, or SRTP keyed by SDES (RFC 4568).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Media {
+    /// `RTP/AVP`, no crypto lines.
+    #[default]
+    Rtp,
+    /// `RTP/SAVP` with an `a=crypto` line per suite `ontime-srtp` supports; what the caller sends
+    /// is protected and what it receives unprotected.
+    Srtp,
+}
+
+impl Media {
+    /// `rtp` or `srtp`, as in the table, the JSON and `--media`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Media::Rtp => "rtp",
+            Media::Srtp => "srtp",
+        }
+    }
+}
+
+impl std::fmt::Display for Media {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The media of each step, in the order run: `rtp`, `srtp`, `both` (`rtp,srtp`: every step
+/// runs twice back to back, so the gateway's CPU for plain and SRTP calls is measured side by
+/// side), or a comma list of `rtp` and `srtp`.
+pub fn parse_media_list(s: &str) -> Result<Vec<Media>, String> {
+    if s.trim() == "both" {
+        return Ok(vec![Media::Rtp, Media::Srtp]);
+    }
+    let kinds = s
+        .split(',')
+        .map(|k| match k.trim() {
+            "rtp" => Ok(Media::Rtp),
+            "srtp" => Ok(Media::Srtp),
+            other => Err(format!(
+                "media {other:?}: expected rtp, srtp, both or a comma list of rtp and srtp"
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if kinds.is_empty() {
+        return Err("no media kind given".into());
+    }
+    Ok(kinds)
+}
+
+/// A caller's offer for `local` (PCMU only): for [`Media::Srtp`] on `RTP/SAVP` with one
+/// `a=crypto` line per supported suite, each a fresh key, returned too so the answer's line can
+/// be matched against them ([`answer_keys`]).
+pub fn caller_offer(
+    local: &LocalMedia,
+    media: Media,
+) -> Result<(SessionDescription, Vec<CryptoAttribute>), ontime_srtp::SdesError> {
+    let mut offer = sdp::build_offer(local);
+    let crypto = match media {
+        Media::Rtp => Vec::new(),
+        Media::Srtp => ontime_srtp::offer()?,
+    };
+    if !crypto.is_empty() {
+        for m in offer.media.iter_mut().filter(|m| m.media == "audio") {
+            m.protocol = "RTP/SAVP".into();
+            m.other_attributes
+                .extend(crypto.iter().map(CryptoAttribute::to_sdp_line));
+        }
+    }
+    Ok((offer, crypto))
+}
+
+/// The call's SRTP keys from the answer to an SRTP offer: its accepted audio section must keep
+/// `RTP/SAVP` and carry a crypto line naming one we `offered` (RFC 4568 §7.1.3). A plain answer
+/// is an error: the call would not measure SRTP.
+pub fn answer_keys(
+    answer: &SessionDescription,
+    offered: &[CryptoAttribute],
+) -> Result<SdesKeys, String> {
+    let audio = answer
+        .media
+        .iter()
+        .find(|m| m.media == "audio" && m.port != 0)
+        .ok_or("answer has no accepted audio stream")?;
+    if !audio.protocol.eq_ignore_ascii_case("RTP/SAVP") {
+        return Err(format!(
+            "SRTP offer answered on {} (plain media)",
+            audio.protocol
+        ));
+    }
+    let line = audio
+        .attribute_values("crypto")
+        .next()
+        .ok_or("SRTP offer answered without an a=crypto line")?;
+    ontime_srtp::accept_answer(offered, line).map_err(|e| format!("answer's a=crypto: {e}"))
+}
 
 /// Everything callers share.
 #[derive(Debug, Clone)]
@@ -51,6 +151,8 @@ pub struct CallerSetup {
     pub origin: Instant,
     /// A turn unanswered this long counts as unanswered.
     pub answer_timeout: Duration,
+    /// Plain RTP or SRTP.
+    pub media: Media,
 }
 
 /// Something a caller observed.
@@ -92,20 +194,61 @@ pub enum RecordKind {
     EarlyAgentAudio,
     /// One agent utterance, heard through the playout model.
     Agent(AgentUtterance),
+    /// An SRTP call's packets refused over its life (recorded when it ends, if any): received
+    /// ones that failed authentication, and the rest (replayed, too old, malformed, or ours
+    /// that could not be protected).
+    SrtpDropped {
+        /// Received packets whose authentication tag did not match.
+        auth_failed: u64,
+        /// Every other refusal.
+        other: u64,
+    },
 }
 
+/// Room for one protected packet: the caller sends 12-byte headers and 160-byte PCMU frames.
+const SRTP_SCRATCH: usize = 12 + 160 + MAX_SRTP_TAG_LEN;
+
 /// Sends the caller's packets and notes when the last packet carrying speech (a non-silent
-/// payload) left: the turn's start. Runs on the sender's tick, so only a non-blocking `sendto` and an atomic store.
+/// payload) left: the turn's start. Runs on the sender's tick, so only a non-blocking `sendto`,
+/// an atomic store and, for SRTP, protecting a copy in a buffer allocated with the sink.
 struct SpeechSink {
     socket: Arc<std::net::UdpSocket>,
     remote: SocketAddr,
     origin: Instant,
     last_speech_ns: Arc<AtomicU64>,
+    /// SRTP: our outbound context and the buffer it protects in. The sink protects, not the
+    /// sender's own `StreamConfig::srtp`, because the speech test above needs the clear payload.
+    srtp: Option<(SrtpContext, Box<[u8; SRTP_SCRATCH]>)>,
+    /// Packets SRTP refused to protect (not sent).
+    srtp_errors: Arc<AtomicU64>,
 }
 
 impl PacketSink for SpeechSink {
     fn send_packet(&mut self, packet: &[u8], info: PacketInfo) -> io::Result<()> {
-        let sent = self.socket.send_to(packet, self.remote).map(|_| ());
+        let sent = match &mut self.srtp {
+            None => self.socket.send_to(packet, self.remote).map(|_| ()),
+            Some((context, scratch)) => {
+                let protected = scratch
+                    .get_mut(..packet.len())
+                    .map(|room| room.copy_from_slice(packet))
+                    .ok_or(())
+                    .and_then(|()| {
+                        context
+                            .protect(&mut scratch[..], packet.len())
+                            .map_err(|_| ())
+                    });
+                match protected {
+                    Ok(len) => self
+                        .socket
+                        .send_to(&scratch[..len], self.remote)
+                        .map(|_| ()),
+                    Err(()) => {
+                        self.srtp_errors.fetch_add(1, Relaxed);
+                        Ok(())
+                    }
+                }
+            }
+        };
         // Speech, not just an utterance's frame: a file's leading and trailing quiet frames do
         // not end the caller's speech (a 160-byte table decode, no allocation).
         let voiced = !info.silence
@@ -195,12 +338,16 @@ pub async fn run_caller(
     local.telephone_event = false;
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let invited = Instant::now();
+    let (offer, offered_crypto) = match caller_offer(&local, setup.media) {
+        Ok(o) => o,
+        Err(e) => return fail(format!("SRTP keys for the offer: {e}")),
+    };
     let params = CallParams {
         target: setup.target_uri.clone(),
         from: None,
         destination: setup.destination,
         transport: Transport::Udp,
-        offer: sdp::build_offer(&local),
+        offer,
     };
     let call = match setup.sip.place_call(params, events_tx).await {
         Ok(c) => c,
@@ -240,6 +387,19 @@ pub async fn run_caller(
         setup.sip.hangup(call);
         return fail(format!("answer has no PCMU RTP address: {media:?}"));
     };
+    let keys = match (setup.media, &answer) {
+        (Media::Srtp, Some(answer)) => match answer_keys(answer, &offered_crypto) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                setup.sip.hangup(call);
+                return fail(e);
+            }
+        },
+        _ => None,
+    };
+    let mut inbound = keys.as_ref().map(SdesKeys::inbound);
+    let (mut auth_failed, mut other_drops) = (0u64, 0u64);
+    let srtp_errors = Arc::new(AtomicU64::new(0));
     record(RecordKind::Answered {
         setup: invited.elapsed(),
     });
@@ -250,6 +410,10 @@ pub async fn run_caller(
         remote,
         origin: setup.origin,
         last_speech_ns: Arc::clone(&last_speech_ns),
+        srtp: keys
+            .as_ref()
+            .map(|k| (k.outbound(), Box::new([0u8; SRTP_SCRATCH]))),
+        srtp_errors: Arc::clone(&srtp_errors),
     };
     let mut producer = match setup.sender.add_stream(StreamConfig::new(
         Packetizer::new(PT_PCMU),
@@ -283,7 +447,22 @@ pub async fn run_caller(
                 });
                 if let Ok((n, Some(from), stamp)) = received {
                     let arrival = since_origin(kernel_arrival(stamp));
-                    if from == remote {
+                    // SRTP: a packet that fails to unprotect is not heard, and counted.
+                    let clear = match inbound.as_mut().filter(|_| from == remote) {
+                        None => Some(n),
+                        Some(context) => match context.unprotect(&mut buf[..n]) {
+                            Ok(len) => Some(len),
+                            Err(ontime_srtp::Error::AuthFailed) => {
+                                auth_failed += 1;
+                                None
+                            }
+                            Err(_) => {
+                                other_drops += 1;
+                                None
+                            }
+                        },
+                    };
+                    if let (true, Some(n)) = (from == remote, clear) {
                         if let Ok(p) = ontime_rtp::parse_rtp(&buf[..n]) {
                             let silent = is_silent_payload(p.payload, p.payload_type);
                             heard = listener.on_packet(p.sequence_number, silent, arrival);
@@ -378,6 +557,13 @@ pub async fn run_caller(
         }
     };
     drop(producer);
+    other_drops += srtp_errors.load(Relaxed);
+    if auth_failed + other_drops > 0 {
+        record(RecordKind::SrtpDropped {
+            auth_failed,
+            other: other_drops,
+        });
+    }
     match dropped {
         Some(reason) => record(RecordKind::DroppedByGateway(reason)),
         None => {
@@ -392,5 +578,99 @@ pub async fn run_caller(
             })
             .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local() -> LocalMedia {
+        let mut local = LocalMedia::new("127.0.0.1:40000".parse().unwrap(), 1);
+        local.codecs = vec![Codec::Pcmu];
+        local.telephone_event = false;
+        local
+    }
+
+    /// The offer as the gateway receives it: written out and parsed back.
+    fn on_the_wire(offer: &SessionDescription) -> (String, SessionDescription) {
+        let text = offer.to_sdp_string();
+        let parsed = SessionDescription::parse(text.as_bytes()).unwrap();
+        (text, parsed)
+    }
+
+    #[test]
+    fn an_srtp_caller_offers_savp_with_a_crypto_line_per_suite() {
+        let (offer, crypto) = caller_offer(&local(), Media::Srtp).unwrap();
+        let (text, parsed) = on_the_wire(&offer);
+        assert!(text.contains("m=audio 40000 RTP/SAVP 0\r\n"), "{text}");
+        let audio = parsed.audio().unwrap();
+        let lines: Vec<&str> = audio.attribute_values("crypto").collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(crypto.len(), 2);
+        assert!(lines[0].starts_with("1 AES_CM_128_HMAC_SHA1_80 inline:"));
+        assert!(lines[1].starts_with("2 AES_CM_128_HMAC_SHA1_32 inline:"));
+        for (line, ours) in lines.iter().zip(&crypto) {
+            assert_eq!(&CryptoAttribute::parse(line).unwrap(), ours);
+        }
+    }
+
+    #[test]
+    fn a_plain_caller_offers_avp_without_crypto() {
+        let (offer, crypto) = caller_offer(&local(), Media::Rtp).unwrap();
+        let (text, _) = on_the_wire(&offer);
+        assert!(text.contains("m=audio 40000 RTP/AVP 0\r\n"), "{text}");
+        assert!(!text.contains("a=crypto"), "{text}");
+        assert!(crypto.is_empty());
+    }
+
+    #[test]
+    fn the_answer_keys_the_call_and_a_plain_answer_is_refused() {
+        let (offer, crypto) = caller_offer(&local(), Media::Srtp).unwrap();
+        let (_, offer) = on_the_wire(&offer);
+        let gateway = LocalMedia::new("127.0.0.1:50000".parse().unwrap(), 2);
+        let mut theirs = None;
+        let (answer, negotiated) = sdp::answer_offer_srtp(
+            &offer,
+            &gateway,
+            ontime_sip::SrtpPolicy::Optional,
+            &mut |_, m| {
+                let k = ontime_srtp::answer_offer(m.attribute_values("crypto")).ok()?;
+                let line = k.local.to_string();
+                theirs = Some(k);
+                Some(line)
+            },
+        )
+        .unwrap();
+        assert!(negotiated.srtp);
+        let theirs = theirs.unwrap();
+        let keys = answer_keys(&answer, &crypto).unwrap();
+        // Each side's outbound key is the other's inbound one.
+        assert_eq!(keys.remote, theirs.local);
+        assert_eq!(keys.local, theirs.remote);
+        let mut packet = [0u8; 12 + 160 + MAX_SRTP_TAG_LEN];
+        packet[0] = 0x80;
+        let len = keys.outbound().protect(&mut packet, 172).unwrap();
+        assert_eq!(theirs.inbound().unprotect(&mut packet[..len]), Ok(172));
+
+        let plain = sdp::answer_offer(&on_the_wire(&sdp::build_offer(&local())).1, &gateway)
+            .unwrap()
+            .0;
+        assert!(answer_keys(&plain, &crypto)
+            .unwrap_err()
+            .contains("answered on RTP/AVP"));
+    }
+
+    #[test]
+    fn media_lists() {
+        assert_eq!(parse_media_list("rtp"), Ok(vec![Media::Rtp]));
+        assert_eq!(parse_media_list("srtp"), Ok(vec![Media::Srtp]));
+        assert_eq!(parse_media_list("both"), Ok(vec![Media::Rtp, Media::Srtp]));
+        assert_eq!(
+            parse_media_list("srtp,rtp"),
+            Ok(vec![Media::Srtp, Media::Rtp])
+        );
+        assert!(parse_media_list("zrtp").is_err());
+        assert!(parse_media_list("").is_err());
     }
 }

@@ -3,9 +3,11 @@
 //! Owns the capacity harness (`ontime-load`): N SIP callers that speak recorded speech in real
 //! time, listen to the agent through a 60 ms playout model, and report per step what callers heard
 //! (underruns, turn latency) next to the gateway's own counters. A step is ok when every call is
-//! answered, every turn gets a reply, callers hear at most one underrun per minute of agent audio,
+//! answered or refused with 503 (counted apart: the rule judges the admitted calls) and none
+//! fails, every turn gets a reply, callers hear at most one underrun per minute of agent audio,
 //! p95 turn latency stays within 300 ms of the first step's median and no sender tick is more than
-//! 20 ms late; capacity is the largest N with every step up to it ok ([`stats`]).
+//! 20 ms late; capacity is the most calls admitted in a step with every step up to it ok
+//! ([`stats`]).
 //!
 //! - [`audio`]: the callers' µ-law fixtures and the silence test for received frames;
 //! - [`listen`]: sans-IO, what one caller hears (agent utterances, underruns) — unit- and

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use ontime_loadgen::caller::CallerSetup;
+use ontime_loadgen::caller::{self, CallerSetup, Media};
 use ontime_loadgen::gateway::{self, Placement, SpawnedGateway};
 use ontime_loadgen::http::MetricsUrl;
 use ontime_loadgen::report::{self, JsonReport, Machine};
@@ -50,6 +50,10 @@ struct Args {
     /// Concurrent calls per step.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,48,64")]
     steps: Vec<usize>,
+    /// The callers' media: rtp, srtp (RTP/SAVP keyed by a=crypto), or both (every step runs
+    /// twice back to back, plain then SRTP; or name the order: srtp,rtp).
+    #[arg(long, default_value = "rtp", value_parser = caller::parse_media_list)]
+    media: std::vec::Vec<Media>,
     /// Seconds over which a step's calls are started.
     #[arg(long, default_value_t = 10.0)]
     ramp: f64,
@@ -110,7 +114,8 @@ struct Args {
     #[arg(long, requires = "churn")]
     churn_extra: Option<usize>,
     /// Admission limit (--max-calls) of the spawned gateway. Default: the largest step + 4; soak:
-    /// --calls + 4; churn: --calls.
+    /// --calls + 4; churn: --calls. Below a step, that step's excess is refused (503), counted
+    /// apart from failed calls.
     #[arg(long)]
     max_calls: Option<usize>,
     /// Soak: one JSON line per sample goes here.
@@ -166,6 +171,9 @@ fn main() -> anyhow::Result<()> {
     let max_calls = args.steps.iter().copied().max().unwrap_or(1);
     if args.soak && args.calls == 0 {
         bail!("--calls must be above 0");
+    }
+    if args.soak && args.media.len() > 1 {
+        bail!("--soak runs one media kind: --media rtp or --media srtp");
     }
     if args.call_min > args.call_max {
         bail!("--call-min must not exceed --call-max");
@@ -249,6 +257,7 @@ fn main() -> anyhow::Result<()> {
             local_ip,
             origin: Instant::now(),
             answer_timeout,
+            media: args.media.first().copied().unwrap_or_default(),
         });
         let view = GatewayView {
             metrics,
@@ -285,28 +294,34 @@ fn main() -> anyhow::Result<()> {
             },
             stop_on_degrade: args.stop_on_degrade,
             seed: args.seed,
+            media: args.media.clone(),
         };
         let bar = ProgressBar::new_spinner();
         bar.set_style(ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
         bar.enable_steady_tick(Duration::from_millis(200));
         eprintln!(
-            "ontime-load: {} steps {:?}, gateway {destination} ({placement_text}), windows {}+{}+{} s",
+            "ontime-load: {} steps {:?}, media {}, gateway {destination} ({placement_text}), windows {}+{}+{} s",
             plan.steps.len(),
             plan.steps,
+            plan.media.iter().map(|m| m.name()).collect::<Vec<_>>().join(" then "),
             args.ramp,
             args.warmup,
             args.measure
         );
         let steps = run::run(&plan, setup, &view, &bar, |s| {
             let line = format!(
-                "N={:<3} {} turns {} p50 {} p95 {} undr/min {:.2} cpu {} fail {}{}",
+                "N={:<3} {:<4} {} turns {} p50 {} p95 {} undr/min {:.2} cpu {} admitted {}/{} refused {} fail {}{}",
                 s.calls,
+                s.media.name(),
                 if s.ok { "ok " } else { "NOT ok" },
                 s.turns,
                 s.lat_p50_ms.map_or("-".into(), |v| format!("{v:.0}")),
                 s.lat_p95_ms.map_or("-".into(), |v| format!("{v:.0}")),
                 s.underruns_per_min,
                 s.cpu_pct.map_or("-".into(), |v| format!("{v:.1}%")),
+                s.admitted,
+                s.offered,
+                s.refused,
                 s.failed_calls,
                 if s.client_bound { " (client-bound)" } else { "" },
             );

@@ -134,7 +134,7 @@ pub fn git_commit() -> String {
 pub struct JsonReport<'a> {
     /// Per step.
     pub steps: &'a [StepReport],
-    /// Largest N with every step up to it ok.
+    /// Most calls admitted in a step with every step up to it ok (`stats::capacity`).
     pub capacity: usize,
     /// What stopped capacity growing.
     pub limited_by: &'a str,
@@ -167,14 +167,15 @@ pub fn table(steps: &[StepReport]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>4} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>9} {:>5} {:>9} {:>6} {:>11} {:>9} {:>5} {:>6} {:>4}  ok",
-        "N", "cpu%", "snd%", "inf%", "io%", "thr%", "rssMB", "late/wst", "infq", "turns", "p50", "p95", "undr/min", "fail", "cli", "cb"
+        "{:>4} {:>5} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>9} {:>5} {:>9} {:>6} {:>11} {:>9} {:>4} {:>4} {:>4} {:>5} {:>6} {:>4}  ok",
+        "N", "media", "cpu%", "snd%", "inf%", "io%", "thr%", "rssMB", "late/wst", "infq", "turns", "p50", "p95", "undr/min", "offr", "adm", "ref", "fail", "cli", "cb"
     );
     for s in steps {
         let _ = writeln!(
             out,
-            "{:>4} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>9} {:>5} {:>9} {:>6} {:>11} {:>9.2} {:>5} {:>6} {:>4}  {}",
+            "{:>4} {:>5} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>9} {:>5} {:>9} {:>6} {:>11} {:>9.2} {:>4} {:>4} {:>4} {:>5} {:>6} {:>4}  {}",
             s.calls,
+            s.media.name(),
             opt(s.cpu_pct, 1),
             opt(s.sender_cpu_pct, 1),
             opt(s.inference_cpu_pct, 1),
@@ -191,6 +192,9 @@ pub fn table(steps: &[StepReport]) -> String {
             opt(s.lat_p50_ms, 0),
             format!("{}/{}", opt(s.lat_p95_ms, 0), opt(s.lat_max_ms, 0)),
             s.underruns_per_min,
+            s.offered,
+            s.admitted,
+            s.refused,
             s.failed_calls,
             opt(s.harness_lag_p99_ms, 1),
             if s.client_bound { "yes" } else { "" },

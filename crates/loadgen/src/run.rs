@@ -1,5 +1,6 @@
 //! The step runner: for each N, ramp N callers up, warm up, measure, hang up; then the figures.
 
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,7 +10,7 @@ use ontime_sender::{Controller, SenderStats, LATENESS_BUCKET_BOUNDS};
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
-use crate::caller::{run_caller, CallerSetup, Record, RecordKind};
+use crate::caller::{run_caller, CallerSetup, Media, Record, RecordKind};
 use crate::http::MetricsUrl;
 use crate::procstat::{self, ProcSample, INFERENCE_THREAD, IO_THREAD, SENDER_THREAD};
 use crate::prom::{HistogramDelta, Scrape};
@@ -42,6 +43,9 @@ pub struct GatewayView<'a> {
 pub struct RunPlan {
     /// Concurrent calls per step, in order.
     pub steps: Vec<usize>,
+    /// The media of each step, in order: with more than one kind every step runs once per kind,
+    /// back to back, with the same seed (the callers say the same things).
+    pub media: Vec<Media>,
     /// Step windows.
     pub windows: Windows,
     /// Stop after the first step that is not ok.
@@ -55,9 +59,11 @@ pub struct RunPlan {
 pub struct RunResults {
     /// Per step.
     pub steps: Vec<StepReport>,
-    /// Largest N with every step up to it ok.
+    /// Most calls admitted in a step with every step up to it ok (`stats::capacity`).
     pub capacity: usize,
-    /// What stopped capacity growing: `gateway`, `harness` (client-bound step) or `none`.
+    /// What stopped capacity growing: `gateway` (a step was not ok), `harness` (that step was
+    /// client-bound), `admission` (every step ok, but the gateway refused calls: capacity is what
+    /// it admitted) or `none`.
     pub limited_by: String,
     /// The first step's median turn latency, the latency rule's baseline.
     pub baseline_p50_ms: Option<f64>,
@@ -162,6 +168,10 @@ fn progress_message(calls: usize, phase: &str, records: &[Record], elapsed: Dura
         .iter()
         .filter(|r| matches!(r.kind, RecordKind::Answered { .. }))
         .count();
+    let refused = records
+        .iter()
+        .filter(|r| matches!(r.kind, RecordKind::Refused))
+        .count();
     let lat: Vec<f64> = records
         .iter()
         .filter_map(|r| match r.kind {
@@ -177,14 +187,14 @@ fn progress_message(calls: usize, phase: &str, records: &[Record], elapsed: Dura
         })
         .sum();
     format!(
-        "N={calls:<3} {phase:<8} {:>4.0}s  up {answered}/{calls}  turns {}  lat p50 {}  underruns {underruns}",
+        "N={calls:<3} {phase:<8} {:>4.0}s  up {answered}/{calls}  refused {refused}  turns {}  lat p50 {}  underruns {underruns}",
         elapsed.as_secs_f64(),
         lat.len(),
         percentile(&lat, 0.5).map_or("-".into(), |p| format!("{p:.0} ms")),
     )
 }
 
-/// Run one step of `calls` callers.
+/// Run one step of `calls` callers with `setup.media`.
 pub async fn run_step(
     calls: usize,
     plan: &RunPlan,
@@ -201,16 +211,21 @@ pub async fn run_step(
     let (records_tx, mut records_rx) = mpsc::unbounded_channel::<Record>();
     let (stop_tx, stop_rx) = watch::channel(false);
     let start = Instant::now();
+    // Counted where a caller starts, not from its records: a caller still waiting for an answer
+    // when the step stops records nothing, and was offered all the same.
+    let offered = Arc::new(AtomicUsize::new(0));
     let mut callers = Vec::with_capacity(calls);
     for i in 0..calls {
         let delay = Duration::from_secs_f64(ramp_s * i as f64 / calls.max(1) as f64);
         let setup = Arc::clone(setup);
         let stop = stop_rx.clone();
         let tx = records_tx.clone();
+        let offered = Arc::clone(&offered);
         let seed = plan.seed ^ ((calls as u64) << 32) ^ i as u64;
         callers.push(tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             if !*stop.borrow() {
+                offered.fetch_add(1, Relaxed);
                 run_caller(i, setup, seed, stop, tx).await;
             }
         }));
@@ -266,7 +281,7 @@ pub async fn run_step(
         cgroup: None,
         harness: after.harness,
     });
-    summarize(
+    let mut step = summarize(
         calls,
         &records,
         measure_start,
@@ -275,7 +290,42 @@ pub async fn run_step(
         &after,
         &lags,
         rss_peak_kib,
-    )
+    );
+    step.media = setup.media;
+    step.offered = offered.load(Relaxed);
+    step
+}
+
+/// The `reason` labels of the gateway's `ontime_srtp_dropped_total` (`ontime_srtp::Error::reason`).
+const GATEWAY_SRTP_DROP_REASONS: &[&str] = &[
+    "auth_failed",
+    "replayed",
+    "too_old",
+    "too_short",
+    "malformed",
+    "buffer_too_small",
+    "index_exhausted",
+    "bad_key",
+];
+
+/// The step's calls by how they went, over the whole step (ramp and warm-up too: a call is set up
+/// once, mostly before the window): answered, refused with 503, failed; and SRTP refusals.
+fn count_calls(records: &[Record], s: &mut StepReport) {
+    for r in records {
+        match &r.kind {
+            RecordKind::Answered { .. } => s.answered_calls += 1,
+            // Apart from failures: the ok rule judges the admitted calls (`StepReport::judge`).
+            RecordKind::Refused => s.refused += 1,
+            RecordKind::Failed(_) | RecordKind::DroppedByGateway(_) => s.failed_calls += 1,
+            // Like failed calls: a forged packet in the ramp counts too.
+            RecordKind::SrtpDropped { auth_failed, other } => {
+                s.srtp_auth_failures += auth_failed;
+                s.srtp_other_drops += other;
+            }
+            _ => {}
+        }
+    }
+    s.admitted = s.answered_calls;
 }
 
 #[allow(clippy::too_many_arguments)] // one step's inputs; grouping them would only rename them
@@ -297,16 +347,7 @@ fn summarize(
         ..Default::default()
     };
     let mut agent_audio = Duration::ZERO;
-    for r in records {
-        match &r.kind {
-            RecordKind::Answered { .. } => s.answered_calls += 1,
-            // A step never offers more calls than the gateway admits: a 503 is a failure here.
-            RecordKind::Failed(_) | RecordKind::DroppedByGateway(_) | RecordKind::Refused => {
-                s.failed_calls += 1;
-            }
-            _ => {}
-        }
-    }
+    count_calls(records, &mut s);
     for r in records.iter().filter(in_window) {
         match &r.kind {
             RecordKind::Turn { latency } => latencies.push(latency.as_secs_f64() * 1000.0),
@@ -335,8 +376,23 @@ fn summarize(
         0.0
     };
     let (a, b) = (&before.scrape, &after.scrape);
+    // A gauge: its value at the end, with the step's calls up, is what one more call would meet.
+    s.gateway_headroom_calls = b
+        .as_ref()
+        .and_then(|b| b.sum("ontime_admission_headroom_calls", &[]));
     s.late_ticks = counter_delta(a, b, "ontime_sender_late_ticks_total").map(|v| v as u64);
     s.gateway_underruns = counter_delta(a, b, "ontime_sender_underruns_total").map(|v| v as u64);
+    s.gateway_srtp_drops = counter_delta(a, b, "ontime_srtp_dropped_total").map(|v| v as u64);
+    if let (Some(a), Some(b)) = (a, b) {
+        for reason in GATEWAY_SRTP_DROP_REASONS {
+            let at = |x: &Scrape| x.sum("ontime_srtp_dropped_total", &[("reason", reason)]);
+            let n = at(b).unwrap_or(0.0) - at(a).unwrap_or(0.0);
+            if n > 0.0 {
+                s.gateway_srtp_drops_by_reason
+                    .insert((*reason).to_owned(), n as u64);
+            }
+        }
+    }
     if let (Some(a), Some(b)) = (a, b) {
         s.worst_tick_ms = HistogramDelta::between(a, b, "ontime_sender_tick_lateness_seconds")
             .max_upper_bound()
@@ -399,26 +455,45 @@ pub async fn run(
         .map(|s| s.rss_kib as f64 / 1024.0);
     let mut steps: Vec<StepReport> = Vec::new();
     let mut baseline = None;
-    for &calls in &plan.steps {
-        let mut step = run_step(calls, plan, &setup, gw, &probe, bar).await;
-        if baseline.is_none() {
-            baseline = step.lat_p50_ms;
-        }
-        step.judge(baseline);
-        on_step(&step);
-        let ok = step.ok;
-        steps.push(step);
-        // Let the gateway finish the last BYEs before the next step.
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if !ok && plan.stop_on_degrade {
-            break;
+    let kinds: &[Media] = if plan.media.is_empty() {
+        &[Media::Rtp]
+    } else {
+        &plan.media
+    };
+    let setups: Vec<Arc<CallerSetup>> = kinds
+        .iter()
+        .map(|&media| {
+            Arc::new(CallerSetup {
+                media,
+                ..(*setup).clone()
+            })
+        })
+        .collect();
+    'steps: for &calls in &plan.steps {
+        for setup in &setups {
+            let mut step = run_step(calls, plan, setup, gw, &probe, bar).await;
+            if baseline.is_none() {
+                baseline = step.lat_p50_ms;
+            }
+            step.judge(baseline);
+            on_step(&step);
+            let ok = step.ok;
+            steps.push(step);
+            // Let the gateway finish the last BYEs before the next step.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if !ok && plan.stop_on_degrade {
+                break 'steps;
+            }
         }
     }
     let (cap, failed) = capacity(&steps);
     let limited_by = match failed {
-        None => "none",
         Some(s) if s.client_bound => "harness",
         Some(_) => "gateway",
+        // Every step ok, yet calls were refused: the gateway's admission, not its service,
+        // set the capacity.
+        None if steps.iter().any(|s| s.refused > 0) => "admission",
+        None => "none",
     };
     RunResults {
         capacity: cap,
@@ -427,5 +502,42 @@ pub async fn run(
         idle_rss_mb,
         rss_per_call_mb: rss_slope(&steps),
         steps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_are_counted_admitted_refused_or_failed() {
+        let at = Instant::now();
+        let record = |caller, kind| Record { caller, at, kind };
+        let answered = || RecordKind::Answered {
+            setup: Duration::from_millis(3),
+        };
+        let records = [
+            record(0, answered()),
+            record(1, answered()),
+            record(2, answered()),
+            record(2, RecordKind::DroppedByGateway("BYE".into())),
+            record(3, RecordKind::Refused),
+            record(4, RecordKind::Refused),
+            record(5, RecordKind::Failed("not answered: 486".into())),
+            record(
+                0,
+                RecordKind::SrtpDropped {
+                    auth_failed: 1,
+                    other: 2,
+                },
+            ),
+        ];
+        let mut s = StepReport::default();
+        count_calls(&records, &mut s);
+        assert_eq!(
+            (s.answered_calls, s.admitted, s.refused, s.failed_calls),
+            (3, 3, 2, 2)
+        );
+        assert_eq!((s.srtp_auth_failures, s.srtp_other_drops), (1, 2));
     }
 }

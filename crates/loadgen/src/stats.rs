@@ -1,6 +1,8 @@
-//! Per-step figures and the ok rule (every call answered, no unanswered turn, underruns and p95
-//! turn latency within bounds, no sender tick more than 20 ms late), as pure functions of what was
-//! recorded.
+//! Per-step figures and the ok rule (every call answered or refused with 503, no call failed, no
+//! unanswered turn, underruns and p95 turn latency within bounds, no sender tick more than 20 ms
+//! late), as pure functions of what was recorded. The rule judges the calls the gateway admitted:
+//! a gateway that refuses what it cannot carry is behaving, one that admits it and then fails the
+//! callers is not.
 
 use serde::Serialize;
 
@@ -38,6 +40,8 @@ pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
 pub struct StepReport {
     /// Concurrent calls placed.
     pub calls: usize,
+    /// Their media: `rtp` or `srtp`.
+    pub media: crate::caller::Media,
     /// The step passed the ok rule.
     pub ok: bool,
     /// Why it did not (empty when ok).
@@ -46,7 +50,17 @@ pub struct StepReport {
     pub client_bound: bool,
     /// Calls answered.
     pub answered_calls: usize,
-    /// Calls that failed to set up or were dropped by the gateway.
+    /// Calls the harness tried to place (callers started; `calls` unless the step was cut short).
+    pub offered: usize,
+    /// Calls the gateway admitted (answered 2xx): `answered_calls` again, under the name the
+    /// admission view reads. `offered` = `admitted` + `refused` + the calls that failed to set
+    /// up or were still unanswered when the step ended.
+    pub admitted: usize,
+    /// Calls the gateway refused with a final 503 (over its admission limit or headroom, or
+    /// draining). Not failures: they are counted apart from `failed_calls`.
+    pub refused: usize,
+    /// Calls that failed to set up (any other final answer, no answer, a local error) or were
+    /// dropped by the gateway once up.
     pub failed_calls: usize,
     /// Turns answered in the window.
     pub turns: usize,
@@ -74,6 +88,9 @@ pub struct StepReport {
     pub worst_tick_ms: Option<f64>,
     /// Gateway sender underruns (its rings ran dry mid-utterance).
     pub gateway_underruns: Option<u64>,
+    /// The gateway's own estimate of how many more calls fit (`ontime_admission_headroom_calls`)
+    /// at the end of the measuring window, with the step's calls still up.
+    pub gateway_headroom_calls: Option<f64>,
     /// p99 (bucket upper bound) of the wait for the inference thread, ms.
     pub inference_wait_p99_ms: Option<f64>,
     /// Gateway process CPU, % of one core.
@@ -98,6 +115,15 @@ pub struct StepReport {
     pub harness_lag_max_ms: Option<f64>,
     /// Length of the measuring window, s.
     pub measure_s: f64,
+    /// SRTP packets from the gateway whose authentication failed, over the step's calls.
+    pub srtp_auth_failures: u64,
+    /// Other SRTP refusals over the step's calls (received packets replayed, too old or
+    /// malformed; the callers' own packets that could not be protected).
+    pub srtp_other_drops: u64,
+    /// SRTP/SRTCP packets the gateway dropped in the window (`ontime_srtp_dropped_total`).
+    pub gateway_srtp_drops: Option<u64>,
+    /// The same by the gateway's `reason` label (only reasons with drops).
+    pub gateway_srtp_drops_by_reason: std::collections::BTreeMap<String, u64>,
 }
 
 impl StepReport {
@@ -105,10 +131,15 @@ impl StepReport {
     /// `ok`, `reasons` and `client_bound`.
     pub fn judge(&mut self, baseline_p50_ms: Option<f64>) {
         let mut reasons = Vec::new();
-        if self.failed_calls > 0 || self.answered_calls < self.calls {
+        // Judged over the admitted calls: a 503 is the gateway declining load it says it cannot
+        // carry, which is what admission control is for, so refusals alone never fail a step.
+        // A call neither admitted nor refused (failed, or never answered) still does, and so
+        // does a step with nothing admitted: it measured nothing.
+        if self.failed_calls > 0 || self.admitted + self.refused < self.calls || self.admitted == 0
+        {
             reasons.push(format!(
-                "{} of {} calls answered, {} failed",
-                self.answered_calls, self.calls, self.failed_calls
+                "{} of {} calls answered, {} refused, {} failed",
+                self.admitted, self.calls, self.refused, self.failed_calls
             ));
         }
         if self.unanswered_turns > 0 {
@@ -130,6 +161,17 @@ impl StepReport {
                 ));
             }
         }
+        // A refused packet is one the other side protected wrongly (or an attack): never ok.
+        let srtp_drops = self.srtp_auth_failures + self.srtp_other_drops;
+        if srtp_drops > 0 {
+            reasons.push(format!(
+                "{srtp_drops} SRTP packets from the gateway refused ({} failed authentication)",
+                self.srtp_auth_failures
+            ));
+        }
+        if let Some(drops) = self.gateway_srtp_drops.filter(|&d| d > 0) {
+            reasons.push(format!("{drops} SRTP packets dropped by the gateway"));
+        }
         if let Some(late) = self.late_ticks.filter(|&l| l > 0) {
             reasons.push(format!(
                 "{late} gateway sender ticks late by more than 20 ms"
@@ -143,15 +185,17 @@ impl StepReport {
     }
 }
 
-/// The largest N with every step up to it ok (steps in the order run), and, when a step failed,
-/// whether that step was client-bound (then the harness, not the gateway, is the limit).
+/// The most calls carried cleanly: the largest number admitted in a step with every step up to
+/// it ok (steps in the order run), and the first step that was not ok. Admitted, not offered: an
+/// ok step whose excess was refused carried only what it admitted (without refusals the two
+/// are the step's N).
 pub fn capacity(steps: &[StepReport]) -> (usize, Option<&StepReport>) {
     let mut cap = 0;
     for s in steps {
         if !s.ok {
             return (cap, Some(s));
         }
-        cap = cap.max(s.calls);
+        cap = cap.max(s.admitted);
     }
     (cap, None)
 }
@@ -164,6 +208,8 @@ mod tests {
         StepReport {
             calls,
             answered_calls: calls,
+            offered: calls,
+            admitted: calls,
             turns: 10,
             lat_p50_ms: Some(400.0),
             lat_p95_ms: Some(500.0),
@@ -196,7 +242,7 @@ mod tests {
         gappy.judge(Some(400.0));
         assert!(!gappy.ok && gappy.reasons[0].contains("underruns"));
         let mut failed = good(8);
-        failed.answered_calls = 7;
+        (failed.answered_calls, failed.admitted) = (7, 7);
         failed.judge(Some(400.0));
         assert!(!failed.ok);
         let mut late = good(8);
@@ -204,7 +250,47 @@ mod tests {
         late.harness_late_ticks = 1;
         late.judge(Some(400.0));
         assert!(!late.ok && late.client_bound);
+        let mut forged = good(8);
+        forged.srtp_auth_failures = 3;
+        forged.judge(Some(400.0));
+        assert!(!forged.ok && forged.reasons[0].contains("3 failed authentication"));
+        let mut refused = good(8);
+        refused.gateway_srtp_drops = Some(2);
+        refused.judge(Some(400.0));
+        assert!(!refused.ok && refused.reasons[0].contains("dropped by the gateway"));
         assert_eq!(capacity(&[s.clone(), slow.clone()]).0, 4);
         assert_eq!(capacity(&[slow, s]).0, 0);
+    }
+
+    #[test]
+    fn refusals_do_not_fail_a_step_and_capacity_counts_what_was_admitted() {
+        // 6 offered, 4 admitted and fine, 2 refused with 503: ok, and it carried 4.
+        let mut refusing = good(6);
+        (refusing.answered_calls, refusing.admitted, refusing.refused) = (4, 4, 2);
+        refusing.judge(Some(400.0));
+        assert!(refusing.ok, "{:?}", refusing.reasons);
+        let mut one = good(1);
+        one.judge(Some(400.0));
+        assert_eq!(capacity(&[one, refusing.clone()]), (4, None));
+        // One of the 2 failed instead of being refused: not ok.
+        let mut failing = refusing.clone();
+        (failing.refused, failing.failed_calls) = (1, 1);
+        failing.judge(Some(400.0));
+        assert!(!failing.ok);
+        assert_eq!(
+            failing.reasons[0],
+            "4 of 6 calls answered, 1 refused, 1 failed"
+        );
+        // Every call refused: nothing was measured, not ok.
+        let mut shut = good(6);
+        (shut.answered_calls, shut.admitted, shut.refused, shut.turns) = (0, 0, 6, 0);
+        shut.judge(Some(400.0));
+        assert!(!shut.ok && shut.reasons[0] == "0 of 6 calls answered, 6 refused, 0 failed");
+        // Admitted calls are still held to the rule.
+        let mut slow = refusing.clone();
+        slow.lat_p95_ms = Some(701.0);
+        slow.judge(Some(400.0));
+        assert!(!slow.ok);
+        assert_eq!(capacity(&[refusing, slow]).0, 4);
     }
 }

@@ -2,24 +2,32 @@
 //! `ontime-sip` that answers calls and replies to each caller turn over real loopback UDP) that
 //! is well-behaved, gets slower with more calls, or sends its reply with stalls like a late
 //! sender. The harness must call the first ok and the others degraded, for the right reason —
-//! a harness that can only say "ok" is worthless.
+//! a harness that can only say "ok" is worthless. The fake answers SRTP offers in kind (like the
+//! gateway's `--srtp optional`), so the callers' SRTP is checked end to end too: what they send
+//! must authenticate, and a forged packet they receive must be counted. With an admission limit
+//! it refuses calls beyond it with 503 + Retry-After, like the gateway's `--max-calls`, and
+//! publishes its headroom on a metrics page: the harness must count those calls refused, not
+//! failed, and judge the step over the calls admitted.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 use ontime_loadgen::audio::{self, is_silent_payload};
-use ontime_loadgen::caller::CallerSetup;
+use ontime_loadgen::caller::{CallerSetup, Media};
+use ontime_loadgen::http::MetricsUrl;
 use ontime_loadgen::run::{self, GatewayView, RunPlan, RunResults, Windows};
 use ontime_loadgen::sip::SipClient;
 use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, PT_PCMU};
 use ontime_sender::{EngineConfig, Sender, SenderConfig};
 use ontime_sip::sdp::{self, LocalMedia};
-use ontime_sip::{Config, Endpoint, Event};
+use ontime_sip::{Config, Endpoint, Event, SrtpPolicy};
+use ontime_srtp::{SdesKeys, SrtpContext};
 
 fn fixture(name: &str) -> Arc<[u8]> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/callers");
@@ -36,20 +44,89 @@ struct Behaviour {
     per_extra_call: Duration,
     /// Every this many reply frames, stop sending for `stall`, then send what is due at once.
     stall_every: Option<(u32, Duration)>,
+    /// SRTP calls: flip a byte of the authentication tag of the first this many reply packets
+    /// of each call, as a forger would.
+    forge_first: u64,
+    /// Answer at most this many calls at once; refuse the rest with 503 + Retry-After and
+    /// serve `ontime_admission_headroom_calls` (the limit minus the calls up) on /metrics.
+    admit_limit: Option<usize>,
+}
+
+impl Behaviour {
+    fn prompt(reply: &str) -> Behaviour {
+        Behaviour {
+            reply: fixture(reply),
+            base_delay: Duration::from_millis(100),
+            per_extra_call: Duration::ZERO,
+            stall_every: None,
+            forge_first: 0,
+            admit_limit: None,
+        }
+    }
+}
+
+/// What the fake saw of the callers' SRTP, over all calls.
+#[derive(Default)]
+struct SrtpSeen {
+    /// Calls answered with SRTP.
+    calls: AtomicUsize,
+    /// Caller packets that unprotected.
+    authentic: AtomicU64,
+    /// Caller packets that did not.
+    refused: AtomicU64,
+    /// Reply packets the fake forged.
+    forged: AtomicU64,
 }
 
 struct FakeGateway {
     addr: SocketAddr,
+    /// The metrics page, with an admission limit.
+    metrics: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
+    srtp: Arc<SrtpSeen>,
+    /// INVITEs refused with 503.
+    refused: Arc<AtomicUsize>,
 }
 
 impl Drop for FakeGateway {
     fn drop(&mut self) {
         self.stop.store(true, Release);
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+/// Serve `ontime_admission_headroom_calls` (`limit` − calls up) to each GET until `stop`, one
+/// connection at a time: the harness scrapes twice a step.
+fn serve_headroom(
+    listener: TcpListener,
+    limit: usize,
+    active: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+) {
+    listener.set_nonblocking(true).unwrap();
+    while !stop.load(Acquire) {
+        let Ok((mut conn, _)) = listener.accept() else {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        };
+        conn.set_nonblocking(false).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        // Read the request head; its contents do not matter.
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).is_ok_and(|n| n == 1) {
+            head.push(byte[0]);
+        }
+        let headroom = limit.saturating_sub(active.load(Acquire));
+        let body = format!("# TYPE ontime_admission_headroom_calls gauge\nontime_admission_headroom_calls {headroom}\n");
+        let _ = write!(
+            conn,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
     }
 }
 
@@ -61,7 +138,11 @@ fn media(
     b: Behaviour,
     active: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
+    srtp: Option<(SdesKeys, Arc<SrtpSeen>)>,
 ) {
+    let mut contexts: Option<(SrtpContext, SrtpContext)> =
+        srtp.as_ref().map(|(k, _)| (k.outbound(), k.inbound()));
+    let mut forged = 0u64;
     socket.set_nonblocking(true).unwrap();
     let mut packetizer = Packetizer::new(PT_PCMU);
     let start = Instant::now();
@@ -76,7 +157,19 @@ fn media(
     let mut packet = [0u8; 512];
     while !stop.load(Acquire) {
         let now = Instant::now();
-        while let Ok((n, _)) = socket.recv_from(&mut buf) {
+        while let Ok((mut n, _)) = socket.recv_from(&mut buf) {
+            if let (Some((_, inbound)), Some((_, seen))) = (contexts.as_mut(), srtp.as_ref()) {
+                match inbound.unprotect(&mut buf[..n]) {
+                    Ok(len) => {
+                        seen.authentic.fetch_add(1, AcqRel);
+                        n = len;
+                    }
+                    Err(_) => {
+                        seen.refused.fetch_add(1, AcqRel);
+                        continue;
+                    }
+                }
+            }
             if let Ok(p) = ontime_rtp::parse_rtp(&buf[..n]) {
                 if !is_silent_payload(p.payload, p.payload_type) {
                     heard_speech = true;
@@ -112,7 +205,15 @@ fn media(
                 playing = (end < b.reply.len()).then_some(end);
                 played_frames += 1;
             }
-            let len = packetizer.write_frame(&payload, &mut packet).unwrap();
+            let mut len = packetizer.write_frame(&payload, &mut packet).unwrap();
+            if let (Some((outbound, _)), Some((_, seen))) = (contexts.as_mut(), srtp.as_ref()) {
+                len = outbound.protect(&mut packet, len).unwrap();
+                if playing.is_some() && forged < b.forge_first {
+                    packet[len - 1] ^= 0x01;
+                    forged += 1;
+                    seen.forged.fetch_add(1, AcqRel);
+                }
+            }
             let _ = socket.send_to(&packet[..len], remote);
             slot += 1;
             if let (Some((every, stall)), Some(_)) = (b.stall_every, playing) {
@@ -134,9 +235,23 @@ fn start_fake(b: Behaviour) -> FakeGateway {
     let addr = socket.local_addr().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = Arc::clone(&stop);
-    let thread = std::thread::spawn(move || {
+    let srtp = Arc::new(SrtpSeen::default());
+    let srtp2 = Arc::clone(&srtp);
+    let refused = Arc::new(AtomicUsize::new(0));
+    let refused2 = Arc::clone(&refused);
+    let active = Arc::new(AtomicUsize::new(0));
+    let mut threads = Vec::new();
+    let mut metrics = None;
+    if let Some(limit) = b.admit_limit {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        metrics = Some(listener.local_addr().unwrap());
+        let (active, stop) = (Arc::clone(&active), Arc::clone(&stop));
+        threads.push(std::thread::spawn(move || {
+            serve_headroom(listener, limit, active, stop);
+        }));
+    }
+    threads.push(std::thread::spawn(move || {
         let mut ep = Endpoint::new(Config::new(addr));
-        let active = Arc::new(AtomicUsize::new(0));
         let mut calls: Vec<(ontime_sip::CallHandle, Arc<AtomicBool>, JoinHandle<()>)> = Vec::new();
         let mut buf = vec![0u8; 65_536];
         while !stop2.load(Acquire) {
@@ -146,11 +261,42 @@ fn start_fake(b: Behaviour) -> FakeGateway {
             ep.handle_timeout(Instant::now());
             while let Some(ev) = ep.poll_event() {
                 match ev {
+                    // Full, as the gateway at `--max-calls`: 503 with a Retry-After.
+                    Event::IncomingCall(c)
+                        if b.admit_limit.is_some_and(|l| active.load(Acquire) >= l) =>
+                    {
+                        ep.reject(
+                            c.call,
+                            503,
+                            &[("Retry-After".into(), "5".into())],
+                            Instant::now(),
+                        )
+                        .unwrap();
+                        refused2.fetch_add(1, AcqRel);
+                    }
                     Event::IncomingCall(c) => {
                         let rtp = UdpSocket::bind("127.0.0.1:0").unwrap();
                         let local = LocalMedia::new(rtp.local_addr().unwrap(), 9);
-                        let (answer, media_info) =
-                            sdp::answer_offer(c.offer.as_ref().unwrap(), &local).unwrap();
+                        // SRTP offers are answered in kind, keyed like the gateway does.
+                        let mut keys = None;
+                        let (answer, media_info) = sdp::answer_offer_srtp(
+                            c.offer.as_ref().unwrap(),
+                            &local,
+                            SrtpPolicy::Optional,
+                            &mut |_, section| {
+                                let k =
+                                    ontime_srtp::answer_offer(section.attribute_values("crypto"))
+                                        .ok()?;
+                                let line = k.local.to_string();
+                                keys = Some(k);
+                                Some(line)
+                            },
+                        )
+                        .unwrap();
+                        let srtp = keys.filter(|_| media_info.srtp).map(|k| {
+                            srtp2.calls.fetch_add(1, AcqRel);
+                            (k, Arc::clone(&srtp2))
+                        });
                         ep.answer(c.call, &answer, Instant::now()).unwrap();
                         active.fetch_add(1, AcqRel);
                         let call_stop = Arc::new(AtomicBool::new(false));
@@ -159,7 +305,7 @@ fn start_fake(b: Behaviour) -> FakeGateway {
                         calls.push((
                             c.call,
                             call_stop,
-                            std::thread::spawn(move || media(rtp, remote, b, a, s)),
+                            std::thread::spawn(move || media(rtp, remote, b, a, s, srtp)),
                         ));
                     }
                     Event::Ended { call, .. } => {
@@ -181,15 +327,25 @@ fn start_fake(b: Behaviour) -> FakeGateway {
             s.store(true, Release);
             let _ = t.join();
         }
-    });
+    }));
     FakeGateway {
         addr,
+        metrics,
         stop,
-        thread: Some(thread),
+        threads,
+        srtp,
+        refused,
     }
 }
 
-fn run_against(fake: &FakeGateway, steps: &[usize], measure_s: f64) -> RunResults {
+/// One run at a time: each is real time (a sender thread, a fake gateway's media threads), and
+/// four at once on a 2-core machine left the harness's own sender late, failing steps for it.
+static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn run_against(fake: &FakeGateway, steps: &[usize], media: &[Media], measure_s: f64) -> RunResults {
+    let _turn = ONE_RUN_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let sender = Sender::start(SenderConfig {
         engine: EngineConfig {
             metrics: false,
@@ -201,6 +357,10 @@ fn run_against(fake: &FakeGateway, steps: &[usize], measure_s: f64) -> RunResult
     let rt = tokio::runtime::Runtime::new().unwrap();
     let controller = sender.controller();
     let destination = fake.addr;
+    let metrics = fake.metrics.map(|addr| MetricsUrl {
+        addr,
+        path: "/metrics".into(),
+    });
     let results = rt.block_on(async move {
         let sip = SipClient::start("127.0.0.1:0".parse().unwrap())
             .await
@@ -219,6 +379,7 @@ fn run_against(fake: &FakeGateway, steps: &[usize], measure_s: f64) -> RunResult
             local_ip: "127.0.0.1".parse().unwrap(),
             origin: Instant::now(),
             answer_timeout: Duration::from_secs(4),
+            media: Media::Rtp,
         });
         let plan = RunPlan {
             steps: steps.to_vec(),
@@ -229,11 +390,15 @@ fn run_against(fake: &FakeGateway, steps: &[usize], measure_s: f64) -> RunResult
             },
             stop_on_degrade: false,
             seed: 7,
+            media: media.to_vec(),
         };
         run::run(
             &plan,
             setup,
-            &GatewayView::default(),
+            &GatewayView {
+                metrics,
+                ..GatewayView::default()
+            },
             &ProgressBar::hidden(),
             |s| {
                 eprintln!("{}", ontime_loadgen::report::table(std::slice::from_ref(s)));
@@ -252,8 +417,10 @@ fn a_prompt_gateway_is_ok_and_one_that_slows_with_load_is_not() {
         base_delay: Duration::from_millis(100),
         per_extra_call: Duration::from_millis(600),
         stall_every: None,
+        forge_first: 0,
+        admit_limit: None,
     });
-    let r = run_against(&fake, &[1, 3], 12.0);
+    let r = run_against(&fake, &[1, 3], &[Media::Rtp], 12.0);
     let (one, three) = (&r.steps[0], &r.steps[1]);
     assert!(one.ok, "1 call against a prompt gateway: {:?}", one.reasons);
     assert_eq!(one.underruns, 0);
@@ -281,8 +448,10 @@ fn a_gateway_whose_sender_stalls_mid_reply_has_underruns() {
         base_delay: Duration::from_millis(100),
         per_extra_call: Duration::ZERO,
         stall_every: Some((30, Duration::from_millis(150))),
+        forge_first: 0,
+        admit_limit: None,
     });
-    let r = run_against(&fake, &[2], 12.0);
+    let r = run_against(&fake, &[2], &[Media::Rtp], 12.0);
     let s = &r.steps[0];
     assert!(!s.ok, "{s:?}");
     assert!(s.underruns_per_min > 1.0, "{s:?}");
@@ -297,4 +466,85 @@ fn a_gateway_whose_sender_stalls_mid_reply_has_underruns() {
         "{s:?}"
     );
     assert_eq!(r.capacity, 0);
+}
+
+#[test]
+fn srtp_calls_are_protected_both_ways_and_counted_ok_next_to_plain_ones() {
+    let fake = start_fake(Behaviour::prompt("utterance_3.ulaw.wav"));
+    // `--media both`: the step runs plain, then SRTP.
+    let r = run_against(&fake, &[1], &[Media::Rtp, Media::Srtp], 8.0);
+    assert_eq!(r.steps.len(), 2, "{:?}", r.steps);
+    let (plain, srtp) = (&r.steps[0], &r.steps[1]);
+    assert_eq!((plain.media, srtp.media), (Media::Rtp, Media::Srtp));
+    for s in [plain, srtp] {
+        assert!(s.ok, "{}: {:?}", s.media, s.reasons);
+        assert_eq!((s.answered_calls, s.failed_calls), (1, 0), "{s:?}");
+        assert_eq!((s.offered, s.admitted, s.refused), (1, 1, 0), "{s:?}");
+        assert_eq!(s.gateway_headroom_calls, None, "no metrics page");
+        assert_eq!((s.srtp_auth_failures, s.srtp_other_drops), (0, 0));
+        assert_eq!(s.underruns, 0);
+        assert!(s.turns >= 1, "{s:?}");
+    }
+    // Exactly the one SRTP call was SRTP, and everything its caller sent authenticated.
+    assert_eq!(fake.srtp.calls.load(Acquire), 1);
+    assert_eq!(fake.srtp.refused.load(Acquire), 0);
+    // 0.5 s ramp + 1.5 s warm-up + 8 s measured at 50 packets a second.
+    let authentic = fake.srtp.authentic.load(Acquire);
+    assert!(authentic >= 400, "{authentic} SRTP packets from the caller");
+    assert_eq!(r.capacity, 1);
+}
+
+#[test]
+fn forged_srtp_packets_are_counted_and_the_step_is_not_ok() {
+    let fake = start_fake(Behaviour {
+        forge_first: 5,
+        ..Behaviour::prompt("utterance_3.ulaw.wav")
+    });
+    let r = run_against(&fake, &[1], &[Media::Srtp], 6.0);
+    let s = &r.steps[0];
+    assert_eq!(fake.srtp.forged.load(Acquire), 5);
+    assert_eq!((s.srtp_auth_failures, s.srtp_other_drops), (5, 0), "{s:?}");
+    assert!(!s.ok);
+    assert!(
+        s.reasons.iter().any(
+            |r| r.contains("5 SRTP packets from the gateway refused (5 failed authentication)")
+        ),
+        "{:?}",
+        s.reasons
+    );
+    assert_eq!(r.capacity, 0);
+}
+
+#[test]
+fn calls_refused_over_the_admission_limit_are_counted_apart_and_the_admitted_ones_judged() {
+    let fake = start_fake(Behaviour {
+        admit_limit: Some(4),
+        ..Behaviour::prompt("utterance_3.ulaw.wav")
+    });
+    let r = run_against(&fake, &[6], &[Media::Rtp], 8.0);
+    let s = &r.steps[0];
+    assert_eq!(fake.refused.load(Acquire), 2, "the fake refused");
+    assert_eq!(
+        (s.calls, s.offered, s.admitted, s.refused, s.failed_calls),
+        (6, 6, 4, 2, 0),
+        "{s:?}"
+    );
+    assert_eq!(s.answered_calls, 4);
+    // Scraped at the end of the window, with the 4 calls up: the fake is full.
+    assert_eq!(s.gateway_headroom_calls, Some(0.0), "{s:?}");
+    // The 4 admitted calls are served promptly: the refusals alone do not fail the step.
+    assert!(s.ok, "{:?}", s.reasons);
+    assert!(s.turns >= 4, "{s:?}");
+    assert_eq!((s.unanswered_turns, s.underruns), (0, 0), "{s:?}");
+    // It carried 4, and what held it there was admission.
+    assert_eq!((r.capacity, r.limited_by.as_str()), (4, "admission"));
+    let table = ontime_loadgen::report::table(&r.steps);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    let column = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+    assert_eq!(
+        (column("offr"), column("adm"), column("ref"), column("fail")),
+        ("6", "4", "2", "0"),
+        "{table}"
+    );
 }

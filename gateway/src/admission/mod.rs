@@ -3,6 +3,7 @@
 //! admitted and released when it is dropped — rejected after ringing, cancelled, or ended — so
 //! "free the port and count the call out" is written once, in [`Drop`].
 
+pub(crate) mod headroom;
 mod ports;
 pub(crate) mod sip_guard;
 
@@ -40,6 +41,9 @@ pub enum RejectReason {
     /// The agent could not serve the call (e.g. its bot is unreachable): 503 with Retry-After,
     /// sent after ringing.
     AgentUnavailable,
+    /// The measured headroom is below `admission_reserve`: one more call would risk every
+    /// call's timing (503 with Retry-After, so the trunk tries another pod).
+    NoHeadroom,
     /// The voice route said `<Reject reason="busy"/>`: 486.
     Busy,
     /// The voice route said `<Reject/>`, or the API ended the ringing call: 603.
@@ -48,7 +52,7 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason, for registering the metric's labels at zero.
-    pub const ALL: [RejectReason; 9] = [
+    pub const ALL: [RejectReason; 10] = [
         RejectReason::NotTrunk,
         RejectReason::MaxCalls,
         RejectReason::NoRtpPort,
@@ -56,6 +60,7 @@ impl RejectReason {
         RejectReason::NoCommonCodec,
         RejectReason::Srtp,
         RejectReason::AgentUnavailable,
+        RejectReason::NoHeadroom,
         RejectReason::Busy,
         RejectReason::Declined,
     ];
@@ -70,6 +75,7 @@ impl RejectReason {
             RejectReason::NoCommonCodec => "no_common_codec",
             RejectReason::Srtp => "srtp",
             RejectReason::AgentUnavailable => "agent_unavailable",
+            RejectReason::NoHeadroom => "no_headroom",
             RejectReason::Busy => "busy",
             RejectReason::Declined => "declined",
         }
@@ -97,6 +103,8 @@ pub enum NotReady {
     NoRtpPort,
     /// The SIP endpoint's transaction budget is exhausted (a flood from trusted sources).
     SipOverloaded,
+    /// The measured headroom is below the reserve.
+    NoHeadroom,
 }
 
 impl NotReady {
@@ -107,6 +115,7 @@ impl NotReady {
             NotReady::Full => "full: max_calls reached",
             NotReady::NoRtpPort => "full: no free RTP port",
             NotReady::SipOverloaded => "overloaded: SIP transaction budget exhausted",
+            NotReady::NoHeadroom => "full: no measured headroom for another call",
         }
     }
 }
@@ -115,6 +124,11 @@ impl NotReady {
 #[derive(Debug)]
 pub struct CallSlots {
     sip_overloaded: AtomicBool,
+    /// More calls that fit by measurement (0 until the first estimate: with a reserve, not
+    /// ready before anything was measured).
+    headroom: AtomicUsize,
+    /// Headroom a new call needs (`admission_reserve`).
+    reserve: usize,
     accepting: AtomicBool,
     active: AtomicUsize,
     max_calls: usize,
@@ -122,10 +136,20 @@ pub struct CallSlots {
 }
 
 impl CallSlots {
-    /// Room for `max_calls` calls on the RTP ports of `ports`.
+    /// Room for `max_calls` calls on the RTP ports of `ports`, whatever the measured headroom
+    /// (see [`CallSlots::with_reserve`]).
+    #[cfg(test)]
     pub fn new(max_calls: usize, ports: PortRange) -> Arc<CallSlots> {
+        Self::with_reserve(max_calls, ports, 0)
+    }
+
+    /// [`CallSlots::new`] admitting a call only while the measured headroom is at least
+    /// `reserve` calls.
+    pub fn with_reserve(max_calls: usize, ports: PortRange, reserve: usize) -> Arc<CallSlots> {
         Arc::new(CallSlots {
             sip_overloaded: AtomicBool::new(false),
+            headroom: AtomicUsize::new(0),
+            reserve,
             accepting: AtomicBool::new(true),
             active: AtomicUsize::new(0),
             max_calls,
@@ -148,9 +172,22 @@ impl CallSlots {
             Err(NotReady::NoRtpPort)
         } else if self.sip_overloaded.load(Ordering::Relaxed) {
             Err(NotReady::SipOverloaded)
+        } else if self.headroom.load(Ordering::Relaxed) < self.reserve {
+            Err(NotReady::NoHeadroom)
         } else {
             Ok(())
         }
+    }
+
+    /// The latest measured headroom (more calls that fit).
+    pub fn set_headroom(&self, calls: usize) {
+        self.headroom.store(calls, Ordering::Relaxed);
+    }
+
+    /// More calls that would be admitted now: the measured headroom within `max_calls`.
+    pub fn headroom(&self) -> usize {
+        let by_count = self.max_calls.saturating_sub(self.active());
+        self.headroom.load(Ordering::Relaxed).min(by_count)
     }
 
     /// The SIP endpoint's transaction budget is (or is no longer) exhausted.
@@ -177,6 +214,9 @@ impl CallSlots {
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<AdmittedCall, RejectReason> {
         if !self.accepting() {
             return Err(RejectReason::Draining);
+        }
+        if self.headroom.load(Ordering::Relaxed) < self.reserve {
+            return Err(RejectReason::NoHeadroom);
         }
         // Counted before the check so two admissions cannot both take the last slot.
         if self.active.fetch_add(1, Ordering::Relaxed) >= self.max_calls {

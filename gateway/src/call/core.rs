@@ -468,6 +468,12 @@ impl CallCore {
         if self.phase == Phase::Ended {
             return;
         }
+        // RFC 7983's demultiplexing: a first byte of 0 to 3 is STUN (ICE connectivity checks
+        // some phones send to the media port), not RTP or SRTP: dropped under its own name.
+        if bytes.first().is_some_and(|b| *b < 4) {
+            counter!(m::RTP_INVALID_PACKETS_TOTAL, "reason" => "stun").increment(1);
+            return;
+        }
         let bytes = match self.srtp.as_mut() {
             None => &bytes[..],
             Some(s) => match s.inbound.unprotect(bytes) {

@@ -42,15 +42,20 @@ impl CgroupWatch {
         CgroupWatch { cgroup, first }
     }
 
-    /// Publish periods and throttled periods since the gateway started.
-    pub fn publish(&mut self) {
+    /// Publish periods and throttled periods since the gateway started, and return them
+    /// (`(0, 0)` without a cgroup).
+    pub fn publish(&mut self) -> (u64, u64) {
         let (Some(c), Some(first)) = (&self.cgroup, &self.first) else {
-            return;
+            return (0, 0);
         };
-        if let Ok(now) = c.stat() {
-            let d = now.since(first);
-            counter!(m::CGROUP_PERIODS_TOTAL).absolute(d.periods);
-            counter!(m::CGROUP_THROTTLED_PERIODS_TOTAL).absolute(d.throttled);
+        match c.stat() {
+            Ok(now) => {
+                let d = now.since(first);
+                counter!(m::CGROUP_PERIODS_TOTAL).absolute(d.periods);
+                counter!(m::CGROUP_THROTTLED_PERIODS_TOTAL).absolute(d.throttled);
+                (d.periods, d.throttled)
+            }
+            Err(_) => (0, 0),
         }
     }
 }

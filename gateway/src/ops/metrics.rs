@@ -53,6 +53,9 @@ pub const CALLS_ANSWERED_TOTAL: &str = "ontime_calls_answered_total";
 /// 1 while a registration (`--register`) is up, by address of record; 0 before the first
 /// success, after a failure and after the unregister.
 pub const REGISTRATION_UP: &str = "ontime_registration_up";
+/// More calls that fit now by measurement (inference CPU and queue wait, sender lateness, CFS
+/// throttling), within `max_calls`; new calls are refused below `admission_reserve`.
+pub const ADMISSION_HEADROOM_CALLS: &str = "ontime_admission_headroom_calls";
 /// SIP connections refused at the per-source or total bound.
 pub const SIP_CONNECTIONS_REFUSED_TOTAL: &str = "ontime_sip_connections_refused_total";
 /// TLS handshakes that failed or timed out, by side (`server`: a peer connecting to us;
@@ -118,6 +121,7 @@ pub const RTP_DROP_REASONS: &[&str] = &[
     "latch_pending",
     "unknown_payload_type",
     "rate_limit",
+    "stun",
 ];
 const SIP_METHODS: &[&str] = &[
     "INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY", "1xx", "2xx",
@@ -318,6 +322,11 @@ pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
         "SIP messages dropped because their connection's send queue was full."
     );
     counter!(SIP_STREAM_SEND_DROPPED_TOTAL).absolute(0);
+    describe_gauge!(
+        ADMISSION_HEADROOM_CALLS,
+        Unit::Count,
+        "More calls that fit now by measurement, within max_calls."
+    );
     describe_gauge!(
         REGISTRATION_UP,
         Unit::Count,

@@ -144,8 +144,23 @@ pub fn start_program(program: &Path, extra: &[&str]) -> Gateway {
     start_program_env(program, extra, &[])
 }
 
+/// Start the gateway and wait for `/healthz` only: for a gateway that is up but, by design,
+/// not ready for calls (e.g. no measured headroom to spare).
+pub fn start_gateway_alive(extra: &[&str]) -> Gateway {
+    start_until(
+        Path::new(env!("CARGO_BIN_EXE_ontime-gateway")),
+        extra,
+        &[],
+        "/healthz",
+    )
+}
+
 /// [`start_program`] with extra environment variables.
 pub fn start_program_env(program: &Path, extra: &[&str], env: &[(&str, &str)]) -> Gateway {
+    start_until(program, extra, env, "/readyz")
+}
+
+fn start_until(program: &Path, extra: &[&str], env: &[(&str, &str)], until_200: &str) -> Gateway {
     let sip: SocketAddr = format!("127.0.0.1:{}", free_udp_port()).parse().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
     let rtp_ports = free_port_range(80);
@@ -191,7 +206,7 @@ pub fn start_program_env(program: &Path, extra: &[&str], env: &[(&str, &str)]) -
     };
     let until = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some((200, _)) = http_get(metrics, "/readyz") {
+        if let Some((200, _)) = http_get(metrics, until_200) {
             break;
         }
         if let Ok(Some(status)) = gw.proc.child.try_wait() {

@@ -111,6 +111,8 @@ pub struct Endpoint {
     budget_in_use: [usize; 2],
     /// When each budget last became full (cleared once it is back to 90 % or less).
     exhausted_since: [Option<Instant>; 2],
+    /// Extra headers of our OPTIONS answers (e.g. a load report a front door reads).
+    options_headers: Vec<(String, String)>,
     registrations: HashMap<RegistrationHandle, Registration>,
     /// The key of our nonces' HMAC ([`Config::trunk_auth`]), drawn at start.
     nonce_secret: [u8; 32],
@@ -150,6 +152,7 @@ impl Endpoint {
             invalid_messages: 0,
             budget_in_use: [0; 2],
             exhausted_since: [None; 2],
+            options_headers: Vec::new(),
             registrations: HashMap::new(),
             nonce_secret,
             nonce_epoch: None,
@@ -159,6 +162,12 @@ impl Endpoint {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Extra headers every OPTIONS answer carries from now on (200 or 503), e.g. how many
+    /// more calls this endpoint takes, for a dispatcher that probes with OPTIONS.
+    pub fn set_options_headers(&mut self, headers: Vec<(String, String)>) {
+        self.options_headers = headers;
     }
 
     /// Whether OPTIONS are answered 200 (accepting) or 503 (full or draining: a

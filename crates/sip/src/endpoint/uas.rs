@@ -108,7 +108,8 @@ impl Endpoint {
 
     fn on_options(&mut self, key: &ServerKey, now: Instant) {
         let code = if self.accepting { 200 } else { 503 };
-        let extra = self.capability_headers();
+        let mut extra = self.capability_headers();
+        extra.extend(self.options_headers.iter().cloned());
         self.respond(key, code, &extra, b"", now);
     }
 

@@ -1,0 +1,268 @@
+//! Admission by measured headroom, sans-IO: from what the gateway measures each second — the
+//! inference thread's CPU and its jobs' queue wait, the sender's late ticks, the cgroup's
+//! throttled periods — estimate how many more calls fit before the ok rule (every turn answered
+//! in time, no late tick, no underrun) would break, so new calls are refused *before* the core
+//! degrades for everyone on it. `max_calls` stays the hard ceiling on top.
+//!
+//! The estimate is a capacity, not a prediction of the future: calls cost CPU on the one
+//! inference thread in proportion to their number (the measured cost per call is smoothed),
+//! and a warning sign that the thread or the container is already saturated (queue wait,
+//! lateness, throttling) says "no more" whatever the arithmetic says.
+
+use std::time::{Duration, Instant};
+
+/// One reading of the gateway's counters (all monotonic except `calls`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// When it was read.
+    pub at: Instant,
+    /// Calls admitted now.
+    pub calls: usize,
+    /// CPU the models have used on the inference thread so far.
+    pub inference_cpu: Duration,
+    /// Queue waits of inference jobs so far, summed, and how many.
+    pub queue_wait: Duration,
+    /// See `queue_wait`.
+    pub queue_waits: u64,
+    /// The sender's late ticks so far.
+    pub late_ticks: u64,
+    /// The cgroup's CFS periods and throttled periods so far (0 without a quota).
+    pub periods: u64,
+    /// See `periods`.
+    pub throttled: u64,
+}
+
+/// Where the estimate draws its lines.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeadroomLimits {
+    /// CPU the inference thread may use, in cores (at most 1: it is one thread; under a quota,
+    /// what the quota leaves after the sender).
+    pub inference_cores: f64,
+    /// The share of `inference_cores` calls may fill: the rest absorbs bursts of turns, so
+    /// queue waits stay short.
+    pub target_utilisation: f64,
+    /// Mean queue wait over a window above which no call is added.
+    pub max_queue_wait: Duration,
+    /// Throttled share of CFS periods above which no call is added.
+    pub max_throttle_ratio: f64,
+    /// Cost of a call in cores before any call has been measured.
+    pub prior_cost: f64,
+}
+
+impl Default for HeadroomLimits {
+    fn default() -> Self {
+        HeadroomLimits {
+            inference_cores: 1.0,
+            target_utilisation: 0.75,
+            // A turn's verdict waiting 100 ms on average already eats most of the latency
+            // margin the ok rule leaves.
+            max_queue_wait: Duration::from_millis(100),
+            max_throttle_ratio: 0.02,
+            // One core carried ~96 calls at 94 % busy (docs/capacity.md): ~0.01 core a call.
+            prior_cost: 0.01,
+        }
+    }
+}
+
+/// The estimate: how many more calls fit now, and what limits it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Estimate {
+    /// More calls that fit.
+    pub calls: usize,
+    /// What holds it at zero (or down): `cpu`, `queue_wait`, `late_ticks`, `throttled`;
+    /// `None` while there is room.
+    pub limited_by: Option<&'static str>,
+}
+
+/// Smooths the measured cost per call over readings.
+#[derive(Debug)]
+pub struct HeadroomEstimator {
+    limits: HeadroomLimits,
+    previous: Option<Sample>,
+    cost: Option<f64>,
+}
+
+/// Readings closer together than this are too noisy to difference.
+const MIN_WINDOW: Duration = Duration::from_millis(500);
+/// Weight of a new cost reading in the running estimate.
+const COST_WEIGHT: f64 = 0.3;
+
+impl HeadroomEstimator {
+    /// An estimator with these limits.
+    pub fn new(limits: HeadroomLimits) -> HeadroomEstimator {
+        HeadroomEstimator {
+            limits,
+            previous: None,
+            cost: None,
+        }
+    }
+
+    /// The measured cost of a call, in cores (None before any call was measured).
+    #[cfg(test)]
+    pub fn cost_per_call(&self) -> Option<f64> {
+        self.cost
+    }
+
+    /// Take a reading and estimate.
+    pub fn update(&mut self, s: Sample) -> Estimate {
+        let mut warning = None;
+        if let Some(p) = self.previous {
+            let dt = s.at.saturating_duration_since(p.at);
+            if dt < MIN_WINDOW {
+                return self.estimate(s.calls, None);
+            }
+            let secs = dt.as_secs_f64();
+            let share = s
+                .inference_cpu
+                .saturating_sub(p.inference_cpu)
+                .as_secs_f64()
+                / secs;
+            let calls = (s.calls + p.calls) as f64 / 2.0;
+            if s.calls > 0 && p.calls > 0 {
+                let sample = share / calls;
+                self.cost = Some(match self.cost {
+                    Some(c) => c + COST_WEIGHT * (sample - c),
+                    None => sample,
+                });
+            }
+            let waits = s.queue_waits.saturating_sub(p.queue_waits);
+            if waits > 0 {
+                let mean = s.queue_wait.saturating_sub(p.queue_wait) / waits as u32;
+                if mean > self.limits.max_queue_wait {
+                    warning = Some("queue_wait");
+                }
+            }
+            if s.late_ticks > p.late_ticks {
+                warning = Some("late_ticks");
+            }
+            let periods = s.periods.saturating_sub(p.periods);
+            if periods > 0 {
+                let ratio = s.throttled.saturating_sub(p.throttled) as f64 / periods as f64;
+                if ratio > self.limits.max_throttle_ratio {
+                    warning = Some("throttled");
+                }
+            }
+        }
+        self.previous = Some(s);
+        self.estimate(s.calls, warning)
+    }
+
+    fn estimate(&self, calls: usize, warning: Option<&'static str>) -> Estimate {
+        if let Some(w) = warning {
+            return Estimate {
+                calls: 0,
+                limited_by: Some(w),
+            };
+        }
+        let cost = self.cost.unwrap_or(self.limits.prior_cost).max(1e-6);
+        let capacity =
+            (self.limits.inference_cores * self.limits.target_utilisation / cost).floor();
+        let capacity = if capacity.is_finite() {
+            capacity.min(1e6) as usize
+        } else {
+            0
+        };
+        let more = capacity.saturating_sub(calls);
+        Estimate {
+            calls: more,
+            limited_by: (more == 0).then_some("cpu"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(t0: Instant, secs: u64, calls: usize, cpu_ms: u64) -> Sample {
+        Sample {
+            at: t0 + Duration::from_secs(secs),
+            calls,
+            inference_cpu: Duration::from_millis(cpu_ms),
+            queue_wait: Duration::ZERO,
+            queue_waits: 0,
+            late_ticks: 0,
+            periods: 0,
+            throttled: 0,
+        }
+    }
+
+    #[test]
+    fn capacity_follows_the_measured_cost_per_call() {
+        let t0 = Instant::now();
+        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        // No call measured yet: the prior (0.01 core) gives 75 calls on 0.75 of a core.
+        assert_eq!(e.update(sample(t0, 0, 0, 0)).calls, 75);
+        // 20 calls using 0.3 core: 0.015 a call → 50 fit, 30 more.
+        assert_eq!(e.update(sample(t0, 1, 20, 300)).calls, 55);
+        let est = e.update(sample(t0, 2, 20, 600));
+        assert!((e.cost_per_call().unwrap() - 0.015).abs() < 1e-9);
+        assert_eq!(est.calls, 30);
+        assert_eq!(est.limited_by, None);
+        // Full: 50 calls at that cost leave none, limited by CPU.
+        let est = e.update(sample(t0, 3, 50, 1350));
+        assert_eq!(
+            est,
+            Estimate {
+                calls: 0,
+                limited_by: Some("cpu")
+            }
+        );
+    }
+
+    #[test]
+    fn saturation_signs_refuse_whatever_the_arithmetic_says() {
+        let t0 = Instant::now();
+        for (what, tweak) in [
+            (
+                "queue_wait",
+                Box::new(|s: &mut Sample| {
+                    s.queue_wait = Duration::from_millis(50 * 150);
+                    s.queue_waits = 50;
+                }) as Box<dyn Fn(&mut Sample)>,
+            ),
+            ("late_ticks", Box::new(|s: &mut Sample| s.late_ticks = 1)),
+            (
+                "throttled",
+                Box::new(|s: &mut Sample| {
+                    s.periods = 10;
+                    s.throttled = 1;
+                }),
+            ),
+        ] {
+            let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+            e.update(sample(t0, 0, 5, 0));
+            let mut s = sample(t0, 1, 5, 50);
+            tweak(&mut s);
+            assert_eq!(
+                e.update(s),
+                Estimate {
+                    calls: 0,
+                    limited_by: Some(what)
+                },
+                "{what}"
+            );
+            // The sign gone in the next window: room again.
+            let mut next = s;
+            next.at += Duration::from_secs(1);
+            next.inference_cpu += Duration::from_millis(50);
+            assert!(e.update(next).calls > 0, "{what}");
+        }
+    }
+
+    #[test]
+    fn waits_below_the_limit_and_short_windows_change_nothing() {
+        let t0 = Instant::now();
+        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        e.update(sample(t0, 0, 10, 0));
+        let mut s = sample(t0, 1, 10, 100);
+        s.queue_wait = Duration::from_millis(20 * 40);
+        s.queue_waits = 40;
+        assert_eq!(e.update(s).limited_by, None);
+        // 100 ms later: too short to difference, the estimate stands.
+        let mut soon = s;
+        soon.at += Duration::from_millis(100);
+        soon.late_ticks = 5;
+        assert_eq!(e.update(soon).limited_by, None);
+    }
+}
