@@ -10,3 +10,4 @@ pub use ontime_jitter as jitter;
 pub use ontime_rtp as rtp;
 pub use ontime_sender as sender;
 pub use ontime_sip as sip;
+pub use ontime_srtp as srtp;
