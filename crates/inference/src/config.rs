@@ -103,7 +103,8 @@ pub struct TurnParams {
     /// speculation disagrees with today's rule; see docs/inference.md for the figures.
     pub speculate_pad: bool,
     /// End the turn before the VAD's stop duration when the speculative verdict is confident
-    /// (`None`: never; the stop is always confirmed first).
+    /// (`None`: never; the stop is always confirmed first). Default p ≥ 0.98 after 160 ms.
+    /// Inert without `speculate_after` (it uses the speculative verdict).
     pub early_end: Option<EarlyEnd>,
 }
 
@@ -125,7 +126,12 @@ impl Default for TurnParams {
             incomplete_timeout: Duration::from_secs(3),
             speculate_after: Some(Duration::from_millis(32)),
             speculate_pad: true,
-            early_end: None,
+            // The labelled set (docs/inference.md): at p ≥ 0.98 after 160 ms no more false ends
+            // of turn than without it, 19 ms off the median; 0.95 after 96 ms added five.
+            early_end: Some(EarlyEnd {
+                probability: 0.98,
+                min_quiet: Duration::from_millis(160),
+            }),
         }
     }
 }
@@ -206,11 +212,6 @@ impl PoolConfig {
             }
         }
         if let Some(early) = &self.turn.early_end {
-            if self.turn.speculate_after.is_none() {
-                return Err(Error::InvalidConfig(
-                    "turn early_end needs speculate_after (it uses the speculative verdict)".into(),
-                ));
-            }
             if !(0.0..=1.0).contains(&early.probability) {
                 return Err(Error::InvalidConfig(format!(
                     "turn early_end probability {} is outside 0..=1",
@@ -259,10 +260,11 @@ mod tests {
             "speculating at the stop is no speculation"
         );
         c.turn.speculate_after = None;
+        assert!(c.validate().is_ok(), "today's rule: early end is inert");
         c.turn.early_end = Some(EarlyEnd {
-            probability: 0.9,
+            probability: 1.5,
             min_quiet: Duration::from_millis(64),
         });
-        assert!(c.validate().is_err(), "early end needs speculation");
+        assert!(c.validate().is_err());
     }
 }

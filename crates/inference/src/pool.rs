@@ -961,6 +961,7 @@ impl Worker {
 
     /// The early end rule in chunks: (probability, minimum quiet chunks), if enabled.
     fn early_end_rule(&self) -> Option<(f32, u32)> {
+        self.config.turn.speculate_after?;
         self.config.turn.early_end.map(|e| {
             // A verdict that would not call the turn complete never ends it early.
             let p = e.probability.max(self.config.turn.complete_threshold);

@@ -52,6 +52,7 @@ fn speculative_verdict_is_on_the_audio_to_the_first_quiet_chunk() {
     let mut config = PoolConfig::new(paths);
     config.turn.speculate_after = Some(VAD_CHUNK);
     config.turn.speculate_pad = true;
+    config.turn.early_end = None;
     let pool = InferencePool::start(config).expect("pool");
     let (call, rx) = pool.register_call().expect("register");
     call.push_pcm(&pcm).expect("push");
