@@ -453,6 +453,7 @@ impl Gateway {
                         at: Instant::now(),
                         calls: slots.active(),
                         inference_cpu: Duration::from_nanos(inference.model_cpu_ns),
+                        process_cpu: ontime_inference::process_cpu_time(),
                         queue_wait: Duration::from_nanos(inference.queue_wait_ns),
                         queue_waits: inference.queue_waits,
                         late_ticks: sender.stats().late_ticks,
@@ -510,8 +511,12 @@ fn headroom_limits() -> HeadroomLimits {
         .and_then(|c| c.quota())
         .ok()
         .and_then(|q| q.cores());
+    // The CPUs this process may run on (a cpuset or affinity mask), or fewer under a quota.
+    let cpus = std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64);
+    let process_cores = quota.map_or(cpus, |q| q.min(cpus));
     HeadroomLimits {
-        inference_cores: quota.map_or(1.0, |q| q.min(1.0)),
+        inference_cores: process_cores.min(1.0),
+        process_cores,
         ..HeadroomLimits::default()
     }
 }

@@ -57,6 +57,6 @@ pub use math_threads::{
 };
 pub use pool::{CallId, CallInference, InferenceEvent, InferencePool, PoolStats};
 pub use speech::{SpeechDetector, SpeechState, SpeechTransition, VadParams};
-pub use thread_cpu::thread_cpu_time;
+pub use thread_cpu::{process_cpu_time, thread_cpu_time};
 pub use turn::SmartTurn;
 pub use vad::{SileroVad, VadStream};

@@ -20,6 +20,9 @@ pub struct Sample {
     pub calls: usize,
     /// CPU the models have used on the inference thread so far.
     pub inference_cpu: Duration,
+    /// CPU the whole process has used so far (sender, tokio, inference: on a dedicated core
+    /// they share it).
+    pub process_cpu: Duration,
     /// Queue waits of inference jobs so far, summed, and how many.
     pub queue_wait: Duration,
     /// See `queue_wait`.
@@ -38,6 +41,8 @@ pub struct HeadroomLimits {
     /// CPU the inference thread may use, in cores (at most 1: it is one thread; under a quota,
     /// what the quota leaves after the sender).
     pub inference_cores: f64,
+    /// CPU the whole process may use, in cores (its CPU affinity, or its quota if smaller).
+    pub process_cores: f64,
     /// The share of `inference_cores` calls may fill: the rest absorbs bursts of turns, so
     /// queue waits stay short.
     pub target_utilisation: f64,
@@ -53,6 +58,7 @@ impl Default for HeadroomLimits {
     fn default() -> Self {
         HeadroomLimits {
             inference_cores: 1.0,
+            process_cores: 1.0,
             target_utilisation: 0.75,
             // A turn's verdict waiting 100 ms on average already eats most of the latency
             // margin the ok rule leaves.
@@ -79,7 +85,18 @@ pub struct Estimate {
 pub struct HeadroomEstimator {
     limits: HeadroomLimits,
     previous: Option<Sample>,
+    /// Inference CPU per call, in cores (smoothed).
     cost: Option<f64>,
+    /// Whole-process CPU per call, in cores (smoothed; idle overhead included, which errs on
+    /// the side of refusing).
+    process_cost: Option<f64>,
+}
+
+fn smooth(previous: Option<f64>, sample: f64) -> f64 {
+    match previous {
+        Some(c) => c + COST_WEIGHT * (sample - c),
+        None => sample,
+    }
 }
 
 /// Readings closer together than this are too noisy to difference.
@@ -94,6 +111,7 @@ impl HeadroomEstimator {
             limits,
             previous: None,
             cost: None,
+            process_cost: None,
         }
     }
 
@@ -118,12 +136,10 @@ impl HeadroomEstimator {
                 .as_secs_f64()
                 / secs;
             let calls = (s.calls + p.calls) as f64 / 2.0;
+            let process_share = s.process_cpu.saturating_sub(p.process_cpu).as_secs_f64() / secs;
             if s.calls > 0 && p.calls > 0 {
-                let sample = share / calls;
-                self.cost = Some(match self.cost {
-                    Some(c) => c + COST_WEIGHT * (sample - c),
-                    None => sample,
-                });
+                self.cost = Some(smooth(self.cost, share / calls));
+                self.process_cost = Some(smooth(self.process_cost, process_share / calls));
             }
             let waits = s.queue_waits.saturating_sub(p.queue_waits);
             if waits > 0 {
@@ -154,14 +170,19 @@ impl HeadroomEstimator {
                 limited_by: Some(w),
             };
         }
-        let cost = self.cost.unwrap_or(self.limits.prior_cost).max(1e-6);
-        let capacity =
-            (self.limits.inference_cores * self.limits.target_utilisation / cost).floor();
-        let capacity = if capacity.is_finite() {
-            capacity.min(1e6) as usize
-        } else {
-            0
+        let fits = |cores: f64, cost: Option<f64>| {
+            let cost = cost.unwrap_or(self.limits.prior_cost).max(1e-6);
+            let n = (cores * self.limits.target_utilisation / cost).floor();
+            if n.is_finite() {
+                n.min(1e6) as usize
+            } else {
+                0
+            }
         };
+        // The inference thread is one thread (at most a core), and the whole process shares
+        // its cores with it: whichever fills first is the capacity.
+        let capacity = fits(self.limits.inference_cores, self.cost)
+            .min(fits(self.limits.process_cores, self.process_cost));
         let more = capacity.saturating_sub(calls);
         Estimate {
             calls: more,
@@ -179,6 +200,8 @@ mod tests {
             at: t0 + Duration::from_secs(secs),
             calls,
             inference_cpu: Duration::from_millis(cpu_ms),
+            // Nothing but inference: both limits give the same capacity.
+            process_cpu: Duration::from_millis(cpu_ms),
             queue_wait: Duration::ZERO,
             queue_waits: 0,
             late_ticks: 0,
@@ -208,6 +231,18 @@ mod tests {
                 limited_by: Some("cpu")
             }
         );
+    }
+
+    #[test]
+    fn the_process_fills_its_cores_before_the_inference_thread_does() {
+        let t0 = Instant::now();
+        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        e.update(sample(t0, 0, 10, 0));
+        // 10 calls: inference 0.1 core, the whole process 0.3 (sender, tokio): on one core
+        // the process is the limit, 0.75 / 0.03 = 25 calls, 15 more.
+        let mut s = sample(t0, 1, 10, 100);
+        s.process_cpu = Duration::from_millis(300);
+        assert_eq!(e.update(s).calls, 15);
     }
 
     #[test]
