@@ -11,6 +11,13 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 # Every crate stays publishable: package them all and build each from its .crate, through cargo's
 # local overlay registry (path dependencies resolve to the packages being built).
+# Cargo extracts those overlay packages under $CARGO_HOME/registry/src/-<hash of the overlay path>/
+# and reuses an extracted name-version on the next run from the same checkout path, so a CI runner
+# that keeps CARGO_HOME would verify against the previous submission's ontime-* sources (our versions
+# stay 0.1.0 until released). Remove only those extracted ontime-* overlay copies first.
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+find "$cargo_home/registry/src" -mindepth 2 -maxdepth 2 -path "$cargo_home/registry/src/-*/ontime*" \
+    -type d -exec rm -rf {} + 2>/dev/null || true
 cargo package --workspace --allow-dirty
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo deny --workspace check licenses bans sources
