@@ -337,8 +337,8 @@ pub struct Args {
     #[arg(long, env = "ONTIME_TRUNK_AUTH_ALGORITHMS", value_delimiter = ',')]
     pub trunk_auth_algorithms: Vec<String>,
     /// Refuse new calls (503, OPTIONS 503, `/readyz` 503) while the measured headroom is
-    /// below this many calls (default 0: measure and report only). `--max-calls` stays a hard
-    /// ceiling on top.
+    /// below this many calls (default 1; 0: measure and report only). `--max-calls` stays a
+    /// hard ceiling on top.
     #[arg(long, env = "ONTIME_ADMISSION_RESERVE")]
     pub admission_reserve: Option<usize>,
     /// SIP over TCP listen address (off unless set).
@@ -658,9 +658,10 @@ impl Default for Config {
             voice_url: None,
             voice_twiml: None,
             srtp: ontime_sip::SrtpPolicy::Optional,
-            // Off until the estimate has been measured against capacity runs on more
-            // machines: it is published (gauge, OPTIONS header) either way.
-            admission_reserve: 0,
+            // One call: refuse the call that the measured headroom says would not fit
+            // (docs/capacity.md: 128 offered, the excess refused, every admitted call ok on a
+            // dedicated core and under 1.0/0.5-CPU quotas). 0 measures and reports only.
+            admission_reserve: 1,
             register: Vec::new(),
             register_user: None,
             register_password: None,

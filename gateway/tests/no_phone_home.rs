@@ -180,6 +180,8 @@ fn the_gateway_sends_nothing_it_was_not_configured_to_send() {
         child: Command::new("ip")
             .args(["netns", "exec", &ns.name])
             .arg(env!("CARGO_BIN_EXE_ontime-gateway"))
+            // As in common::start_gateway: admission by headroom is tested on its own.
+            .env("ONTIME_ADMISSION_RESERVE", "0")
             .args([
                 "--sip-listen",
                 "127.0.0.1:5060",

@@ -439,7 +439,10 @@ fn local_barge_in_cuts_the_reply_with_pipecats_interruptions_off() {
     let last_of_reply = heard
         .iter()
         .copied()
-        .filter(|t| *t < second_end + 0.3)
+        // Before the caller's second turn ends: the answer to that turn cannot start earlier
+        // (the VAD needs 160-192 ms of quiet), and with ontime's turn latency it may start
+        // within 300 ms of it, so a later cut-off would count the new reply as the cut one.
+        .filter(|t| *t < second_end)
         .fold(f64::MIN, f64::max);
     let cut_after = last_of_reply - onset;
     eprintln!(
@@ -521,7 +524,10 @@ fn ontime_events_interrupt_the_bot_with_its_vad_off() {
     let last_of_reply = heard
         .iter()
         .copied()
-        .filter(|t| *t < second_end + 0.3)
+        // Before the caller's second turn ends: the answer to that turn cannot start earlier
+        // (the VAD needs 160-192 ms of quiet), and with ontime's turn latency it may start
+        // within 300 ms of it, so a later cut-off would count the new reply as the cut one.
+        .filter(|t| *t < second_end)
         .fold(f64::MIN, f64::max);
     let cut_after = last_of_reply - onset;
     eprintln!(

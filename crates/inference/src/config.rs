@@ -94,8 +94,8 @@ pub struct TurnParams {
     pub incomplete_timeout: Duration,
     /// Start Smart Turn speculatively once the caller has been quiet this long (rounded to whole
     /// 32 ms VAD chunks, at least one, and shorter than the VAD's stop duration), so its verdict
-    /// is ready when the stop is confirmed (`crate::speculative`). `None` (the default for now):
-    /// only after the stop, as pipecat does.
+    /// is ready when the stop is confirmed (`crate::speculative`). Default 32 ms (one chunk);
+    /// `None`: only after the stop, as pipecat does.
     pub speculate_after: Option<Duration>,
     /// Append digital silence to the speculative run's audio so it is as long as the audio the
     /// confirmed stop would judge. Smart Turn weighs the trailing quiet heavily (a complete
@@ -103,8 +103,8 @@ pub struct TurnParams {
     /// speculation disagrees with today's rule; see docs/inference.md for the figures.
     pub speculate_pad: bool,
     /// End the turn before the VAD's stop duration when the speculative verdict is confident
-    /// (`None`, the default: never; the stop is always confirmed first). p ≥ 0.98 after 160 ms
-    /// added no false end of turn on the labelled set (docs/inference.md).
+    /// (default p ≥ 0.98 after 160 ms, which added no false end of turn on the labelled set,
+    /// docs/inference.md; `None`: never, the stop is always confirmed first).
     /// Inert without `speculate_after` (it uses the speculative verdict).
     pub early_end: Option<EarlyEnd>,
 }
@@ -125,19 +125,16 @@ impl Default for TurnParams {
             max_audio: Duration::from_secs(8),
             complete_threshold: 0.5,
             incomplete_timeout: Duration::from_secs(3),
-            // Off by default for now: with it on, a real pipecat bot driven by ontime's events
-            // (gateway/tests/pipecat_bot.rs, `ontime_events_interrupt_the_bot_with_its_vad_off`)
-            // stopped its cut reply 3.7 s after the caller's onset instead of within 1 s, and
-            // the cause is not understood yet. Some(32 ms) turns it on (docs/inference.md).
-            speculate_after: None,
+            // One quiet chunk: the verdict is ready when the stop is confirmed
+            // (docs/inference.md, "Speculative end of turn").
+            speculate_after: Some(Duration::from_millis(32)),
             speculate_pad: true,
             // The labelled set (docs/inference.md): at p ≥ 0.98 after 160 ms no more false ends
-            // of turn than without it, 19 ms off the median; 0.95 after 96 ms added five. Off
-            // by default all the same: with it on, a real pipecat bot driven by ontime's events
-            // answered the caller's interruption so soon that the cut reply and the new one ran
-            // together (gateway/tests/pipecat_bot.rs), a change in turn-taking the synthetic set
-            // does not show. `TurnParams { early_end: Some(..) }` turns it on.
-            early_end: None,
+            // of turn than without it, 19 ms off the median; 0.95 after 96 ms added five.
+            early_end: Some(EarlyEnd {
+                probability: 0.98,
+                min_quiet: Duration::from_millis(160),
+            }),
         }
     }
 }
