@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Rules: **today** (Smart Turn after the confirmed stop); **spec** (Smart Turn from
-//! `--speculate-after` of quiet, default 32 ms, on the audio so far padded with silence to the
+//! `--speculate-after` of quiet, default `TurnParams::default()`'s (64 ms), on the audio so far padded with silence to the
 //! confirmed length, its verdict used at the confirmed stop when it covers the turn);
 //! **spec-unpadded** (the same without the padding); **early:P:MS** (spec, and a verdict ≥ P
 //! ends the turn after MS of quiet). Default `--rules today,spec,spec-unpadded,early:0.95:96`;
@@ -259,7 +259,9 @@ fn main() {
     let mut limit = usize::MAX;
     let mut rule_list = "today,spec,spec-unpadded,early:0.95:96".to_string();
     let mut kinds: Option<String> = None;
-    let mut speculate_after = Duration::from_millis(32);
+    let mut speculate_after = ontime_inference::TurnParams::default()
+        .speculate_after
+        .unwrap_or(Duration::from_millis(64));
     let mut json = false;
     while let Some(a) = args.next() {
         match a.as_str() {
