@@ -257,7 +257,6 @@ pub struct Gateway {
     sender: Arc<Sender>,
     slots: Arc<CallSlots>,
     jitter_depth: Arc<JitterDepthGauge>,
-    headroom_limits: HeadroomLimits,
     sip_loop: SipLoop,
     ops_task: tokio::task::JoinHandle<()>,
     registry: Arc<CallRegistry>,
@@ -298,9 +297,7 @@ impl Gateway {
             ..SenderConfig::default()
         })?);
         // The sender logs whether it got SCHED_FIFO (and why not) itself.
-        let pool_config = pool_config(&config);
-        let headroom_limits = headroom_limits(pool_config.budget_reserve);
-        let pool = Arc::new(InferencePool::start(pool_config)?);
+        let pool = Arc::new(InferencePool::start(pool_config(&config))?);
         let pool_handle = pool.clone();
 
         let slots =
@@ -409,7 +406,6 @@ impl Gateway {
             sender,
             slots,
             jitter_depth,
-            headroom_limits,
             sip_loop,
             ops_task,
         })
@@ -442,10 +438,9 @@ impl Gateway {
             let pool = self.pool.clone();
             let slots = self.slots.clone();
             let depth = self.jitter_depth.clone();
-            let limits = self.headroom_limits;
             tokio::spawn(async move {
                 let mut cgroup = CgroupWatch::new();
-                let mut headroom = HeadroomEstimator::new(limits);
+                let mut headroom = HeadroomEstimator::new(headroom_limits());
                 let mut every = tokio::time::interval(Duration::from_secs(1));
                 loop {
                     every.tick().await;
@@ -510,28 +505,17 @@ fn voice_route(config: &Config, callbacks: &crate::api::Callbacks) -> Result<Voi
 }
 
 /// The headroom estimate's limits for this process: the inference thread gets at most one
-/// core, and under a CPU quota only what its CPU budget allows it per CFS period (the quota
-/// less `budget_reserve`, which the pool keeps for the sender and I/O): under a 0.5-CPU quota
-/// that is 0.3 of a core, not 0.5, and estimating from 0.5 admitted calls the thread then
-/// could not serve (queue waits of 2 s, docs/capacity.md).
-fn headroom_limits(budget_reserve: Duration) -> HeadroomLimits {
-    let quota = ontime_inference::CpuQuota::of_current_process()
+/// core, less under a smaller CPU quota.
+fn headroom_limits() -> HeadroomLimits {
+    let quota = ontime_cgroup::CpuCgroup::current()
+        .and_then(|c| c.quota())
         .ok()
-        .flatten();
+        .and_then(|q| q.cores());
     // The CPUs this process may run on (a cpuset or affinity mask), or fewer under a quota.
     let cpus = std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64);
-    let process_cores = quota.map_or(cpus, |q| q.cores().min(cpus));
-    let inference_cores = match quota {
-        Some(q) => {
-            let budget = ontime_inference::CpuBudget::new(Some(q), budget_reserve);
-            budget
-                .allowance()
-                .map_or(1.0, |a| a.as_secs_f64() / q.period.as_secs_f64())
-        }
-        None => 1.0,
-    };
+    let process_cores = quota.map_or(cpus, |q| q.min(cpus));
     HeadroomLimits {
-        inference_cores: inference_cores.min(process_cores).min(1.0),
+        inference_cores: process_cores.min(1.0),
         process_cores,
         ..HeadroomLimits::default()
     }
