@@ -51,7 +51,7 @@ kill -INT "$cap_pid"; wait "$cap_pid" 2>/dev/null || true; cap_pid=""
 tshark -r "$work/call.pcap" -d "udp.port==$media_port,rtp" -Y rtp -T fields \
   -e frame.time_epoch -e udp.srcport -e udp.dstport -e rtp.payload >"$work/rtp.tsv" 2>/dev/null
 metrics=$(curl -fs "127.0.0.1:$metrics_port/metrics")
-python3 - "$work/rtp.tsv" "$media_port" <<'PY'
+python3 - "$work/rtp.tsv" "$media_port" "$speech" <<'PY'
 import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.count("\t") >= 3]
 port = sys.argv[2]
@@ -68,7 +68,22 @@ def silent(p):
     return not any(abs(ulaw(x)) >= 64 for x in h)
 caller = [(float(t), silent(p)) for t, s, d, p in rows if s == port]
 agent = [(float(t), silent(p)) for t, s, d, p in rows if d == port]
-speech = [t for t, q in caller if not q]
+# The caller's speech ends with the last voiced 20 ms frame of the file it plays (the harness
+# measures from the frames it sends the same way). Counted in the file, not on the wire: sipp's
+# rtp_stream fills its last, partial packet with 0x00 bytes — full-scale µ-law — and that one
+# loud packet 0.36 s after the speech would otherwise count as speech.
+import struct
+wav = open(sys.argv[3], "rb").read()
+i, data = 12, b""
+while i + 8 <= len(wav):
+    cid, n = wav[i:i + 4], struct.unpack("<I", wav[i + 4:i + 8])[0]
+    if cid == b"data":
+        data = wav[i + 8:i + 8 + n]
+        break
+    i += 8 + n + (n & 1)
+frames = [data[k:k + 160] for k in range(0, len(data) - len(data) % 160, 160)]
+last_voiced = max((k for k, f in enumerate(frames) if any(abs(ulaw(x)) >= 64 for x in f)), default=None)
+speech = [t for t, q in caller[: (last_voiced + 1) if last_voiced is not None else 0] if not q]
 reply = [t for t, q in agent if not q]
 if not speech or not reply:
     print("the caller heard no reply"); sys.exit(1)
