@@ -257,6 +257,7 @@ pub struct Gateway {
     sender: Arc<Sender>,
     slots: Arc<CallSlots>,
     jitter_depth: Arc<JitterDepthGauge>,
+    headroom_limits: HeadroomLimits,
     sip_loop: SipLoop,
     ops_task: tokio::task::JoinHandle<()>,
     registry: Arc<CallRegistry>,
@@ -297,7 +298,14 @@ impl Gateway {
             ..SenderConfig::default()
         })?);
         // The sender logs whether it got SCHED_FIFO (and why not) itself.
-        let pool = Arc::new(InferencePool::start(pool_config(&config))?);
+        let pool_config = pool_config(&config);
+        let headroom_limits = headroom_limits(pool_config.budget_reserve);
+        info!(
+            inference_cores = headroom_limits.inference_cores,
+            process_cores = headroom_limits.process_cores,
+            "admission estimates headroom on these CPU shares"
+        );
+        let pool = Arc::new(InferencePool::start(pool_config)?);
         let pool_handle = pool.clone();
 
         let slots =
@@ -406,6 +414,7 @@ impl Gateway {
             sender,
             slots,
             jitter_depth,
+            headroom_limits,
             sip_loop,
             ops_task,
         })
@@ -438,9 +447,10 @@ impl Gateway {
             let pool = self.pool.clone();
             let slots = self.slots.clone();
             let depth = self.jitter_depth.clone();
+            let limits = self.headroom_limits;
             tokio::spawn(async move {
                 let mut cgroup = CgroupWatch::new();
-                let mut headroom = HeadroomEstimator::new(headroom_limits());
+                let mut headroom = HeadroomEstimator::new(limits);
                 let mut every = tokio::time::interval(Duration::from_secs(1));
                 loop {
                     every.tick().await;
@@ -452,6 +462,7 @@ impl Gateway {
                     let estimate = headroom.update(Sample {
                         at: Instant::now(),
                         calls: slots.active(),
+                        admitted: slots.admitted(),
                         inference_cpu: Duration::from_nanos(inference.model_cpu_ns),
                         process_cpu: ontime_inference::process_cpu_time(),
                         queue_wait: Duration::from_nanos(inference.queue_wait_ns),
@@ -505,17 +516,34 @@ fn voice_route(config: &Config, callbacks: &crate::api::Callbacks) -> Result<Voi
 }
 
 /// The headroom estimate's limits for this process: the inference thread gets at most one
-/// core, less under a smaller CPU quota.
-fn headroom_limits() -> HeadroomLimits {
-    let quota = ontime_cgroup::CpuCgroup::current()
-        .and_then(|c| c.quota())
+/// core, and under a CPU quota only what its CPU budget allows it per CFS period (the quota
+/// less `budget_reserve`, which the pool keeps for the sender and I/O): under a 0.5-CPU quota
+/// that is 0.3 of a core, not 0.5, and estimating from 0.5 admitted calls the thread then
+/// could not serve (queue waits of 2 s, docs/capacity.md).
+fn headroom_limits(budget_reserve: Duration) -> HeadroomLimits {
+    let quota = ontime_inference::CpuQuota::of_current_process()
         .ok()
-        .and_then(|q| q.cores());
-    // The CPUs this process may run on (a cpuset or affinity mask), or fewer under a quota.
+        .flatten();
+    // The CPUs this process may run on (a cpuset or affinity mask).
     let cpus = std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64);
-    let process_cores = quota.map_or(cpus, |q| q.min(cpus));
+    limits_for(quota, cpus, budget_reserve)
+}
+
+/// [`headroom_limits`] for a given quota and CPU count.
+fn limits_for(
+    quota: Option<ontime_inference::CpuQuota>,
+    cpus: f64,
+    budget_reserve: Duration,
+) -> HeadroomLimits {
+    let process_cores = quota.map_or(cpus, |q| q.cores().min(cpus));
+    let inference_cores = match quota {
+        Some(q) => ontime_inference::CpuBudget::new(Some(q), budget_reserve)
+            .allowance()
+            .map_or(1.0, |a| a.as_secs_f64() / q.period.as_secs_f64()),
+        None => 1.0,
+    };
     HeadroomLimits {
-        inference_cores: process_cores.min(1.0),
+        inference_cores: inference_cores.min(process_cores).min(1.0),
         process_cores,
         ..HeadroomLimits::default()
     }
@@ -580,6 +608,28 @@ mod tests {
             "/lib/ort.so",
         ]);
         assert_eq!(model_paths(&c).ort_dylib, PathBuf::from("/lib/ort.so"));
+    }
+
+    #[test]
+    fn under_a_quota_the_inference_thread_gets_its_budget_not_the_quota() {
+        let reserve = Duration::from_millis(20);
+        let quota = |ms| ontime_inference::CpuQuota {
+            quota: Duration::from_millis(ms),
+            period: Duration::from_millis(100),
+        };
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        // 0.5 CPU: the pool keeps 20 ms of each 100 ms period for the sender and I/O.
+        let l = limits_for(Some(quota(50)), 2.0, reserve);
+        assert!(close(l.inference_cores, 0.3), "{l:?}");
+        assert!(close(l.process_cores, 0.5), "{l:?}");
+        // 1.5 CPUs on 2: the thread is one thread, at most a core.
+        let l = limits_for(Some(quota(150)), 2.0, reserve);
+        assert!(close(l.inference_cores, 1.0), "{l:?}");
+        assert!(close(l.process_cores, 1.5), "{l:?}");
+        // No quota: a core for the thread, every CPU of the affinity mask for the process.
+        let l = limits_for(None, 2.0, reserve);
+        assert!(close(l.inference_cores, 1.0), "{l:?}");
+        assert!(close(l.process_cores, 2.0), "{l:?}");
     }
 
     #[tokio::test]

@@ -525,6 +525,17 @@ fn turn_span(slot: &CallSlot, quiet_chunks: u32) -> (AudioSpan, u64) {
     (span, voiced_end)
 }
 
+/// How long the idle thread may block, and the deferral still ahead. A deferral already past
+/// is dropped: the work it held back may have gone meanwhile (its call ended), and a past
+/// deadline left in place made every wait return at once — the thread spun on a whole core
+/// (or its whole CPU quota, throttling the process) until the next call's audio arrived.
+fn wait_timeout(deferred_until: Option<Instant>, now: Instant) -> (Option<Instant>, Duration) {
+    match deferred_until {
+        Some(t) if t > now => (Some(t), t - now),
+        _ => (None, Duration::from_secs(3600)),
+    }
+}
+
 /// Running estimates of job CPU cost, for the budget (exponential moving averages).
 struct CostEstimates {
     vad_per_chunk: Duration,
@@ -621,10 +632,8 @@ impl Worker {
 
     /// Blocks until a message arrives (or the deferral ends).
     fn wait(&mut self) {
-        let timeout = match self.deferred_until {
-            Some(t) => t.saturating_duration_since(Instant::now()),
-            None => Duration::from_secs(3600),
-        };
+        let (deferred_until, timeout) = wait_timeout(self.deferred_until, Instant::now());
+        self.deferred_until = deferred_until;
         select! {
             recv(self.control) -> msg => match msg {
                 Ok(c) => self.handle_control(c),
@@ -1129,4 +1138,26 @@ fn try_early_end(
             latency: Duration::ZERO,
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_past_deferral_no_longer_wakes_the_idle_thread() {
+        let now = Instant::now();
+        let hour = Duration::from_secs(3600);
+        // Ahead: wait until it ends.
+        let ahead = now + Duration::from_millis(30);
+        assert_eq!(
+            wait_timeout(Some(ahead), now),
+            (Some(ahead), Duration::from_millis(30))
+        );
+        // Past or due (its work gone meanwhile): dropped, block until a message.
+        let past = now.checked_sub(Duration::from_millis(5)).unwrap_or(now);
+        assert_eq!(wait_timeout(Some(past), now), (None, hour));
+        assert_eq!(wait_timeout(Some(now), now), (None, hour));
+        assert_eq!(wait_timeout(None, now), (None, hour));
+    }
 }

@@ -180,6 +180,63 @@ fn budget_defers_work_under_a_tiny_quota() {
     eprintln!("{stats:?}");
 }
 
+/// CPU time of this process's thread named `name` (utime + stime from `/proc`), if any.
+fn thread_cpu(name: &str) -> Option<Duration> {
+    let tick = Duration::from_millis(10); // USER_HZ is 100 on Linux
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        // The kernel keeps 15 bytes of a thread's name.
+        if comm.trim() != &name[..name.len().min(15)] {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+        // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u32 =
+            fields.get(11)?.parse::<u32>().ok()? + fields.get(12)?.parse::<u32>().ok()?;
+        return Some(tick * ticks);
+    }
+    None
+}
+
+#[test]
+fn the_thread_sleeps_when_calls_end_while_the_budget_defers_their_work() {
+    let Some(paths) = model_paths() else { return };
+    let (_, pcm) = read_wav(&fixture("book_table_trailing_8k.wav"));
+    let mut config = PoolConfig::new(paths);
+    // 2 ms of inference per 100 ms window: a backlog of 8 calls is deferred for seconds.
+    config.quota = Some(CpuQuota {
+        quota: Duration::from_millis(4),
+        period: Duration::from_millis(100),
+    });
+    config.budget_reserve = Duration::from_millis(2);
+    let pool = InferencePool::start(config).expect("pool");
+    let calls: Vec<_> = (0..8)
+        .map(|_| pool.register_call().expect("register"))
+        .collect();
+    for (call, _) in &calls {
+        call.push_pcm(&pcm[..8000 * 2]).expect("push");
+    }
+    wait_for("a deferral", Duration::from_secs(30), || {
+        pool.stats().budget_deferrals > 0
+    });
+    // The calls end with their audio still deferred.
+    drop(calls);
+    wait_for("the calls to leave", Duration::from_secs(10), || {
+        pool.stats().calls == 0
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let before = thread_cpu("ontime-inference").expect("the pool's thread in /proc");
+    std::thread::sleep(Duration::from_secs(1));
+    let used = thread_cpu("ontime-inference").expect("thread still there") - before;
+    // Idle, it blocks on its queues: a few ticks at most. Spinning, it used the whole second.
+    assert!(
+        used <= Duration::from_millis(50),
+        "the idle inference thread used {used:?} of CPU in 1 s"
+    );
+}
+
 #[test]
 fn incomplete_turn_times_out_after_silence() {
     let Some(paths) = model_paths() else { return };

@@ -145,8 +145,9 @@ const POD_CPU_WEIGHT: u32 = 10_000;
 const POD_RT_RUNTIME: Duration = Duration::from_millis(100);
 
 /// A child cgroup for the gateway, like a pod: a CFS quota ([`Placement::Quota`]) or none
-/// ([`Placement::Cpuset`], whose core comes from the affinity the process inherited).
-fn pod_cgroup(placement: Placement, pid: u32) -> Result<ChildCgroup> {
+/// ([`Placement::Cpuset`], whose core comes from the affinity the process inherited). The
+/// gateway joins it before it execs ([`os::join_cgroup_before_exec`]), as in a container.
+fn pod_cgroup(placement: Placement) -> Result<ChildCgroup> {
     let parent = CpuCgroup::current()?;
     let period = parent.quota()?.period;
     let quota = match placement {
@@ -157,7 +158,6 @@ fn pod_cgroup(placement: Placement, pid: u32) -> Result<ChildCgroup> {
     let name = format!("ontime-load-{}", std::process::id());
     let cg = parent.create_child(&name, quota, rt)?;
     cg.set_cpu_weight(POD_CPU_WEIGHT)?;
-    cg.add_process(pid)?;
     Ok(cg)
 }
 
@@ -222,6 +222,24 @@ pub fn start_with_limit(
     }
     default_models_env(&mut cmd);
 
+    let cgroup = match placement {
+        Placement::Shared => None,
+        _ => {
+            let cg = pod_cgroup(placement)?;
+            let procs = cg.dir().join("cgroup.procs");
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&procs)
+                .map_err(|source| Error::Io {
+                    action: "open the gateway cgroup's process list",
+                    path: procs,
+                    source,
+                })?;
+            os::join_cgroup_before_exec(&mut cmd, file);
+            Some(cg)
+        }
+    };
+
     // A cpuset is inherited: narrow this thread to the core, spawn, then give this thread (and
     // the harness threads it starts later) every other core.
     let before = os::current_thread_affinity();
@@ -238,19 +256,16 @@ pub fn start_with_limit(
         path: binary.to_owned(),
         source,
     })?;
-    let mut gw = SpawnedGateway {
+    let gw = SpawnedGateway {
         child,
         sip,
         metrics: MetricsUrl {
             addr: metrics_addr,
             path: "/metrics".into(),
         },
-        cgroup: None,
+        cgroup,
         log_dir,
     };
-    if placement != Placement::Shared {
-        gw.cgroup = Some(pod_cgroup(placement, gw.pid())?);
-    }
     Ok(gw)
 }
 

@@ -1,6 +1,6 @@
-//! The two OS calls the harness needs that std lacks: setting the calling thread's CPU affinity
-//! (so a spawned gateway inherits a cpuset and the harness keeps off it) and the clock tick rate
-//! of `/proc/<pid>/stat`.
+//! The OS calls the harness needs that std lacks: setting the calling thread's CPU affinity
+//! (so a spawned gateway inherits a cpuset and the harness keeps off it), joining a cgroup
+//! between fork and exec, and the clock tick rate of `/proc/<pid>/stat`.
 #![allow(unsafe_code)]
 
 use crate::{Error, Result};
@@ -46,6 +46,29 @@ pub fn current_thread_affinity() -> Vec<usize> {
     (0..max)
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
         .collect()
+}
+
+/// Make `cmd`'s child join the cgroup whose `cgroup.procs` is open as `procs` before it execs,
+/// so the program starts inside its quota: a gateway moved in after it started had already read
+/// its cgroup (no quota) and sized its inference budget and admission for a whole machine.
+pub fn join_cgroup_before_exec(cmd: &mut std::process::Command, procs: std::fs::File) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let fd = procs.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and calls only write(2), which is
+    // async-signal-safe, on a descriptor the parent keeps open (the closure owns `procs`) with a
+    // static buffer; it allocates nothing and takes no lock. Writing "0" moves the writer.
+    unsafe {
+        cmd.pre_exec(move || {
+            let _keep_open = &procs;
+            let rc = libc::write(fd, b"0".as_ptr().cast(), 1);
+            if rc == 1 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
 }
 
 /// Clock ticks per second of `/proc/<pid>/stat`'s utime/stime (almost always 100).

@@ -8,7 +8,16 @@
 //! inference thread in proportion to their number (the measured cost per call is smoothed),
 //! and a warning sign that the thread or the container is already saturated (queue wait,
 //! lateness, throttling) says "no more" whatever the arithmetic says.
+//!
+//! A call's cost is learned from *settled* calls only. In its first seconds a call costs the
+//! VAD and little else; its first Smart Turn runs come with its caller's first turns. Measured
+//! over a ramp of new calls, the cost per call came out a fraction of what the same calls cost
+//! a few seconds later, so the estimate ran ahead and admitted calls the inference thread then
+//! could not serve (under a 0.5-CPU quota: queue waits of 2 s). So a window in which more than
+//! a quarter of the calls are younger than [`SETTLE`] does not update the cost, and every call,
+//! new or not, is charged the settled cost (the prior until one was measured).
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// One reading of the gateway's counters (all monotonic except `calls`).
@@ -18,6 +27,8 @@ pub struct Sample {
     pub at: Instant,
     /// Calls admitted now.
     pub calls: usize,
+    /// Calls admitted since the start (monotonic): with `calls`, how many are young.
+    pub admitted: u64,
     /// CPU the models have used on the inference thread so far.
     pub inference_cpu: Duration,
     /// CPU the whole process has used so far (sender, tokio, inference: on a dedicated core
@@ -50,8 +61,10 @@ pub struct HeadroomLimits {
     pub max_queue_wait: Duration,
     /// Throttled share of CFS periods above which no call is added.
     pub max_throttle_ratio: f64,
-    /// Cost of a call in cores before any call has been measured.
+    /// Inference CPU of a settled call, in cores, before one has been measured.
     pub prior_cost: f64,
+    /// Whole-process CPU of a settled call, in cores, before one has been measured.
+    pub prior_process_cost: f64,
 }
 
 impl Default for HeadroomLimits {
@@ -64,8 +77,12 @@ impl Default for HeadroomLimits {
             // margin the ok rule leaves.
             max_queue_wait: Duration::from_millis(100),
             max_throttle_ratio: 0.02,
-            // One core carried ~96 calls at 94 % busy (docs/capacity.md): ~0.01 core a call.
-            prior_cost: 0.01,
+            // Measured on this project's reference VM at 64 settled calls on a dedicated core
+            // (docs/capacity.md, SRTP vs plain RTP): the inference thread 0.0044 core a call,
+            // the whole process 0.0059; rounded up, since a prior that is too low admits a
+            // ramp's calls before the first settled window can correct it.
+            prior_cost: 0.005,
+            prior_process_cost: 0.007,
         }
     }
 }
@@ -85,6 +102,9 @@ pub struct Estimate {
 pub struct HeadroomEstimator {
     limits: HeadroomLimits,
     previous: Option<Sample>,
+    /// Readings of the last [`SETTLE`] (and the one before it), oldest first: `(at, admitted)`,
+    /// to count the calls admitted within it.
+    admissions: VecDeque<(Instant, u64)>,
     /// Inference CPU per call, in cores (smoothed).
     cost: Option<f64>,
     /// Whole-process CPU per call, in cores (smoothed; idle overhead included, which errs on
@@ -103,6 +123,12 @@ fn smooth(previous: Option<f64>, sample: f64) -> f64 {
 const MIN_WINDOW: Duration = Duration::from_millis(500);
 /// Weight of a new cost reading in the running estimate.
 const COST_WEIGHT: f64 = 0.3;
+/// How long a call is young: long enough for a caller's first turn (and its Smart Turn runs)
+/// to have been paid for. The load harness's callers start speaking within a second and end
+/// their first turn within about four.
+pub const SETTLE: Duration = Duration::from_secs(10);
+/// The share of young calls above which a window does not update the cost.
+const MAX_YOUNG_SHARE: f64 = 0.25;
 
 impl HeadroomEstimator {
     /// An estimator with these limits.
@@ -110,6 +136,7 @@ impl HeadroomEstimator {
         HeadroomEstimator {
             limits,
             previous: None,
+            admissions: VecDeque::new(),
             cost: None,
             process_cost: None,
         }
@@ -121,25 +148,49 @@ impl HeadroomEstimator {
         self.cost
     }
 
+    /// Calls of `s` admitted within the last [`SETTLE`] (calls present at the first reading
+    /// count as settled: their age is unknown, and a gateway's first reading has none).
+    fn young_calls(&mut self, s: &Sample) -> usize {
+        // Keep the newest reading at least SETTLE old as the baseline, drop older ones.
+        while self.admissions.len() >= 2
+            && s.at.saturating_duration_since(self.admissions[1].0) >= SETTLE
+        {
+            self.admissions.pop_front();
+        }
+        let since = match self.admissions.front() {
+            Some(&(at, admitted)) if s.at.saturating_duration_since(at) >= SETTLE => admitted,
+            // No reading SETTLE old yet: admissions since the first reading are young.
+            Some(&(_, admitted)) => admitted,
+            None => s.admitted,
+        };
+        self.admissions.push_back((s.at, s.admitted));
+        (s.admitted.saturating_sub(since) as usize).min(s.calls)
+    }
+
     /// Take a reading and estimate.
     pub fn update(&mut self, s: Sample) -> Estimate {
         let mut warning = None;
         if let Some(p) = self.previous {
-            let dt = s.at.saturating_duration_since(p.at);
-            if dt < MIN_WINDOW {
+            if s.at.saturating_duration_since(p.at) < MIN_WINDOW {
                 return self.estimate(s.calls, None);
             }
-            let secs = dt.as_secs_f64();
+        }
+        let young = self.young_calls(&s) as f64;
+        if let Some(p) = self.previous {
+            let secs = s.at.saturating_duration_since(p.at).as_secs_f64();
             let share = s
                 .inference_cpu
                 .saturating_sub(p.inference_cpu)
                 .as_secs_f64()
                 / secs;
             let calls = (s.calls + p.calls) as f64 / 2.0;
+            let settled = (calls - young).max(0.0);
             let process_share = s.process_cpu.saturating_sub(p.process_cpu).as_secs_f64() / secs;
-            if s.calls > 0 && p.calls > 0 {
-                self.cost = Some(smooth(self.cost, share / calls));
-                self.process_cost = Some(smooth(self.process_cost, process_share / calls));
+            // Charged to the settled calls alone: the young ones cost less, so this errs on
+            // the side of refusing, by at most a third (a quarter of the calls young).
+            if s.calls > 0 && p.calls > 0 && young <= MAX_YOUNG_SHARE * calls && settled > 0.0 {
+                self.cost = Some(smooth(self.cost, share / settled));
+                self.process_cost = Some(smooth(self.process_cost, process_share / settled));
             }
             let waits = s.queue_waits.saturating_sub(p.queue_waits);
             if waits > 0 {
@@ -170,8 +221,8 @@ impl HeadroomEstimator {
                 limited_by: Some(w),
             };
         }
-        let fits = |cores: f64, cost: Option<f64>| {
-            let cost = cost.unwrap_or(self.limits.prior_cost).max(1e-6);
+        let fits = |cores: f64, cost: Option<f64>, prior: f64| {
+            let cost = cost.unwrap_or(prior).max(1e-6);
             let n = (cores * self.limits.target_utilisation / cost).floor();
             if n.is_finite() {
                 n.min(1e6) as usize
@@ -181,8 +232,16 @@ impl HeadroomEstimator {
         };
         // The inference thread is one thread (at most a core), and the whole process shares
         // its cores with it: whichever fills first is the capacity.
-        let capacity = fits(self.limits.inference_cores, self.cost)
-            .min(fits(self.limits.process_cores, self.process_cost));
+        let capacity = fits(
+            self.limits.inference_cores,
+            self.cost,
+            self.limits.prior_cost,
+        )
+        .min(fits(
+            self.limits.process_cores,
+            self.process_cost,
+            self.limits.prior_process_cost,
+        ));
         let more = capacity.saturating_sub(calls);
         Estimate {
             calls: more,
@@ -199,6 +258,8 @@ mod tests {
         Sample {
             at: t0 + Duration::from_secs(secs),
             calls,
+            // Every call present from the first reading on: settled.
+            admitted: 0,
             inference_cpu: Duration::from_millis(cpu_ms),
             // Nothing but inference: both limits give the same capacity.
             process_cpu: Duration::from_millis(cpu_ms),
@@ -214,10 +275,11 @@ mod tests {
     fn capacity_follows_the_measured_cost_per_call() {
         let t0 = Instant::now();
         let mut e = HeadroomEstimator::new(HeadroomLimits::default());
-        // No call measured yet: the prior (0.01 core) gives 75 calls on 0.75 of a core.
-        assert_eq!(e.update(sample(t0, 0, 0, 0)).calls, 75);
+        // No call measured yet: the priors (0.005 core of inference, 0.007 of the process)
+        // give 150 and 107 calls on 0.75 of a core; the process fills first.
+        assert_eq!(e.update(sample(t0, 0, 0, 0)).calls, 107);
         // 20 calls using 0.3 core: 0.015 a call → 50 fit, 30 more.
-        assert_eq!(e.update(sample(t0, 1, 20, 300)).calls, 55);
+        assert_eq!(e.update(sample(t0, 1, 20, 300)).calls, 87);
         let est = e.update(sample(t0, 2, 20, 600));
         assert!((e.cost_per_call().unwrap() - 0.015).abs() < 1e-9);
         assert_eq!(est.calls, 30);
@@ -231,6 +293,50 @@ mod tests {
                 limited_by: Some("cpu")
             }
         );
+    }
+
+    fn admitted(mut s: Sample, admitted: u64) -> Sample {
+        s.admitted = admitted;
+        s
+    }
+
+    #[test]
+    fn a_ramp_of_new_calls_is_charged_the_prior_until_they_settle() {
+        let t0 = Instant::now();
+        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        assert_eq!(e.update(sample(t0, 0, 0, 0)).calls, 107);
+        // 13 calls a second, each costing 0.001 core before its caller's first turn: measured
+        // so, 0.75 / 0.001 would fit 750. Charged the prior, 107 fit.
+        assert_eq!(e.update(admitted(sample(t0, 1, 13, 13), 13)).calls, 94);
+        assert_eq!(e.update(admitted(sample(t0, 2, 26, 39), 26)).calls, 81);
+        assert_eq!(e.cost_per_call(), None);
+    }
+
+    #[test]
+    fn new_calls_are_charged_the_settled_cost_not_their_first_seconds() {
+        let t0 = Instant::now();
+        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        e.update(admitted(sample(t0, 0, 10, 0), 10));
+        // 10 settled calls at 0.01 core each: 75 fit, 65 more.
+        assert_eq!(e.update(admitted(sample(t0, 1, 10, 100), 10)).calls, 65);
+        // 30 new calls in a second, costing 0.001 core each so far. Averaged in, the cost
+        // would fall to 0.0086 and 87 would fit; charged the settled 0.01, 35 more.
+        let mut cpu = 100 + 130;
+        assert_eq!(e.update(admitted(sample(t0, 2, 40, cpu), 40)).calls, 35);
+        assert!((e.cost_per_call().unwrap() - 0.01).abs() < 1e-9);
+        // Their first turns: 0.4 core for the 40. Young until SETTLE after their arrival, so
+        // the cost stands; then the first settled window measures them.
+        for t in 3..12 {
+            cpu += 400;
+            assert_eq!(
+                e.update(admitted(sample(t0, t, 40, cpu), 40)).calls,
+                35,
+                "{t}"
+            );
+        }
+        cpu += 200;
+        // Settled, they cost 0.005 each: smoothed, 0.0085 → 88 fit, 48 more.
+        assert_eq!(e.update(admitted(sample(t0, 12, 40, cpu), 40)).calls, 48);
     }
 
     #[test]

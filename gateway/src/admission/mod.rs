@@ -8,7 +8,7 @@ mod ports;
 pub(crate) mod sip_guard;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tracing::warn;
@@ -131,6 +131,8 @@ pub struct CallSlots {
     reserve: usize,
     accepting: AtomicBool,
     active: AtomicUsize,
+    /// Calls admitted since the start (the headroom estimate tells young calls by it).
+    admitted: AtomicU64,
     max_calls: usize,
     ports: Mutex<PortPool>,
 }
@@ -152,6 +154,7 @@ impl CallSlots {
             reserve,
             accepting: AtomicBool::new(true),
             active: AtomicUsize::new(0),
+            admitted: AtomicU64::new(0),
             max_calls,
             ports: Mutex::new(PortPool::new(ports)),
         })
@@ -218,6 +221,11 @@ impl CallSlots {
         self.sip_overloaded.store(overloaded, Ordering::Relaxed);
     }
 
+    /// Calls admitted since the start (monotonic).
+    pub fn admitted(&self) -> u64 {
+        self.admitted.load(Ordering::Relaxed)
+    }
+
     /// Calls holding a slot (ringing or up).
     pub fn active(&self) -> usize {
         self.active.load(Ordering::Relaxed)
@@ -261,6 +269,7 @@ impl CallSlots {
             match bind_pair(ip, port) {
                 Ok((rtp, rtcp)) => {
                     slot.port = Some(port);
+                    self.admitted.fetch_add(1, Ordering::Relaxed);
                     return Ok(AdmittedCall { slot, rtp, rtcp });
                 }
                 Err(e) => {
