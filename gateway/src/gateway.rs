@@ -529,6 +529,10 @@ fn headroom_limits(budget_reserve: Duration) -> HeadroomLimits {
     limits_for(quota, cpus, budget_reserve)
 }
 
+/// CPU of one Smart Turn run under a small quota on the reference VM (docs/inference.md, *CPU
+/// budget*: 60–70 ms), for [`limits_for`].
+const SMART_TURN_RUN_CPU: Duration = Duration::from_millis(60);
+
 /// [`headroom_limits`] for a given quota and CPU count.
 fn limits_for(
     quota: Option<ontime_inference::CpuQuota>,
@@ -539,7 +543,16 @@ fn limits_for(
     let inference_cores = match quota {
         Some(q) => ontime_inference::CpuBudget::new(Some(q), budget_reserve)
             .allowance()
-            .map_or(1.0, |a| a.as_secs_f64() / q.period.as_secs_f64()),
+            .map_or(1.0, |a| {
+                // A Smart Turn run bigger than a period's allowance runs alone at the start of
+                // a period and its overspend holds the next one's VAD batches back: turns
+                // queue behind each other long before the average share is used (under a
+                // 0.5-CPU quota, 30 ms a period against runs of about 60 ms: p99 queue wait
+                // 500 ms at 32 calls with 16 % of a core used, docs/capacity.md). Only the
+                // allowance's fraction of a run counts as room for calls.
+                let burst = (a.as_secs_f64() / SMART_TURN_RUN_CPU.as_secs_f64()).min(1.0);
+                burst * a.as_secs_f64() / q.period.as_secs_f64()
+            }),
         None => 1.0,
     };
     HeadroomLimits {
@@ -618,10 +631,14 @@ mod tests {
             period: Duration::from_millis(100),
         };
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
-        // 0.5 CPU: the pool keeps 20 ms of each 100 ms period for the sender and I/O.
+        // 0.5 CPU: the pool keeps 20 ms of each 100 ms period for the sender and I/O, and
+        // 30 ms is half a Smart Turn run: 0.3 of a core, of which half is room for calls.
         let l = limits_for(Some(quota(50)), 2.0, reserve);
-        assert!(close(l.inference_cores, 0.3), "{l:?}");
+        assert!(close(l.inference_cores, 0.15), "{l:?}");
         assert!(close(l.process_cores, 0.5), "{l:?}");
+        // 1.0 CPU: 80 ms a period holds a whole run.
+        let l = limits_for(Some(quota(100)), 2.0, reserve);
+        assert!(close(l.inference_cores, 0.8), "{l:?}");
         // 1.5 CPUs on 2: the thread is one thread, at most a core.
         let l = limits_for(Some(quota(150)), 2.0, reserve);
         assert!(close(l.inference_cores, 1.0), "{l:?}");

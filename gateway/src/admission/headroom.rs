@@ -107,9 +107,12 @@ pub struct HeadroomEstimator {
     admissions: VecDeque<(Instant, u64)>,
     /// Inference CPU per call, in cores (smoothed).
     cost: Option<f64>,
-    /// Whole-process CPU per call, in cores (smoothed; idle overhead included, which errs on
-    /// the side of refusing).
+    /// Whole-process CPU per call, in cores, over the idle process's (smoothed).
     process_cost: Option<f64>,
+    /// Whole-process CPU with no call, in cores (smoothed; the sender's ticks, the runtime,
+    /// the metrics): charged once, not per call, or one call measured alone would look like
+    /// a call costing the whole idle gateway (0.023 core instead of 0.006 here).
+    idle_process: Option<f64>,
 }
 
 fn smooth(previous: Option<f64>, sample: f64) -> f64 {
@@ -139,6 +142,7 @@ impl HeadroomEstimator {
             admissions: VecDeque::new(),
             cost: None,
             process_cost: None,
+            idle_process: None,
         }
     }
 
@@ -190,7 +194,11 @@ impl HeadroomEstimator {
             // the side of refusing, by at most a third (a quarter of the calls young).
             if s.calls > 0 && p.calls > 0 && young <= MAX_YOUNG_SHARE * calls && settled > 0.0 {
                 self.cost = Some(smooth(self.cost, share / settled));
-                self.process_cost = Some(smooth(self.process_cost, process_share / settled));
+                let idle = self.idle_process.unwrap_or(0.0);
+                let per_call = (process_share - idle).max(0.0) / settled;
+                self.process_cost = Some(smooth(self.process_cost, per_call));
+            } else if s.calls == 0 && p.calls == 0 {
+                self.idle_process = Some(smooth(self.idle_process, process_share));
             }
             let waits = s.queue_waits.saturating_sub(p.queue_waits);
             if waits > 0 {
@@ -221,9 +229,9 @@ impl HeadroomEstimator {
                 limited_by: Some(w),
             };
         }
-        let fits = |cores: f64, cost: Option<f64>, prior: f64| {
+        let fits = |cores: f64, idle: f64, cost: Option<f64>, prior: f64| {
             let cost = cost.unwrap_or(prior).max(1e-6);
-            let n = (cores * self.limits.target_utilisation / cost).floor();
+            let n = ((cores * self.limits.target_utilisation - idle).max(0.0) / cost).floor();
             if n.is_finite() {
                 n.min(1e6) as usize
             } else {
@@ -234,11 +242,13 @@ impl HeadroomEstimator {
         // its cores with it: whichever fills first is the capacity.
         let capacity = fits(
             self.limits.inference_cores,
+            0.0,
             self.cost,
             self.limits.prior_cost,
         )
         .min(fits(
             self.limits.process_cores,
+            self.idle_process.unwrap_or(0.0),
             self.process_cost,
             self.limits.prior_process_cost,
         ));
@@ -337,6 +347,29 @@ mod tests {
         cpu += 200;
         // Settled, they cost 0.005 each: smoothed, 0.0085 → 88 fit, 48 more.
         assert_eq!(e.update(admitted(sample(t0, 12, 40, cpu), 40)).calls, 48);
+    }
+
+    #[test]
+    fn the_idle_gateway_is_charged_once_not_per_call() {
+        let t0 = Instant::now();
+        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        // No call: the process idles at 0.02 core (no model runs).
+        let idle = |secs| {
+            let mut s = sample(t0, secs, 0, 0);
+            s.process_cpu = Duration::from_millis(20 * secs);
+            s
+        };
+        e.update(idle(0));
+        e.update(idle(1));
+        // One call: 0.005 core of inference, the process 0.027 in all. Per call the process
+        // costs 0.007 over its idle 0.02: (0.75 − 0.02) / 0.007 = 104 fit, 103 more (charged
+        // 0.027 a call it would have been 27).
+        let mut s = admitted(sample(t0, 2, 1, 0), 1);
+        s.process_cpu = Duration::from_millis(40);
+        e.update(s);
+        let mut s = admitted(sample(t0, 3, 1, 5), 1);
+        s.process_cpu = Duration::from_millis(67);
+        assert_eq!(e.update(s).calls, 103);
     }
 
     #[test]
