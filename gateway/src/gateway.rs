@@ -562,6 +562,17 @@ fn limits_for(
     }
 }
 
+/// CPU per CFS period the inference budget leaves to the rest of the process: a fifth of the
+/// quota, 5–20 ms. What it is for is the tokio threads (RTP, SIP, metrics; the SCHED_FIFO
+/// sender is not CFS-throttled), which cost about 0.12 % of a core per call
+/// (docs/capacity.md): they grow with the calls, and the calls with the quota, so a share of the
+/// quota covers them with room at every size. A fixed 20 ms kept 40 % of a 0.5-CPU quota
+/// for threads that used at most 7 ms of it, and left the models 30 ms a period, half a Smart
+/// Turn run.
+fn budget_reserve_for(q: ontime_inference::CpuQuota) -> Duration {
+    (q.quota / 5).clamp(Duration::from_millis(5), Duration::from_millis(20))
+}
+
 fn model_paths(config: &Config) -> ModelPaths {
     let mut paths = match &config.models_dir {
         Some(dir) => ModelPaths::in_dir(dir.clone()),
@@ -580,7 +591,12 @@ fn pool_config(config: &Config) -> PoolConfig {
     // period would freeze the sender too.
     cgroup_watch::publish_quota();
     match pool_config.clone().with_cgroup_quota() {
-        Ok(c) => c,
+        Ok(mut c) => {
+            if let Some(q) = c.quota {
+                c.budget_reserve = budget_reserve_for(q);
+            }
+            c
+        }
         Err(e) => {
             warn!(error = %e, "CPU quota unreadable: inference runs without a CPU budget");
             pool_config
@@ -624,6 +640,19 @@ mod tests {
     }
 
     #[test]
+    fn the_reserve_is_a_fifth_of_the_quota_within_5_to_20_ms() {
+        let q = |ms| ontime_inference::CpuQuota {
+            quota: Duration::from_millis(ms),
+            period: Duration::from_millis(100),
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(budget_reserve_for(q(50)), ms(10));
+        assert_eq!(budget_reserve_for(q(100)), ms(20));
+        assert_eq!(budget_reserve_for(q(200)), ms(20));
+        assert_eq!(budget_reserve_for(q(10)), ms(5));
+    }
+
+    #[test]
     fn under_a_quota_the_inference_thread_gets_its_budget_not_the_quota() {
         let reserve = Duration::from_millis(20);
         let quota = |ms| ontime_inference::CpuQuota {
@@ -636,6 +665,9 @@ mod tests {
         let l = limits_for(Some(quota(50)), 2.0, reserve);
         assert!(close(l.inference_cores, 0.15), "{l:?}");
         assert!(close(l.process_cores, 0.5), "{l:?}");
+        // With the reserve the gateway picks there (10 ms): 40 ms, two thirds of a run.
+        let l = limits_for(Some(quota(50)), 2.0, budget_reserve_for(quota(50)));
+        assert!(close(l.inference_cores, 0.4 * 40.0 / 60.0), "{l:?}");
         // 1.0 CPU: 80 ms a period holds a whole run.
         let l = limits_for(Some(quota(100)), 2.0, reserve);
         assert!(close(l.inference_cores, 0.8), "{l:?}");
