@@ -517,9 +517,9 @@ fn voice_route(config: &Config, callbacks: &crate::api::Callbacks) -> Result<Voi
 
 /// The headroom estimate's limits for this process: the inference thread gets at most one
 /// core, and under a CPU quota only what its CPU budget allows it per CFS period (the quota
-/// less `budget_reserve`, which the pool keeps for the sender and I/O): under a 0.5-CPU quota
-/// that is 0.3 of a core, not 0.5, and estimating from 0.5 admitted calls the thread then
-/// could not serve (queue waits of 2 s, docs/capacity.md).
+/// less `budget_reserve`, which the pool keeps for the rest of the process): under a 0.5-CPU
+/// quota that is 0.4 of a core, not 0.5; estimating from the whole quota admitted calls the
+/// thread then could not serve (queue waits of 2 s, docs/capacity.md).
 fn headroom_limits(budget_reserve: Duration) -> HeadroomLimits {
     let quota = ontime_inference::CpuQuota::of_current_process()
         .ok()
@@ -547,7 +547,8 @@ fn limits_for(
                 // A Smart Turn run bigger than a period's allowance runs alone at the start of
                 // a period and its overspend holds the next one's VAD batches back: turns
                 // queue behind each other long before the average share is used (under a
-                // 0.5-CPU quota, 30 ms a period against runs of about 60 ms: p99 queue wait
+                // 0.5-CPU quota with a 20 ms reserve, 30 ms a period against runs of about
+                // 60 ms: p99 queue wait
                 // 500 ms at 32 calls with 16 % of a core used, docs/capacity.md). Only the
                 // allowance's fraction of a run counts as room for calls.
                 let burst = (a.as_secs_f64() / SMART_TURN_RUN_CPU.as_secs_f64()).min(1.0);
