@@ -299,7 +299,7 @@ impl Gateway {
         })?);
         // The sender logs whether it got SCHED_FIFO (and why not) itself.
         let pool_config = pool_config(&config);
-        let headroom_limits = headroom_limits(pool_config.budget_reserve);
+        let headroom_limits = headroom_limits(&pool_config);
         info!(
             inference_cores = headroom_limits.inference_cores,
             process_cores = headroom_limits.process_cores,
@@ -520,13 +520,11 @@ fn voice_route(config: &Config, callbacks: &crate::api::Callbacks) -> Result<Voi
 /// less `budget_reserve`, which the pool keeps for the rest of the process): under a 0.5-CPU
 /// quota that is 0.4 of a core, not 0.5; estimating from the whole quota admitted calls the
 /// thread then could not serve (queue waits of 2 s, docs/capacity.md).
-fn headroom_limits(budget_reserve: Duration) -> HeadroomLimits {
-    let quota = ontime_inference::CpuQuota::of_current_process()
-        .ok()
-        .flatten();
+/// The quota is the one the pool read for its budget (not read again).
+fn headroom_limits(pool: &PoolConfig) -> HeadroomLimits {
     // The CPUs this process may run on (a cpuset or affinity mask).
     let cpus = std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64);
-    limits_for(quota, cpus, budget_reserve)
+    limits_for(pool.quota, cpus, pool.budget_reserve)
 }
 
 /// CPU of one Smart Turn run under a small quota on the reference VM (docs/inference.md, *CPU

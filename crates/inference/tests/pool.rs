@@ -148,12 +148,17 @@ fn full_queue_rejects_without_blocking() {
     assert_eq!(pool.stats().queue_full, rejected);
 }
 
-#[test]
-fn budget_defers_work_under_a_tiny_quota() {
-    let Some(paths) = model_paths() else { return };
+/// A pool with 2 ms of inference per 100 ms window (a 4 ms quota, 2 ms reserved) and 8 calls,
+/// each pushed `seconds` of speech at once: far more work than the budget lets through.
+fn starved_pool(
+    paths: ontime_inference::ModelPaths,
+    seconds: usize,
+) -> (
+    InferencePool,
+    Vec<(ontime_inference::CallInference, Receiver<InferenceEvent>)>,
+) {
     let (_, pcm) = read_wav(&fixture("book_table_trailing_8k.wav"));
     let mut config = PoolConfig::new(paths);
-    // 4 ms of CPU per 100 ms, 2 ms reserved: 2 ms per window for inference.
     config.quota = Some(CpuQuota {
         quota: Duration::from_millis(4),
         period: Duration::from_millis(100),
@@ -163,10 +168,17 @@ fn budget_defers_work_under_a_tiny_quota() {
     let calls: Vec<_> = (0..8)
         .map(|_| pool.register_call().expect("register"))
         .collect();
-    let seconds = 2;
     for (call, _) in &calls {
         call.push_pcm(&pcm[..8000 * seconds]).expect("push");
     }
+    (pool, calls)
+}
+
+#[test]
+fn budget_defers_work_under_a_tiny_quota() {
+    let Some(paths) = model_paths() else { return };
+    let seconds = 2;
+    let (pool, _calls) = starved_pool(paths, seconds);
     let chunks = 8 * (8000 * seconds / 256) as u64;
     wait_for("all chunks", Duration::from_secs(120), || {
         pool.stats().vad_chunks == chunks
@@ -203,21 +215,8 @@ fn thread_cpu(name: &str) -> Option<Duration> {
 #[test]
 fn the_thread_sleeps_when_calls_end_while_the_budget_defers_their_work() {
     let Some(paths) = model_paths() else { return };
-    let (_, pcm) = read_wav(&fixture("book_table_trailing_8k.wav"));
-    let mut config = PoolConfig::new(paths);
-    // 2 ms of inference per 100 ms window: a backlog of 8 calls is deferred for seconds.
-    config.quota = Some(CpuQuota {
-        quota: Duration::from_millis(4),
-        period: Duration::from_millis(100),
-    });
-    config.budget_reserve = Duration::from_millis(2);
-    let pool = InferencePool::start(config).expect("pool");
-    let calls: Vec<_> = (0..8)
-        .map(|_| pool.register_call().expect("register"))
-        .collect();
-    for (call, _) in &calls {
-        call.push_pcm(&pcm[..8000 * 2]).expect("push");
-    }
+    // The backlog of 8 calls is deferred for seconds.
+    let (pool, calls) = starved_pool(paths, 2);
     wait_for("a deferral", Duration::from_secs(30), || {
         pool.stats().budget_deferrals > 0
     });
