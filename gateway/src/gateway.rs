@@ -29,7 +29,7 @@ use crate::ops::metrics::{self as m, JitterDepthGauge};
 use crate::records::recording::CallRecording;
 use crate::registry::CallRegistry;
 use crate::routing::VoiceRoute;
-use crate::sip_loop::SipLoop;
+use crate::sip_driver::SipDriver;
 
 /// Folder searched for the runtime and models when neither flag nor env names one.
 pub const DEFAULT_MODELS_DIR: &str = ".cache/models";
@@ -100,7 +100,7 @@ pub struct Bound {
 
 /// The stream transports, bound.
 struct BoundStreams {
-    streams: crate::sip_loop::Streams,
+    streams: crate::sip_driver::Streams,
     tcp: Option<SocketAddr>,
     tls: Option<SocketAddr>,
 }
@@ -109,7 +109,7 @@ struct BoundStreams {
 /// configured). A registrar that cannot be resolved stops the start: it names the field.
 async fn resolve_registrations(
     config: &Config,
-) -> Result<Vec<crate::sip_loop::Registration>, Error> {
+) -> Result<Vec<crate::sip_driver::Registration>, Error> {
     let mut out = Vec::new();
     for aor in &config.register {
         let target = crate::resolve::SipTarget::parse(aor).map_err(Error::Register)?;
@@ -122,7 +122,7 @@ async fn resolve_registrations(
                 target.transport,
             ),
         };
-        out.push(crate::sip_loop::Registration {
+        out.push(crate::sip_driver::Registration {
             aor: aor.clone(),
             destination,
             transport,
@@ -193,7 +193,7 @@ async fn bind_streams(config: &Arc<Config>) -> Result<BoundStreams, Error> {
     }
     let advertise = |a: Option<SocketAddr>| a.map(|a| SocketAddr::new(config.public_ip, a.port()));
     Ok(BoundStreams {
-        streams: crate::sip_loop::Streams {
+        streams: crate::sip_driver::Streams {
             transports,
             messages: rx,
             tcp_addr: advertise(tcp),
@@ -257,8 +257,8 @@ pub struct Gateway {
     sender: Arc<Sender>,
     slots: Arc<CallSlots>,
     jitter_depth: Arc<JitterDepthGauge>,
-    headroom_limits: HeadroomLimits,
-    sip_loop: SipLoop,
+    headroom: HeadroomEstimator,
+    sip_driver: SipDriver,
     ops_task: tokio::task::JoinHandle<()>,
     registry: Arc<CallRegistry>,
     api_task: Option<tokio::task::JoinHandle<()>>,
@@ -310,6 +310,10 @@ impl Gateway {
 
         let slots =
             CallSlots::with_reserve(config.max_calls, config.rtp_ports, config.admission_reserve);
+        // Ready from the prior before the SIP port is bound, not from the first measurement a
+        // second later: the first OPTIONS a front door sends must get the answer `/readyz` gives.
+        let headroom = HeadroomEstimator::new(headroom_limits);
+        slots.set_headroom(headroom.prior().calls);
         let sip_socket =
             UdpSocket::bind(config.sip_listen)
                 .await
@@ -363,12 +367,12 @@ impl Gateway {
         };
         let streams = bind_streams(&config).await?;
         let (sip_tcp, sip_tls) = (streams.tcp, streams.tls);
-        let sip_loop = SipLoop::new(
+        let sip_driver = SipDriver::new(
             sip_socket,
             config.clone(),
             slots.clone(),
             services,
-            crate::sip_loop::Requests {
+            crate::sip_driver::Requests {
                 calls: sip_rx,
                 registry: registry_rx,
             },
@@ -414,8 +418,8 @@ impl Gateway {
             sender,
             slots,
             jitter_depth,
-            headroom_limits,
-            sip_loop,
+            headroom,
+            sip_driver,
             ops_task,
         })
     }
@@ -447,10 +451,9 @@ impl Gateway {
             let pool = self.pool.clone();
             let slots = self.slots.clone();
             let depth = self.jitter_depth.clone();
-            let limits = self.headroom_limits;
+            let mut headroom = self.headroom;
             tokio::spawn(async move {
                 let mut cgroup = CgroupWatch::new();
-                let mut headroom = HeadroomEstimator::new(limits);
                 let mut every = tokio::time::interval(Duration::from_secs(1));
                 loop {
                     every.tick().await;
@@ -476,7 +479,7 @@ impl Gateway {
                 }
             })
         };
-        self.sip_loop.run(drain_rx).await;
+        self.sip_driver.run(drain_rx).await;
         publisher.abort();
         waiter.abort();
         self.sender.publish_metrics();

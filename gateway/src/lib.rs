@@ -34,7 +34,8 @@ mod records;
 mod registry;
 mod resolve;
 mod routing;
-mod sip_loop;
+mod sip_driver;
+mod switchboard;
 mod tls;
 mod transport;
 

@@ -19,7 +19,7 @@ use crate::call::{CallCommand, TransferOutcome};
 /// Ended calls kept for `GET` after they end (oldest forgotten first).
 const ENDED_KEPT: usize = 1000;
 
-/// What the registry asks of the SIP loop.
+/// What the registry asks of the switchboard.
 #[derive(Debug)]
 pub(crate) enum RegistryRequest {
     /// Place this call (its entry exists, `queued`).

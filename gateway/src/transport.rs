@@ -1,8 +1,8 @@
 //! SIP over TCP and TLS (RFC 3261 §18): listeners, one task per connection, and the table the
-//! SIP loop sends through. UDP stays on the SIP loop's own socket.
+//! SIP driver sends through. UDP stays on the SIP driver's own socket.
 //!
 //! A connection task cuts whole messages out of its stream (`ontime_sip::StreamFramer`) and
-//! hands them to the SIP loop with the peer's address and transport; the loop answers through
+//! hands them to the SIP driver with the peer's address and transport; it answers through
 //! [`StreamTransports::send`], which finds the connection a request came in on (responses go
 //! back on it, §18.2.2), reuses a connection to the peer's address for requests we send, and
 //! opens one (TLS verified against the client roots) when there is none.

@@ -407,3 +407,54 @@ fn kamailio_sends_new_calls_to_the_gateway_with_headroom() {
             >= 1.0
     );
 }
+
+fn responses_out(gw: &Gateway, class: &str) -> f64 {
+    gw.metric(&format!(
+        "ontime_sip_messages_total{{method=\"{class}\",direction=\"out\"}}"
+    ))
+    .unwrap_or(0.0)
+}
+
+/// The front door in front of a gateway started just before it, with no warm-up: the very first
+/// OPTIONS ping is answered 200 (the readiness `/readyz` reports from the start), so the
+/// dispatcher keeps the gateway and the first caller is answered. A gateway that answered its
+/// first ping from stale state (503, headroom 0) was taken out until the next ping, and every
+/// caller in between got `503 No Destination Available`.
+#[test]
+fn kamailio_keeps_a_gateway_from_its_first_ping() {
+    if !require("kamailio") || !require("kamcmd") || !require("sipp") {
+        return;
+    }
+    // Up (`/healthz`), not waited on for readiness: the front door starts right after.
+    let gw = start_gateway_alive(&["--admission-reserve", "1"]);
+    let kam = start_kamailio(&[gw.sip], &[]);
+    assert!(
+        wait_until(Duration::from_secs(10), || responses_out(&gw, "2xx")
+            + responses_out(&gw, "5xx")
+            >= 1.0),
+        "no OPTIONS ping answered:\n{}",
+        report(&kam, &[&gw])
+    );
+    assert_eq!(options_in(&gw), 1.0, "{}", report(&kam, &[&gw]));
+    assert_eq!(
+        responses_out(&gw, "5xx"),
+        0.0,
+        "the first ping was refused:\n{}",
+        report(&kam, &[&gw])
+    );
+    assert_eq!(responses_out(&gw, "2xx"), 1.0, "{}", report(&kam, &[&gw]));
+    // Before the next ping (5 s): the dispatcher still has the gateway, and a caller gets it.
+    let (ok, log) = caller(kam.sip, Duration::from_secs(1)).finish(Duration::from_secs(20));
+    assert!(
+        ok,
+        "the first caller failed:\n{log}\n{}",
+        report(&kam, &[&gw])
+    );
+    assert_eq!(
+        kam.is_active(gw.sip),
+        Some(true),
+        "{}",
+        report(&kam, &[&gw])
+    );
+    assert_eq!(invites_in(&gw), 1.0, "{}", report(&kam, &[&gw]));
+}

@@ -153,6 +153,14 @@ impl HeadroomEstimator {
         }
     }
 
+    /// The estimate before anything was measured: an idle gateway charged the prior cost per
+    /// call. The gateway starts from it, so `/readyz`, the metric and the very first OPTIONS
+    /// answer agree from the moment the SIP port is bound (a front door marks a destination
+    /// down on its first failed ping).
+    pub fn prior(&self) -> Estimate {
+        self.estimate(0, None)
+    }
+
     /// The measured cost of a call, in cores (None before any call was measured).
     #[cfg(test)]
     pub fn cost_per_call(&self) -> Option<f64> {
@@ -310,6 +318,20 @@ mod tests {
                 limited_by: Some("cpu")
             }
         );
+    }
+
+    #[test]
+    fn the_prior_is_what_the_first_reading_gives_an_idle_gateway() {
+        let e = HeadroomEstimator::new(HeadroomLimits::default());
+        assert_eq!(
+            e.prior(),
+            Estimate {
+                calls: 107,
+                limited_by: None
+            }
+        );
+        let mut measured = HeadroomEstimator::new(HeadroomLimits::default());
+        assert_eq!(measured.update(sample(Instant::now(), 0, 0, 0)), e.prior());
     }
 
     fn admitted(mut s: Sample, admitted: u64) -> Sample {

@@ -120,7 +120,7 @@ impl NotReady {
     }
 }
 
-/// The gateway's call capacity, shared by the SIP loop, the calls and the ops endpoint.
+/// The gateway's call capacity, shared by the switchboard, the calls and the ops endpoint.
 #[derive(Debug)]
 pub struct CallSlots {
     sip_overloaded: AtomicBool,
@@ -333,11 +333,11 @@ fn bind_pair(ip: IpAddr, port: u16) -> std::io::Result<(UdpSocket, UdpSocket)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// `n` free even-aligned ports on loopback.
-    fn free_range(n: u16) -> PortRange {
+    pub(crate) fn free_range(n: u16) -> PortRange {
         for _ in 0..100 {
             let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
             let base = probe.local_addr().unwrap().port() & !1;

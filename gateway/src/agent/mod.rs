@@ -162,7 +162,7 @@ pub trait Agent: Send + Sync + 'static {
     /// Start serving a call.
     fn start_call(&self, info: &CallInfo, output: AgentOutput) -> Box<dyn AgentCall>;
 
-    /// Get ready for a call before it is answered (e.g. connect to a remote bot). The SIP loop
+    /// Get ready for a call before it is answered (e.g. connect to a remote bot). The gateway
     /// rings (180) while the future runs, then answers or rejects as it says; it runs on tokio
     /// and must be bounded in time. `None` (the default): nothing to prepare, answer at once.
     fn prepare_call(&self, _info: &CallInfo) -> Option<AdmissionFuture> {

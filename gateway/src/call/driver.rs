@@ -29,7 +29,7 @@ use crate::registry::CallRegistry;
 /// second leaves room for a stalled task.
 const SENT_TAP_FRAMES: usize = 50;
 
-/// What a call asks of the SIP loop.
+/// What a call asks of the switchboard.
 #[derive(Debug)]
 pub struct SipCall {
     /// The dialog.
@@ -47,7 +47,7 @@ pub struct CallServices {
     pub pool: Arc<InferencePool>,
     /// The agent.
     pub agent: Arc<dyn Agent>,
-    /// Requests back to the SIP loop.
+    /// Requests back to the switchboard.
     pub sip: mpsc::UnboundedSender<SipCall>,
     /// Where the call's jitter depth is summed.
     pub jitter_depth: Arc<JitterDepthGauge>,
@@ -59,7 +59,7 @@ pub struct CallServices {
     pub ws_base: Arc<WsAgentConfig>,
 }
 
-/// What the SIP loop hands a new call.
+/// What the switchboard hands a new call.
 pub struct CallStart {
     /// The dialog.
     pub call: CallHandle,
@@ -77,6 +77,8 @@ pub struct CallStart {
     pub program: Vec<Verb>,
     /// SDES keys when the media is SRTP.
     pub srtp: Option<ontime_srtp::SdesKeys>,
+    /// The call's span (`call_id`), which its task runs in.
+    pub span: tracing::Span,
 }
 
 /// The agent of a call whose TwiML connects its own bot, until that bot is connected.
@@ -102,6 +104,7 @@ pub async fn run(
         mut settings,
         program,
         srtp,
+        span: _,
     } = start;
     let sid = info.call_sid.clone();
     let (rtp_async, rtcp_async) = match (
@@ -290,7 +293,7 @@ pub async fn run(
             }
             ev = dialog.recv() => match ev {
                 Some(ev) => core.handle_dialog(ev, Instant::now()),
-                // The SIP loop is gone: nothing will end the dialog for us.
+                // The SIP driver is gone: nothing will end the dialog for us.
                 None => core.handle_dialog(
                     DialogEvent::Ended(crate::records::cdr::EndCause::SignallingFailure),
                     Instant::now(),
