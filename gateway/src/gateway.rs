@@ -21,7 +21,7 @@ use tracing::{info, warn};
 use crate::admission::headroom::{HeadroomEstimator, HeadroomLimits, Sample};
 use crate::admission::CallSlots;
 use crate::agent::Agent;
-use crate::call::driver::CallServices;
+use crate::call_driver::CallServices;
 use crate::config::Config;
 use crate::ops::cgroup_watch::{self, CgroupWatch};
 use crate::ops::http::{self, OpsState};

@@ -27,6 +27,7 @@ mod admission;
 mod agent;
 pub mod api;
 pub mod call;
+mod call_driver;
 mod config;
 mod gateway;
 mod ops;

@@ -17,8 +17,8 @@ use tracing::warn;
 use crate::admission::CallSlots;
 use crate::agent::{Admission, CallInfo};
 use crate::api::Verb;
-use crate::call::driver::{self, CallServices, SipCall};
 use crate::call::DialogEvent;
+use crate::call_driver::{self, CallServices, SipCall};
 use crate::config::Config;
 use crate::ops::metrics as m;
 use crate::records::cdr::unix_ms_now;
@@ -210,7 +210,7 @@ impl SipDriver {
                     .answered(&start.info.call_sid, control_tx);
                 let span = start.span.clone();
                 self.tasks.spawn(tracing::Instrument::instrument(
-                    driver::run(self.services.clone(), *start, dialog_rx, control_rx),
+                    call_driver::run(self.services.clone(), *start, dialog_rx, control_rx),
                     span,
                 ));
             }

@@ -14,7 +14,6 @@ use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
 
-use metrics::{counter, histogram};
 use ontime_inference::InferenceEvent;
 use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_HZ};
 use ontime_sender::{StreamEvent, StreamId, StreamProducer};
@@ -29,10 +28,10 @@ use super::program::{
     REASON_NORMAL_CLEARING,
 };
 use super::rtcp::{OutgoingStream, RtcpSession};
+use super::stats::CallStats;
 use crate::agent::{AgentAction, AgentEvent, CallInfo, TransferResult};
 use crate::api::{DialTarget, Verb};
 use crate::config::BargeIn;
-use crate::ops::metrics as m;
 use crate::records::cdr::{CallDetailRecord, EndCause, RecordKind};
 use crate::records::recording::Track;
 
@@ -312,6 +311,8 @@ pub struct CallCore {
     last_transfer: Option<TransferOutcome>,
     phase: Phase,
     outputs: VecDeque<CallOutput>,
+    /// Counts since the driver last took them.
+    stats: CallStats,
 }
 
 fn sends(d: Direction) -> bool {
@@ -384,6 +385,7 @@ impl CallCore {
             last_transfer: None,
             phase: Phase::Up,
             outputs: VecDeque::new(),
+            stats: CallStats::default(),
         };
         core.next_interim = core.settings.interim_record_interval.map(|i| now + i);
         core.start_stream_if_sending();
@@ -463,6 +465,11 @@ impl CallCore {
         self.srtp.is_some()
     }
 
+    /// What the call counted since the last call of this (the driver adds it to the metrics).
+    pub fn take_stats(&mut self) -> CallStats {
+        std::mem::take(&mut self.stats)
+    }
+
     /// A datagram on the RTP port (SRTP is unprotected in place).
     pub fn handle_rtp(&mut self, bytes: &mut [u8], src: SocketAddr, now: Instant) {
         if self.phase == Phase::Ended {
@@ -471,7 +478,7 @@ impl CallCore {
         // RFC 7983's demultiplexing: a first byte of 0 to 3 is STUN (ICE connectivity checks
         // some phones send to the media port), not RTP or SRTP: dropped under its own name.
         if bytes.first().is_some_and(|b| *b < 4) {
-            counter!(m::RTP_INVALID_PACKETS_TOTAL, "reason" => "stun").increment(1);
+            self.stats.rtp_invalid.add("stun", 1);
             return;
         }
         let bytes = match self.srtp.as_mut() {
@@ -479,7 +486,7 @@ impl CallCore {
             Some(s) => match s.inbound.unprotect(bytes) {
                 Ok(n) => &bytes[..n],
                 Err(e) => {
-                    counter!(m::SRTP_DROPPED_TOTAL, "reason" => e.reason()).increment(1);
+                    self.stats.srtp_dropped.add(e.reason(), 1);
                     return;
                 }
             },
@@ -487,12 +494,12 @@ impl CallCore {
         match self.inbound.handle_datagram(bytes, src, now) {
             InboundOutcome::Audio => {
                 self.last_rtp = now;
-                counter!(m::RTP_PACKETS_RECEIVED_TOTAL).increment(1);
+                self.stats.rtp_received += 1;
                 self.play_caller_audio(now);
             }
             InboundOutcome::Latched(addr) => {
                 self.last_rtp = now;
-                counter!(m::RTP_PACKETS_RECEIVED_TOTAL).increment(1);
+                self.stats.rtp_received += 1;
                 if let Some(p) = self.out.producer() {
                     self.outputs.push_back(CallOutput::SetStreamRemote {
                         stream: p.id(),
@@ -504,13 +511,13 @@ impl CallCore {
             }
             InboundOutcome::Dtmf(digit) => {
                 self.last_rtp = now;
-                counter!(m::RTP_PACKETS_RECEIVED_TOTAL).increment(1);
+                self.stats.rtp_received += 1;
                 if let Some(d) = digit {
                     self.digit(d);
                 }
             }
             InboundOutcome::Dropped(reason) => {
-                counter!(m::RTP_INVALID_PACKETS_TOTAL, "reason" => reason).increment(1);
+                self.stats.rtp_invalid.add(reason, 1);
             }
             InboundOutcome::Rtcp => {}
         }
@@ -523,14 +530,14 @@ impl CallCore {
             Some(s) => match s.inbound.unprotect_rtcp(bytes) {
                 Ok(n) => &bytes[..n],
                 Err(e) => {
-                    counter!(m::SRTP_DROPPED_TOTAL, "reason" => e.reason()).increment(1);
+                    self.stats.srtp_dropped.add(e.reason(), 1);
                     return;
                 }
             },
         };
         if self.phase != Phase::Ended {
             self.rtcp
-                .handle_packet(bytes, src, now, self.inbound.sdp_ip());
+                .handle_packet(bytes, src, now, self.inbound.sdp_ip(), &mut self.stats);
         }
     }
 
@@ -593,7 +600,7 @@ impl CallCore {
                 .chars()
                 .filter(|d| !d.eq_ignore_ascii_case(&'w'))
                 .count();
-            counter!(m::DTMF_SENT_TOTAL).increment(n as u64);
+            self.stats.dtmf_sent += n as u64;
         }
         self.program.digits_queued(took, now);
         self.run_program(now);
@@ -626,7 +633,7 @@ impl CallCore {
                     }
                 }
                 Step::InfoDigit(d) => {
-                    counter!(m::DTMF_SENT_TOTAL).increment(1);
+                    self.stats.dtmf_sent += 1;
                     self.outputs
                         .push_back(CallOutput::Sip(SipRequest::InfoDtmf(d, INFO_DIGIT_TONE)));
                 }
@@ -659,7 +666,7 @@ impl CallCore {
 
     fn transfer_ended(&mut self, outcome: TransferOutcome, now: Instant) {
         self.transfer = None;
-        counter!(m::TRANSFERS_TOTAL, "result" => outcome.result.as_str()).increment(1);
+        self.stats.transfers.add(outcome.result.as_str(), 1);
         info!(target = %outcome.target, result = outcome.result.as_str(), sip_status = ?outcome.sip_status, "transfer ended");
         self.last_transfer = Some(outcome.clone());
         self.notify(AgentNotice::Transfer(outcome.clone()));
@@ -693,7 +700,7 @@ impl CallCore {
                     self.last_play = None;
                     self.prebuffer_until = None;
                     self.barge_ins += 1;
-                    counter!(m::BARGE_INS_TOTAL).increment(1);
+                    self.stats.barge_ins += 1;
                     self.notify(AgentNotice::BargeIn);
                 }
                 self.notify(AgentNotice::SpeechStarted);
@@ -712,7 +719,7 @@ impl CallCore {
                 // A verdict on audio the caller has since continued is stale.
                 if complete && !self.speaking {
                     self.turns += 1;
-                    counter!(m::TURNS_TOTAL).increment(1);
+                    self.stats.turns += 1;
                     info!(
                         probability,
                         timed_out,
@@ -738,8 +745,8 @@ impl CallCore {
                     if now.saturating_duration_since(heard) < REPLY_GAP {
                         // Still the reply the caller cut: it stays cut.
                         self.cut = Some(now);
-                        counter!(m::AGENT_AUDIO_CUT_FRAMES_TOTAL)
-                            .increment(samples.len().div_ceil(FRAME_BYTES) as u64);
+                        self.stats.agent_audio_cut_frames +=
+                            samples.len().div_ceil(FRAME_BYTES) as u64;
                         return;
                     }
                     self.cut = None;
@@ -752,11 +759,11 @@ impl CallCore {
                 self.last_play = Some(now);
                 let dropped = self.out.play(&samples);
                 if dropped > 0 {
-                    counter!(m::AGENT_AUDIO_DROPPED_FRAMES_TOTAL)
-                        .increment(dropped.div_ceil(FRAME_BYTES) as u64);
+                    self.stats.agent_audio_dropped_frames += dropped.div_ceil(FRAME_BYTES) as u64;
                 }
-                histogram!(m::AGENT_BUFFERED_AUDIO_SECONDS)
-                    .record(self.out.queued_bytes() as f64 / f64::from(SAMPLE_RATE_HZ));
+                self.stats
+                    .agent_buffered_seconds
+                    .push(self.out.queued_bytes() as f64 / f64::from(SAMPLE_RATE_HZ));
                 self.release_prebuffer(now);
                 // Into the sender's ring now, not at the next tick: the reply then starts at
                 // the sender's next 20 ms slot (10 ms sooner on average).
@@ -834,7 +841,7 @@ impl CallCore {
             self.out.end_utterance();
         }
         self.out.feed();
-        self.inbound.publish_metrics();
+        self.inbound.count_jitter(&mut self.stats);
         self.collect_stream_events();
         self.collect_sent_audio();
         let packets_sent = self.out.producer().map(|p| p.stats().packets_sent);
@@ -851,7 +858,7 @@ impl CallCore {
                             true
                         }
                         Err(e) => {
-                            counter!(m::SRTP_DROPPED_TOTAL, "reason" => e.reason()).increment(1);
+                            self.stats.srtp_dropped.add(e.reason(), 1);
                             false
                         }
                     }
@@ -881,7 +888,7 @@ impl CallCore {
             // Only while the caller should be sending: on hold (we receive nothing by
             // agreement) the clock is paused, and restarts at resume.
             if !on_hold(&self.negotiated) && now.duration_since(self.last_rtp) >= timeout {
-                counter!(m::RTP_TIMEOUTS_TOTAL).increment(1);
+                self.stats.rtp_timeouts += 1;
                 info!(
                     timeout_s = timeout.as_secs_f64(),
                     "no RTP from the caller: hanging up"
@@ -919,7 +926,7 @@ impl CallCore {
     }
 
     fn digit(&mut self, d: char) {
-        counter!(m::DTMF_DIGITS_TOTAL).increment(1);
+        self.stats.dtmf_digits += 1;
         self.dtmf.push(d);
         self.notify(AgentNotice::Dtmf(d));
     }
@@ -1072,7 +1079,7 @@ impl CallCore {
         }
         let cdr = self.record(RecordKind::End, Some(cause), now);
         self.out.retire();
-        counter!(m::CALLS_TOTAL, "result" => cause.result_label()).increment(1);
+        self.stats.ended = Some(cause.result_label());
         self.outputs.push_back(CallOutput::Ended {
             cdr: Box::new(cdr),
             recording_end: self.samples_since_answer(now),

@@ -15,8 +15,6 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use metrics::counter;
-
 use ontime_jitter::{JitterBuffer, JitterConfig, Playout, RtpPacketInfo};
 use ontime_rtp::dtmf::DtmfTracker;
 use ontime_rtp::g711::Law;
@@ -26,6 +24,8 @@ use ontime_rtp::{
     SAMPLE_RATE_HZ,
 };
 use ontime_sip::NegotiatedMedia;
+
+use super::stats::CallStats;
 
 /// Valid packets in a row, one SSRC, from another port of the caller's IP before it is latched.
 pub const LATCH_RUN: u32 = 5;
@@ -130,19 +130,16 @@ impl InboundMedia {
         }
     }
 
-    /// Add this call's new discards and losses to `ontime_jitter_*`. The buffer's `lost` can
-    /// fall (a concealed packet that turns up late becomes a discard), so only increases are
-    /// published.
-    pub fn publish_metrics(&mut self) {
+    /// Add this call's new discards and losses to `stats`. The buffer's `lost` can fall (a
+    /// concealed packet that turns up late becomes a discard), so only increases are counted.
+    pub fn count_jitter(&mut self, stats: &mut CallStats) {
         let j = self.jitter.counters();
         if j.discarded() > self.published.discarded {
-            counter!(crate::ops::metrics::JITTER_DISCARDED_TOTAL)
-                .increment(j.discarded() - self.published.discarded);
+            stats.jitter_discarded += j.discarded() - self.published.discarded;
             self.published.discarded = j.discarded();
         }
         if j.lost > self.published.lost {
-            counter!(crate::ops::metrics::JITTER_LOST_TOTAL)
-                .increment(j.lost - self.published.lost);
+            stats.jitter_lost += j.lost - self.published.lost;
             self.published.lost = j.lost;
         }
     }

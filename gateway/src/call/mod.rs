@@ -2,11 +2,11 @@
 //! drives it (`driver`), with the caller's inbound media, the agent's outbound queue and RTCP.
 
 mod core;
-pub(crate) mod driver;
 mod inbound;
 mod outbound;
 pub(crate) mod program;
 mod rtcp;
+mod stats;
 
 pub use self::core::{
     AgentNotice, CallCommand, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest, BURST,
@@ -14,6 +14,7 @@ pub use self::core::{
 };
 pub use outbound::StreamTotals;
 pub use program::TransferOutcome;
+pub use stats::{CallStats, PeerReport, Tally};
 
 /// A fresh call SID in Twilio's shape (`CA` and 32 hex digits).
 pub fn new_call_sid() -> String {

@@ -8,7 +8,6 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use metrics::{counter, gauge};
 use ontime_rtp::rtcp::{
     parse_compound, round_trip_time, to_dlsr_units, ExtendedReport, NtpTimestamp, ReceiverReport,
     ReportBlock, RtcpPacket, SdesChunk, SenderInfo, SenderReport, SourceDescription, VoipMetrics,
@@ -17,7 +16,7 @@ use ontime_rtp::rtcp::{
 use ontime_rtp::{FRAME_BYTES, SAMPLE_RATE_HZ};
 
 use super::inbound::InboundMedia;
-use crate::ops::metrics as m;
+use super::stats::{CallStats, PeerReport};
 
 /// RFC 3550 §6.2: with one sender and one receiver at 64 kbit/s the computed interval is below
 /// the 5 s minimum, so reports go every 5 s.
@@ -122,15 +121,16 @@ impl RtcpSession {
         src: SocketAddr,
         now: Instant,
         caller_ip: Option<IpAddr>,
+        stats: &mut CallStats,
     ) {
         if Some(src.ip()) != caller_ip {
-            counter!(m::RTP_INVALID_PACKETS_TOTAL, "reason" => "wrong_source").increment(1);
+            stats.rtp_invalid.add("wrong_source", 1);
             return;
         }
         let packets = match parse_compound(bytes) {
             Ok(p) => p,
             Err(e) => {
-                counter!(m::RTP_INVALID_PACKETS_TOTAL, "reason" => e.reason()).increment(1);
+                stats.rtp_invalid.add(e.reason(), 1);
                 return;
             }
         };
@@ -146,16 +146,19 @@ impl RtcpSession {
             };
             for b in blocks.iter().filter(|b| b.ssrc == self.our_ssrc) {
                 self.peer.reports += 1;
-                counter!(m::RTCP_REPORTS_RECEIVED_TOTAL).increment(1);
+                stats.rtcp_reports_received += 1;
                 self.peer.fraction_lost = f64::from(b.fraction_lost) / 256.0;
                 self.peer.jitter =
                     Duration::from_secs_f64(f64::from(b.jitter) / f64::from(SAMPLE_RATE_HZ));
-                if let Some(rtt) = round_trip_time(arrival, b.last_sr, b.delay_since_last_sr) {
-                    self.peer.rtt = Some(rtt);
-                    gauge!(m::RTCP_RTT_SECONDS).set(rtt.as_secs_f64());
+                let rtt = round_trip_time(arrival, b.last_sr, b.delay_since_last_sr);
+                if rtt.is_some() {
+                    self.peer.rtt = rtt;
                 }
-                gauge!(m::RTCP_PEER_FRACTION_LOST).set(self.peer.fraction_lost);
-                gauge!(m::RTCP_PEER_JITTER_SECONDS).set(self.peer.jitter.as_secs_f64());
+                stats.peer_report = Some(PeerReport {
+                    rtt,
+                    fraction_lost: self.peer.fraction_lost,
+                    jitter: self.peer.jitter,
+                });
             }
         }
     }
@@ -300,6 +303,7 @@ mod tests {
             inbound.handle_datagram(&buf[..n], caller, t0 + ontime_rtp::FRAME * i);
             inbound.pop(t0 + ontime_rtp::FRAME * i, |_| {});
         }
+        let mut stats = CallStats::default();
         let mut s = RtcpSession::new(
             Some("127.0.0.1:40001".parse().unwrap()),
             0x5E0D,
@@ -363,8 +367,11 @@ mod tests {
             "127.0.0.1:40001".parse().unwrap(),
             rr_at,
             Some(caller.ip()),
+            &mut stats,
         );
         let peer = s.peer();
+        assert_eq!(stats.rtcp_reports_received, 1);
+        assert_eq!(stats.peer_report.map(|p| p.rtt), Some(peer.rtt));
         assert_eq!(peer.reports, 1);
         assert!((peer.fraction_lost - 0.25).abs() < 1e-9);
         assert_eq!(peer.jitter, Duration::from_millis(10));
@@ -380,7 +387,9 @@ mod tests {
             "127.0.0.9:40001".parse().unwrap(),
             rr_at,
             Some(caller.ip()),
+            &mut stats,
         );
         assert_eq!(s.peer().reports, 1);
+        assert_eq!(stats.rtp_invalid.get("wrong_source"), 1);
     }
 }

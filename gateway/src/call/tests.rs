@@ -1045,3 +1045,40 @@ fn srtp_calls_unprotect_the_callers_packets_and_drop_tampered_ones() {
     assert!(sim.cdr().srtp);
     assert_eq!(sim.cdr().packets_in, 49);
 }
+
+/// The core counts in its own [`crate::call::CallStats`] (taken by the driver into the
+/// metrics), exactly: here one second of caller audio, a STUN probe, a packet from a stranger,
+/// a DTMF digit by SIP INFO, one complete turn and the caller's BYE.
+#[test]
+fn the_core_reports_its_counts_as_stats_and_resets_them_when_taken() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(1.0));
+    let mut stun = [0x00u8, 0x01, 0x00, 0x00];
+    sim.core
+        .handle_rtp(&mut stun, CALLER.parse().unwrap(), sim.now);
+    let mut p = Packetizer::with_initial(PT_PCMU, 0x5EED, 1, 0);
+    let mut buf = [0u8; 256];
+    let n = p.write_frame(&[0xFF; 160], &mut buf).unwrap();
+    sim.core
+        .handle_rtp(&mut buf[..n], "127.0.0.9:40000".parse().unwrap(), sim.now);
+    sim.dialog(DialogEvent::Dtmf('7'));
+    sim.caller_stops();
+    sim.inference(speech_started());
+    sim.inference(speech_stopped());
+    sim.inference(turn_ended(true));
+    let stats = sim.core.take_stats();
+    // A packet every 20 ms from 0 through 1.0 s, both ends included.
+    assert_eq!(stats.rtp_received, 51);
+    assert_eq!(stats.rtp_invalid.get("stun"), 1);
+    assert_eq!(stats.rtp_invalid.iter().map(|(_, n)| n).sum::<u64>(), 2);
+    assert_eq!(stats.dtmf_digits, 1);
+    assert_eq!(stats.turns, 1);
+    assert_eq!(stats.ended, None);
+    // Taken: the next take has only what came since.
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    let stats = sim.core.take_stats();
+    assert_eq!(stats.rtp_received, 0);
+    assert_eq!(stats.turns, 0);
+    assert_eq!(stats.ended, Some("completed"));
+}

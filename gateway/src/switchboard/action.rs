@@ -4,13 +4,12 @@
 
 use std::fmt;
 
-use ontime_sip::CallHandle;
+use ontime_sip::{CallHandle, NegotiatedMedia};
 
-use crate::admission::RejectReason;
+use crate::admission::{AdmittedCall, RejectReason};
 use crate::agent::CallInfo;
-use crate::api::CallStatus;
-use crate::call::driver::CallStart;
-use crate::call::DialogEvent;
+use crate::api::{CallStatus, Verb};
+use crate::call::{CallSettings, DialogEvent};
 use crate::records::cdr::CallDetailRecord;
 
 /// One thing for the driver to do.
@@ -106,4 +105,26 @@ pub(crate) enum Counted {
         /// Up or not.
         up: bool,
     },
+}
+
+/// What the switchboard hands a new call.
+pub(crate) struct CallStart {
+    /// The dialog.
+    pub call: CallHandle,
+    /// Facts for the agent and the CDR.
+    pub info: CallInfo,
+    /// The admitted slot and its sockets (released when the call task ends).
+    pub admitted: AdmittedCall,
+    /// The negotiated media.
+    pub negotiated: NegotiatedMedia,
+    /// Unix ms of the INVITE.
+    pub start_unix_ms: u64,
+    /// Settings of the call core.
+    pub settings: CallSettings,
+    /// TwiML the call runs from the start.
+    pub program: Vec<Verb>,
+    /// SDES keys when the media is SRTP.
+    pub srtp: Option<ontime_srtp::SdesKeys>,
+    /// The call's span (`call_id`), which its task runs in.
+    pub span: tracing::Span,
 }

@@ -19,10 +19,9 @@ use std::time::{Duration, Instant};
 use ontime_sip::sdp::{self, LocalMedia};
 use ontime_sip::{CallHandle, CallParams, Endpoint, Event, Transmit, Transport};
 
-use super::{Action, Setup, Switchboard};
+use super::{Action, CallStart, Setup, Switchboard};
 use crate::admission::CallSlots;
 use crate::agent::{Admission, CallInfo};
-use crate::call::driver::CallStart;
 use crate::call::DialogEvent;
 use crate::config::{Config, PortRange};
 

@@ -42,13 +42,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tracing::{info, warn};
 
-pub(crate) use action::{Action, Counted, RegistryNote};
+pub(crate) use action::{Action, CallStart, Counted, RegistryNote};
 
 use crate::admission::sip_guard::{SipGuard, Verdict};
 use crate::admission::{AdmittedCall, CallSlots, RejectReason, RETRY_AFTER_SECS};
 use crate::agent::{Admission, CallInfo};
 use crate::api::{CallStatus, Direction as CallDirection, NewCall, Verb};
-use crate::call::driver::CallStart;
 use crate::call::{CallSettings, DialogEvent, SipRequest};
 use crate::config::Config;
 use crate::records::cdr::{CallDetailRecord, EndCause};

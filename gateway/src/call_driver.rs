@@ -10,20 +10,18 @@ use std::time::{Instant, SystemTime};
 
 use ontime_inference::InferencePool;
 use ontime_sender::{Sender, StreamConfig, StreamOutput};
-use ontime_sip::{CallHandle, NegotiatedMedia};
+use ontime_sip::CallHandle;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tracing::warn;
 
-use super::core::{CallCommand, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest};
-use crate::admission::AdmittedCall;
-use crate::agent::{
-    Admission, Agent, AgentCall, AgentEvent, AgentOutput, CallInfo, WsAgent, WsAgentConfig,
-};
+use crate::agent::{Admission, Agent, AgentCall, AgentEvent, AgentOutput, WsAgent, WsAgentConfig};
 use crate::api::{CallStatus, Verb};
+use crate::call::{CallCommand, CallCore, CallOutput, CallStats, DialogEvent, SipRequest};
 use crate::ops::metrics::JitterDepthGauge;
 use crate::records::recording::CallRecording;
 use crate::registry::CallRegistry;
+use crate::switchboard::CallStart;
 
 /// Sent frames the sender keeps for a recording call: the driver drains them every 20 ms, so a
 /// second leaves room for a stalled task.
@@ -57,28 +55,6 @@ pub struct CallServices {
     pub registry: Arc<CallRegistry>,
     /// The WebSocket settings a `<Connect><Stream>` bot gets (its URL and parameters added).
     pub ws_base: Arc<WsAgentConfig>,
-}
-
-/// What the switchboard hands a new call.
-pub struct CallStart {
-    /// The dialog.
-    pub call: CallHandle,
-    /// Facts for the agent and the CDR.
-    pub info: CallInfo,
-    /// The admitted slot and its sockets (released when the call task ends).
-    pub admitted: AdmittedCall,
-    /// The negotiated media.
-    pub negotiated: NegotiatedMedia,
-    /// Unix ms of the INVITE.
-    pub start_unix_ms: u64,
-    /// Settings of the call core.
-    pub settings: CallSettings,
-    /// TwiML the call runs from the start.
-    pub program: Vec<Verb>,
-    /// SDES keys when the media is SRTP.
-    pub srtp: Option<ontime_srtp::SdesKeys>,
-    /// The call's span (`call_id`), which its task runs in.
-    pub span: tracing::Span,
 }
 
 /// The agent of a call whose TwiML connects its own bot, until that bot is connected.
@@ -268,6 +244,7 @@ pub async fn run(
                 }
             }
         }
+        record_stats(core.take_stats());
         depth.set(core.jitter_depth());
         let Some(wake) = core.poll_timeout() else {
             break;
@@ -304,4 +281,55 @@ pub async fn run(
     drop(inference); // unregisters from the pool
     drop(core); // removes the stream at the next tick
     drop(admitted); // the slot: port back to the pool, one call fewer
+}
+
+/// Add what a call counted to the gateway's metrics (the one place a call's numbers become
+/// metrics; the core only counts).
+fn record_stats(stats: CallStats) {
+    use crate::ops::metrics as m;
+    use metrics::{counter, gauge, histogram};
+    let add = |name: &'static str, n: u64| {
+        if n > 0 {
+            counter!(name).increment(n);
+        }
+    };
+    add(m::RTP_PACKETS_RECEIVED_TOTAL, stats.rtp_received);
+    for (reason, n) in stats.rtp_invalid.iter() {
+        counter!(m::RTP_INVALID_PACKETS_TOTAL, "reason" => reason).increment(n);
+    }
+    for (reason, n) in stats.srtp_dropped.iter() {
+        counter!(m::SRTP_DROPPED_TOTAL, "reason" => reason).increment(n);
+    }
+    add(m::RTCP_REPORTS_RECEIVED_TOTAL, stats.rtcp_reports_received);
+    if let Some(peer) = stats.peer_report {
+        if let Some(rtt) = peer.rtt {
+            gauge!(m::RTCP_RTT_SECONDS).set(rtt.as_secs_f64());
+        }
+        gauge!(m::RTCP_PEER_FRACTION_LOST).set(peer.fraction_lost);
+        gauge!(m::RTCP_PEER_JITTER_SECONDS).set(peer.jitter.as_secs_f64());
+    }
+    add(m::JITTER_DISCARDED_TOTAL, stats.jitter_discarded);
+    add(m::JITTER_LOST_TOTAL, stats.jitter_lost);
+    add(m::DTMF_DIGITS_TOTAL, stats.dtmf_digits);
+    add(m::DTMF_SENT_TOTAL, stats.dtmf_sent);
+    add(m::TURNS_TOTAL, stats.turns);
+    add(m::BARGE_INS_TOTAL, stats.barge_ins);
+    add(
+        m::AGENT_AUDIO_CUT_FRAMES_TOTAL,
+        stats.agent_audio_cut_frames,
+    );
+    add(
+        m::AGENT_AUDIO_DROPPED_FRAMES_TOTAL,
+        stats.agent_audio_dropped_frames,
+    );
+    for seconds in stats.agent_buffered_seconds {
+        histogram!(m::AGENT_BUFFERED_AUDIO_SECONDS).record(seconds);
+    }
+    for (result, n) in stats.transfers.iter() {
+        counter!(m::TRANSFERS_TOTAL, "result" => result).increment(n);
+    }
+    add(m::RTP_TIMEOUTS_TOTAL, stats.rtp_timeouts);
+    if let Some(result) = stats.ended {
+        counter!(m::CALLS_TOTAL, "result" => result).increment(1);
+    }
 }
