@@ -99,6 +99,14 @@ impl TransferResult {
 pub enum AgentAction {
     /// Queue 8 kHz PCM to play, paced by the sender.
     Play(Arc<[i16]>),
+    /// Queue 8 kHz G.711 audio (one byte a sample) as the agent has it, e.g. a bot's µ-law:
+    /// sent as it is when the call uses the same law, transcoded otherwise.
+    PlayG711 {
+        /// Its law.
+        law: ontime_rtp::g711::Law,
+        /// The bytes.
+        audio: Arc<[u8]>,
+    },
     /// The current utterance is complete (an empty queue after this is not an underrun).
     EndOfUtterance,
     /// Report back when everything queued so far has been played.

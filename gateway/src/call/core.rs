@@ -741,33 +741,10 @@ impl CallCore {
         }
         match action {
             AgentAction::Play(samples) => {
-                if let Some(heard) = self.cut {
-                    if now.saturating_duration_since(heard) < REPLY_GAP {
-                        // Still the reply the caller cut: it stays cut.
-                        self.cut = Some(now);
-                        self.stats.agent_audio_cut_frames +=
-                            samples.len().div_ceil(FRAME_BYTES) as u64;
-                        return;
-                    }
-                    self.cut = None;
-                }
-                if self.out.is_dry() {
-                    // A new utterance (or audio after a hole): prebuffer before it plays.
-                    self.out.hold(true);
-                    self.prebuffer_until = Some(now + PREBUFFER);
-                }
-                self.last_play = Some(now);
-                let dropped = self.out.play(&samples);
-                if dropped > 0 {
-                    self.stats.agent_audio_dropped_frames += dropped.div_ceil(FRAME_BYTES) as u64;
-                }
-                self.stats
-                    .agent_buffered_seconds
-                    .push(self.out.queued_bytes() as f64 / f64::from(SAMPLE_RATE_HZ));
-                self.release_prebuffer(now);
-                // Into the sender's ring now, not at the next tick: the reply then starts at
-                // the sender's next 20 ms slot (10 ms sooner on average).
-                self.out.feed();
+                self.play(now, samples.len(), |out| out.play(&samples));
+            }
+            AgentAction::PlayG711 { law, audio } => {
+                self.play(now, audio.len(), |out| out.play_g711(law, &audio));
             }
             AgentAction::EndOfUtterance => {
                 self.last_play = None;
@@ -775,7 +752,10 @@ impl CallCore {
                 self.out.end_utterance();
                 self.out.feed();
             }
-            AgentAction::Mark(name) => self.out.mark(name),
+            AgentAction::Mark(name) => {
+                self.out.mark(name);
+                self.out.feed();
+            }
             AgentAction::Clear => {
                 // The bot cleared its own audio: whatever it sends next is its next reply.
                 self.cut = None;
@@ -903,6 +883,37 @@ impl CallCore {
     }
 
     /// Let a prebuffered start go once enough is queued or the wait is over.
+    /// Agent audio of `samples` samples, queued by `queue` (which returns the bytes it dropped
+    /// beyond `max_buffered`) unless the caller cut the reply it belongs to; then one feed.
+    fn play(&mut self, now: Instant, samples: usize, queue: impl FnOnce(&mut Outbound) -> usize) {
+        if let Some(heard) = self.cut {
+            if now.saturating_duration_since(heard) < REPLY_GAP {
+                // Still the reply the caller cut: it stays cut.
+                self.cut = Some(now);
+                self.stats.agent_audio_cut_frames += samples.div_ceil(FRAME_BYTES) as u64;
+                return;
+            }
+            self.cut = None;
+        }
+        if self.out.is_dry() {
+            // A new utterance (or audio after a hole): prebuffer before it plays.
+            self.out.hold(true);
+            self.prebuffer_until = Some(now + PREBUFFER);
+        }
+        self.last_play = Some(now);
+        let dropped = queue(&mut self.out);
+        if dropped > 0 {
+            self.stats.agent_audio_dropped_frames += dropped.div_ceil(FRAME_BYTES) as u64;
+        }
+        self.stats
+            .agent_buffered_seconds
+            .push(self.out.queued_bytes() as f64 / f64::from(SAMPLE_RATE_HZ));
+        self.release_prebuffer(now);
+        // Into the sender's ring now, not at the next tick: the reply then starts at the
+        // sender's next 20 ms slot (10 ms sooner on average).
+        self.out.feed();
+    }
+
     fn release_prebuffer(&mut self, now: Instant) {
         let Some(until) = self.prebuffer_until else {
             return;

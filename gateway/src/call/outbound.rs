@@ -102,19 +102,30 @@ impl Outbound {
     }
 
     /// Encode and queue agent PCM; returns the bytes dropped beyond `max_buffered_bytes`.
+    /// Nothing enters the ring until [`Outbound::feed`]: the core feeds once per action.
     pub(crate) fn play(&mut self, samples: &[i16]) -> usize {
         let mut bytes = vec![0u8; samples.len()];
         self.law.encode_slice(samples, &mut bytes);
         self.queue.push_back(Queued::Audio(bytes, 0));
-        let dropped = self.drop_oldest_beyond_max();
-        self.feed();
-        dropped
+        self.drop_oldest_beyond_max()
+    }
+
+    /// Queue agent audio that is already G.711 in `law`: taken as it is when the call sends
+    /// the same law (a Twilio-protocol bot's µ-law on a PCMU call: no decode and re-encode),
+    /// else transcoded through PCM. Returns the bytes dropped beyond `max_buffered_bytes`.
+    pub(crate) fn play_g711(&mut self, law: Law, audio: &[u8]) -> usize {
+        if law == self.law {
+            self.queue.push_back(Queued::Audio(audio.to_vec(), 0));
+            return self.drop_oldest_beyond_max();
+        }
+        let mut pcm = vec![0i16; audio.len()];
+        law.decode_slice(audio, &mut pcm);
+        self.play(&pcm)
     }
 
     /// The current utterance is complete.
     pub(crate) fn end_utterance(&mut self) {
         self.queue.push_back(Queued::EndOfUtterance);
-        self.feed();
     }
 
     /// Queue a mark; its name comes back from [`Outbound::take_mark`] when played or cleared.
@@ -123,7 +134,6 @@ impl Outbound {
         self.next_mark += 1;
         self.mark_names.push((id, name));
         self.queue.push_back(Queued::Mark(id));
-        self.feed();
     }
 
     /// The name of a mark the sender reported.
@@ -141,10 +151,9 @@ impl Outbound {
         !self.queue.is_empty() || self.producer.as_ref().is_some_and(|p| p.queued_bytes() > 0)
     }
 
-    /// Hold queued audio back from the ring (or let it go).
+    /// Hold queued audio back from the ring (or let it go at the next [`Outbound::feed`]).
     pub(crate) fn hold(&mut self, held: bool) {
         self.held = held;
-        self.feed();
     }
 
     /// Whether audio is being held back.
@@ -280,5 +289,41 @@ mod tests {
             }).collect();
             prop_assert!(marks.windows(2).all(|w| w[0] < w[1]));
         }
+    }
+
+    fn queued_audio(out: &Outbound) -> Vec<u8> {
+        out.queue
+            .iter()
+            .flat_map(|q| match q {
+                Queued::Audio(b, o) => b[*o..].to_vec(),
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    /// A bot's µ-law on a µ-law call is queued byte for byte: 0x7F (negative zero) would come
+    /// back as 0xFF through PCM, so the bytes show which path they took.
+    #[test]
+    fn g711_of_the_calls_law_passes_through_and_other_laws_are_transcoded() {
+        let bot = [0x7Fu8, 0x00, 0x80, 0x7F];
+        let mut same = outbound(1000);
+        assert_eq!(same.play_g711(Law::Ulaw, &bot), 0);
+        assert_eq!(queued_audio(&same), bot);
+
+        let mut alaw_call = Outbound::new(Law::Alaw, 1000);
+        alaw_call.play_g711(Law::Ulaw, &bot);
+        let mut pcm = [0i16; 4];
+        Law::Ulaw.decode_slice(&bot, &mut pcm);
+        let mut expected = [0u8; 4];
+        Law::Alaw.encode_slice(&pcm, &mut expected);
+        assert_eq!(queued_audio(&alaw_call), expected);
+
+        // PCM in takes the encoder, as before.
+        let mut pcm_in = outbound(1000);
+        pcm_in.play(&pcm);
+        let mut ulaw = [0u8; 4];
+        Law::Ulaw.encode_slice(&pcm, &mut ulaw);
+        assert_eq!(queued_audio(&pcm_in), ulaw);
+        assert_ne!(ulaw, bot, "the round trip through PCM changes 0x7F");
     }
 }

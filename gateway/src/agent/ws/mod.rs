@@ -619,9 +619,11 @@ impl ConnectionTask {
             Ok(BotMessage::Media(ulaw)) => {
                 counter!(WS_MESSAGES_RECEIVED_TOTAL, "event" => "media").increment(1);
                 if !ulaw.is_empty() {
-                    let mut pcm = vec![0i16; ulaw.len()];
-                    Law::Ulaw.decode_slice(&ulaw, &mut pcm);
-                    self.output.send(AgentAction::Play(pcm.into()));
+                    // As it came: a PCMU call sends these very bytes.
+                    self.output.send(AgentAction::PlayG711 {
+                        law: Law::Ulaw,
+                        audio: ulaw.into(),
+                    });
                 }
                 true
             }
