@@ -69,6 +69,12 @@ impl StubAgent {
     pub fn reply_samples(&self) -> usize {
         self.reply.len()
     }
+
+    /// The reply (for tests that check what the caller got).
+    #[cfg(test)]
+    pub(crate) fn reply(&self) -> Arc<[i16]> {
+        self.reply.clone()
+    }
 }
 
 struct StubCall {

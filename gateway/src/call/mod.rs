@@ -22,4 +22,4 @@ pub fn new_call_sid() -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -347,21 +347,21 @@ fn tone(seconds: f64) -> Arc<[i16]> {
         .into()
 }
 
-fn speech_started() -> InferenceEvent {
+pub(crate) fn speech_started() -> InferenceEvent {
     InferenceEvent::SpeechStarted {
         onset: Duration::ZERO,
         detected: Duration::ZERO,
     }
 }
 
-fn speech_stopped() -> InferenceEvent {
+pub(crate) fn speech_stopped() -> InferenceEvent {
     InferenceEvent::SpeechStopped {
         end: Duration::ZERO,
         detected: Duration::ZERO,
     }
 }
 
-fn turn_ended(complete: bool) -> InferenceEvent {
+pub(crate) fn turn_ended(complete: bool) -> InferenceEvent {
     InferenceEvent::TurnEnded {
         probability: 0.9,
         complete,

@@ -1,10 +1,13 @@
-//! The switchboard on one simulated clock against a scripted SIP peer (quinn's `Pair`, str0m's
-//! simulated network): the peer is a second `ontime_sip::Endpoint` playing the trunk — caller
-//! for inbound calls, callee for dial-outs — and the harness plays the driver: it carries
-//! messages both ways (dropping those a filter names), answers the switchboard's route requests
-//! as the test says, keeps each started call's slot until the call ends, and records every
-//! action. Nothing here sleeps or binds a SIP port; a flow of several simulated minutes runs in
-//! milliseconds. The only real resources are the RTP ports admission binds, as a call's sockets.
+//! The whole gateway on one simulated clock against a scripted SIP peer (quinn's `Pair`, str0m's
+//! simulated network): the switchboard, each answered call's real `CallCore` with the stub agent
+//! ([`SimCall`]), and the sender's real `TickEngine`. The peer is a second
+//! `ontime_sip::Endpoint` playing the trunk — caller for inbound calls, callee for dial-outs —
+//! and the harness plays the drivers: it carries messages both ways (dropping those a filter
+//! names), answers the switchboard's route requests as the test says, runs each call as its task
+//! would (the call's SIP requests go back to the switchboard, the switchboard's dialog events to
+//! the call), serves the sender's slots, and records every action. Nothing here sleeps or binds
+//! a SIP port; a flow of several simulated minutes runs in milliseconds. The only real resources
+//! are the RTP ports admission binds, as a call's sockets.
 //!
 //! To add a flow test: build a [`Harness`] (tweak [`Harness::config`] first if needed), script
 //! the peer through `h.peer` and the helpers, then `h.pump()` / `h.advance(..)` and assert on
@@ -19,10 +22,13 @@ use std::time::{Duration, Instant};
 use ontime_sip::sdp::{self, LocalMedia};
 use ontime_sip::{CallHandle, CallParams, Endpoint, Event, Transmit, Transport};
 
-use super::{Action, CallStart, Setup, Switchboard};
+use ontime_inference::InferenceEvent;
+use ontime_sender::{Controller, EngineConfig, TickEngine};
+
+use super::sim_call::SimCall;
+use super::{Action, Setup, Switchboard};
 use crate::admission::CallSlots;
 use crate::agent::{Admission, CallInfo};
-use crate::call::DialogEvent;
 use crate::config::{Config, PortRange};
 
 /// The gateway's SIP address on the simulated network (admission binds RTP on its IP).
@@ -72,7 +78,7 @@ pub(super) struct Harness {
     pub slots: Arc<CallSlots>,
     pub peer: Endpoint,
     pub peer_events: Vec<Event>,
-    /// Every action but [`Action::StartCall`] (whose start [`Harness::live`] keeps).
+    /// Every action but [`Action::StartCall`] (whose call [`Harness::live`] runs).
     pub actions: Vec<Action>,
     /// Every action, as text, in order.
     pub log: Vec<String>,
@@ -81,8 +87,15 @@ pub(super) struct Harness {
     pub route: RouteMode,
     /// Routes held ([`RouteMode::Held`]), in order.
     pub held: Vec<(CallHandle, CallInfo)>,
-    /// Calls started and not ended: their start (holding the slot), as a call task would.
-    pub live: HashMap<CallHandle, CallStart>,
+    /// Calls started and not ended, each run as its task would (holding its slot).
+    pub live: HashMap<CallHandle, SimCall>,
+    /// Calls that ended, with what they sent and their end record.
+    pub done: Vec<SimCall>,
+    /// The sender's tick, shared by every call (time since `start`).
+    pub engine: TickEngine,
+    controller: Controller,
+    /// The Unix time of `start`, in ms (the wall clock of records).
+    epoch_unix_ms: u64,
 }
 
 impl Harness {
@@ -112,10 +125,14 @@ impl Harness {
             registrations: Vec::new(),
             trusted: config.trunk_cidrs.clone(),
             sender_origin: start,
-            epoch: (start, 1_800_000_000_000),
+            epoch: (start, EPOCH_UNIX_MS),
             seed: 7,
         };
         let board = Switchboard::new(Arc::new(config), slots.clone(), setup, start);
+        let (engine, controller) = TickEngine::new(EngineConfig {
+            metrics: false,
+            ..EngineConfig::default()
+        });
         let mut peer_config = ontime_sip::Config::new(addr(TRUNK));
         peer_config.rng_seed = Some(11);
         let mut h = Harness {
@@ -133,6 +150,10 @@ impl Harness {
             route: RouteMode::Immediate,
             held: Vec::new(),
             live: HashMap::new(),
+            done: Vec::new(),
+            engine,
+            controller,
+            epoch_unix_ms: EPOCH_UNIX_MS,
         };
         h.pump();
         h
@@ -165,30 +186,62 @@ impl Harness {
 
     /// Carry out one action as the driver would, and keep it.
     fn act(&mut self, action: Action) {
-        match &action {
-            Action::Route(call, info) => match self.route {
-                RouteMode::Immediate => {
-                    self.board
-                        .routed(*call, info, Admission::Answer, Vec::new(), self.now)
-                }
-                RouteMode::Held => {
-                    self.board.routing(*call, self.now);
-                    self.held.push((*call, info.clone()));
-                }
-            },
-            Action::ToCall(call, DialogEvent::Ended(_)) => {
-                // The call task ends: its slot goes back.
-                self.live.remove(call);
-            }
-            _ => {}
-        }
         self.log.push(format!("{action:?}"));
         match action {
+            Action::Route(call, info) => {
+                match self.route {
+                    RouteMode::Immediate => {
+                        self.board
+                            .routed(call, &info, Admission::Answer, Vec::new(), self.now)
+                    }
+                    RouteMode::Held => {
+                        self.board.routing(call, self.now);
+                        self.held.push((call, info.clone()));
+                    }
+                }
+                self.actions.push(Action::Route(call, info));
+            }
             Action::StartCall(start) => {
-                self.live.insert(start.call, *start);
+                let wall = std::time::UNIX_EPOCH
+                    + Duration::from_millis(self.epoch_unix_ms)
+                    + (self.now - self.start);
+                let sim = SimCall::start(*start, self.now, wall);
+                self.live.insert(sim.call, sim);
+            }
+            Action::ToCall(call, event) => {
+                if let Some(sim) = self.live.get_mut(&call) {
+                    sim.core.handle_dialog(event.clone(), self.now);
+                }
+                self.actions.push(Action::ToCall(call, event));
             }
             other => self.actions.push(other),
         }
+    }
+
+    /// Run every call's task until it is quiet: its SIP requests go to the switchboard; a call
+    /// whose core has ended is done (its slot goes back).
+    fn run_calls(&mut self) -> bool {
+        let mut sip = Vec::new();
+        for sim in self.live.values_mut() {
+            sim.drain(self.now, &mut self.controller, &mut sip);
+        }
+        let any = !sip.is_empty();
+        for (call, request) in sip {
+            self.board.call_request(call, request, self.now);
+        }
+        let ended: Vec<CallHandle> = self
+            .live
+            .iter()
+            .filter(|(_, s)| s.ended.is_some() && s.core.poll_timeout().is_none())
+            .map(|(c, _)| *c)
+            .collect();
+        for call in ended {
+            if let Some(mut sim) = self.live.remove(&call) {
+                sim.finish();
+                self.done.push(sim);
+            }
+        }
+        any
     }
 
     /// Deliver messages and carry out actions until both sides are quiet.
@@ -210,6 +263,7 @@ impl Harness {
             while let Some(e) = self.peer.poll_event() {
                 self.peer_events.push(e);
             }
+            any |= self.run_calls();
             if !any {
                 return;
             }
@@ -217,26 +271,73 @@ impl Harness {
         panic!("messages never stopped");
     }
 
-    /// Advance simulated time by `by`, firing every timer on the way.
+    /// Advance simulated time by `by`, firing every timer on the way: the switchboard's and the
+    /// trunk's, the sender's slots, each call's core and its caller's packets, in time order.
     pub(super) fn advance(&mut self, by: Duration) {
         let end = self.now + by;
         self.pump();
         loop {
-            let next = [self.board.poll_timeout(), self.peer.poll_timeout()]
-                .into_iter()
-                .flatten()
-                .min();
+            let engine_at = self.start + self.engine.poll_timeout();
+            let next = [
+                self.board.poll_timeout(),
+                self.peer.poll_timeout(),
+                Some(engine_at),
+            ]
+            .into_iter()
+            .chain(self.live.values().map(|s| s.core.poll_timeout()))
+            .chain(self.live.values().map(|s| s.caller_due()))
+            .flatten()
+            .min();
             match next {
                 Some(t) if t <= end => {
                     self.now = self.now.max(t);
-                    self.board.handle_timeout(self.now);
-                    self.peer.handle_timeout(self.now);
+                    let now = self.now;
+                    for sim in self.live.values_mut() {
+                        sim.caller_sends(now);
+                    }
+                    if engine_at <= now {
+                        let since = now - self.start;
+                        self.engine.run_due(&mut || since);
+                    }
+                    for sim in self.live.values_mut() {
+                        if sim.core.poll_timeout().is_some_and(|t| t <= now) {
+                            sim.core.handle_timeout(now);
+                        }
+                    }
+                    self.board.handle_timeout(now);
+                    self.peer.handle_timeout(now);
                     self.pump();
                 }
                 _ => break,
             }
         }
         self.now = end;
+        self.pump();
+    }
+
+    /// The one live call (the gateway's handle of it).
+    pub(super) fn only_call(&self) -> CallHandle {
+        assert_eq!(self.live.len(), 1, "one live call expected");
+        *self.live.keys().next().expect("one call")
+    }
+
+    /// The caller of `call` speaks for `packets` packets from now.
+    pub(super) fn caller_talks(&mut self, call: CallHandle, packets: usize) {
+        let now = self.now;
+        self.live
+            .get_mut(&call)
+            .expect("a live call")
+            .caller_talks(packets, now);
+    }
+
+    /// The inference thread's verdict on `call`'s audio, now.
+    pub(super) fn inference(&mut self, call: CallHandle, event: InferenceEvent) {
+        let now = self.now;
+        self.live
+            .get_mut(&call)
+            .expect("a live call")
+            .core
+            .handle_inference(event, now);
         self.pump();
     }
 
@@ -291,6 +392,9 @@ impl Harness {
             .count()
     }
 }
+
+/// The Unix time of the harness's start, in ms (records carry it).
+const EPOCH_UNIX_MS: u64 = 1_800_000_000_000;
 
 /// Where the trunk's messages come from.
 fn t_source() -> SocketAddr {

@@ -27,6 +27,8 @@ mod timers;
 #[cfg(test)]
 mod harness;
 #[cfg(test)]
+mod sim_call;
+#[cfg(test)]
 mod tests;
 
 use std::collections::{HashMap, VecDeque};

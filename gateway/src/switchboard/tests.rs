@@ -11,6 +11,8 @@ use super::{Action, Counted, RegistryNote, LINGER};
 use crate::admission::RejectReason;
 use crate::agent::Admission;
 use crate::api::{CallStatus, NewCall};
+use crate::call::tests::{speech_started, speech_stopped, turn_ended};
+use crate::call::AgentNotice;
 use crate::call::{DialogEvent, SipRequest};
 use crate::config::{Config, TrunkUri, UntrustedSip};
 use crate::records::cdr::EndCause;
@@ -70,19 +72,21 @@ fn to_call(h: &Harness) -> Vec<DialogEvent> {
         .collect()
 }
 
+/// The wire of an inbound call answered at once.
+fn answered_lines() -> Vec<String> {
+    vec![
+        format!("< INVITE sip:bot@{GATEWAY} SIP/2.0"),
+        "> SIP/2.0 100 Trying".into(),
+        "> SIP/2.0 200 OK".into(),
+        "< ACK sip:ontime@127.0.0.1:5060 SIP/2.0".into(),
+    ]
+}
+
 #[test]
 fn inbound_call_is_answered_and_ends_on_the_callers_bye() {
     let mut h = Harness::new(Harness::config());
     let call = h.call_in();
-    assert_eq!(
-        h.lines(),
-        [
-            format!("< INVITE sip:bot@{GATEWAY} SIP/2.0"),
-            "> SIP/2.0 100 Trying".into(),
-            "> SIP/2.0 200 OK".into(),
-            "< ACK sip:ontime@127.0.0.1:5060 SIP/2.0".into(),
-        ]
-    );
+    assert_eq!(h.lines(), answered_lines());
     let answer = answered(&h).expect("an SDP answer in the 200");
     let media = sdp::read_answer(&answer, &LocalMedia::new(addr("127.0.0.1:40000"), 11))
         .expect("a usable answer");
@@ -422,10 +426,18 @@ fn dial_out_rings_then_is_answered_and_started() {
     let start = h.live.values().next().unwrap();
     assert_eq!(start.info.call_sid, "CA1");
     assert_eq!(start.negotiated.remote_rtp, Some(addr("127.0.0.1:41000")));
-    // The ring timeout of an answered call fires into nothing.
-    h.advance(Duration::from_secs(60));
+    // The ring timeout of an answered call fires into nothing; the callee sends no RTP, so
+    // the call's RTP timeout (30 s) hangs it up with a BYE through the switchboard.
+    h.advance(Duration::from_secs(29));
     assert_eq!(h.count(true, "CANCEL"), 0);
     assert_eq!(h.live.len(), 1);
+    h.advance(Duration::from_secs(2));
+    assert_eq!(h.count(true, "BYE "), 1, "{:#?}", h.lines());
+    assert!(h.live.is_empty());
+    let cdr = h.done[0].ended.as_ref().expect("an end record");
+    assert_eq!(cdr.cause, Some(EndCause::RtpTimeout));
+    assert_eq!(cdr.call_sid, "CA1");
+    assert_eq!(h.slots.active(), 0);
 }
 
 #[test]
@@ -484,13 +496,16 @@ fn a_drain_refuses_new_calls_hangs_up_at_its_deadline_and_lingers_after_the_last
         .filter(|e| *e == DialogEvent::Hangup(EndCause::Drained))
         .count();
     assert_eq!(hangups, 1);
-    // The call task hangs up as told.
-    h.board.call_request(call, SipRequest::Hangup, h.now);
-    h.pump();
+    // The call hangs up as told: its BYE goes out through the switchboard, and its record
+    // says why.
+    assert_eq!(h.count(true, "BYE "), 1, "{:#?}", h.lines());
     assert_eq!(
         to_call(&h).last(),
         Some(&DialogEvent::Ended(EndCause::GatewayBye))
     );
+    let cdr = h.done[0].ended.as_ref().expect("an end record");
+    assert_eq!(cdr.cause, Some(EndCause::Drained));
+    assert!(!h.live.contains_key(&call));
     // Its BYE's transaction is still open: stay to absorb retransmissions, at most LINGER.
     assert!(!h.board.is_finished(h.now));
     h.advance(LINGER);
@@ -549,4 +564,104 @@ fn a_flow_repeats_to_the_byte() {
         assert_eq!(scrub(xa), scrub(xb));
     }
     assert_eq!(a.1, b.1);
+}
+
+fn stub_reply_packets() -> usize {
+    crate::agent::StubAgent::built_in()
+        .expect("the built-in reply decodes")
+        .reply_samples()
+        .div_ceil(160)
+}
+
+/// The stub's reply as the caller should get it: µ-law frames of 160 samples (the last padded
+/// with silence), the silent ones left out.
+fn stub_reply_voiced_frames() -> Vec<Vec<u8>> {
+    let pcm = crate::agent::StubAgent::built_in().unwrap().reply();
+    let mut ulaw = vec![0xFFu8; pcm.len().div_ceil(160) * 160];
+    ontime_rtp::g711::Law::Ulaw.encode_slice(&pcm, &mut ulaw[..pcm.len()]);
+    ulaw.chunks(160)
+        .filter(|f| super::sim_call::is_voiced(f))
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// The whole gateway on one clock: an inbound call is answered, the caller speaks for a second,
+/// the inference thread ends the turn, the stub agent's reply is played by the sender's tick to
+/// its last packet, the caller hangs up, and the call's record counts all of it.
+#[test]
+fn a_call_turn_reply_bye_and_record_on_one_clock() {
+    let mut h = Harness::new(Harness::config());
+    let trunk_call = h.call_in();
+    let call = h.only_call();
+    h.caller_talks(call, 50);
+    h.advance(ms(100));
+    h.inference(call, speech_started());
+    h.advance(ms(1000));
+    h.inference(call, speech_stopped());
+    h.inference(call, turn_ended(true));
+    let reply = Duration::from_millis(stub_reply_packets() as u64 * 20);
+    h.advance(reply + ms(500));
+    let sim = &h.live[&call];
+    // The VAD hears the caller's line every 20 ms, silence included, from one frame after
+    // its first packet (at the answer; the jitter buffer's depth on a clean path) to now.
+    let ticks = (h.now - h.start).as_millis() as usize / 20;
+    assert_eq!(sim.inference_frames, ticks);
+    let marks: Vec<&AgentNotice> = sim
+        .notices
+        .iter()
+        .filter(|n| matches!(n, AgentNotice::MarkPlayed(_)))
+        .collect();
+    assert_eq!(marks, [&AgentNotice::MarkPlayed("reply-1".into())]);
+    // The reply went out whole and in order, byte for byte.
+    let want = stub_reply_voiced_frames();
+    let got = sim.voiced_payloads_sent();
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "the caller got other audio than the reply");
+    let sent = sim.packets_sent();
+
+    h.peer.hangup(trunk_call, h.now).unwrap();
+    h.pump();
+    assert!(h.live.is_empty());
+    assert_eq!(h.slots.active(), 0);
+    let cdr = h.done[0].ended.as_ref().expect("an end record");
+    assert_eq!(cdr.cause, Some(EndCause::CallerBye));
+    assert_eq!(cdr.turns, 1);
+    assert_eq!(cdr.barge_ins, 0);
+    assert_eq!(cdr.packets_in, 50);
+    assert_eq!(cdr.packets_out, sent as u64);
+    assert_eq!(cdr.late_ticks, 0);
+    // The wall clock of records is the harness's: answered at once.
+    assert_eq!(cdr.answer_unix_ms, Some(cdr.start_unix_ms));
+    let mut want = answered_lines();
+    want.push("< BYE sip:ontime@127.0.0.1:5060 SIP/2.0".into());
+    want.push("> SIP/2.0 200 OK".into());
+    assert_eq!(h.lines(), want);
+}
+
+/// A caller who talks over the reply stops it (local barge-in): the rest of the reply is never
+/// sent, and the record counts the barge-in.
+#[test]
+fn a_barge_in_cuts_the_reply_on_one_clock() {
+    let mut h = Harness::new(Harness::config());
+    let trunk_call = h.call_in();
+    let call = h.only_call();
+    h.caller_talks(call, 25);
+    h.inference(call, speech_started());
+    h.advance(ms(500));
+    h.inference(call, speech_stopped());
+    h.inference(call, turn_ended(true));
+    h.advance(ms(1000));
+    let before = h.live[&call].voiced_packets_sent();
+    h.caller_talks(call, 25);
+    h.inference(call, speech_started());
+    h.advance(ms(3000));
+    let after = h.live[&call].voiced_packets_sent();
+    // Nothing of the reply after the onset: what was sent before it is all the caller gets.
+    assert_eq!(after, before, "{after} of {}", stub_reply_packets());
+    assert!(after < stub_reply_packets());
+    h.peer.hangup(trunk_call, h.now).unwrap();
+    h.pump();
+    let cdr = h.done[0].ended.as_ref().unwrap();
+    assert_eq!(cdr.barge_ins, 1);
+    assert_eq!(cdr.turns, 1);
 }
