@@ -57,6 +57,8 @@ pub struct CallServices {
     pub registry: Arc<CallRegistry>,
     /// The WebSocket settings a `<Connect><Stream>` bot gets (its URL and parameters added).
     pub ws_base: Arc<WsAgentConfig>,
+    /// Latch each call's media to its first source (`--symmetric-rtp`).
+    pub symmetric_rtp: bool,
 }
 
 /// What the SIP loop hands a new call.
@@ -161,6 +163,9 @@ pub async fn run(
     );
     if let Some(keys) = srtp {
         core.use_srtp(keys);
+    }
+    if services.symmetric_rtp {
+        core.use_symmetric_rtp();
     }
     if !program.is_empty() {
         core.handle_command(CallCommand::Run(program), Instant::now());
