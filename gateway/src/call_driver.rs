@@ -55,6 +55,8 @@ pub struct CallServices {
     pub registry: Arc<CallRegistry>,
     /// The WebSocket settings a `<Connect><Stream>` bot gets (its URL and parameters added).
     pub ws_base: Arc<WsAgentConfig>,
+    /// Latch each call's media to its first source (`--symmetric-rtp`).
+    pub symmetric_rtp: bool,
 }
 
 /// The agent of a call whose TwiML connects its own bot, until that bot is connected.
@@ -140,6 +142,9 @@ pub async fn run(
     );
     if let Some(keys) = srtp {
         core.use_srtp(keys);
+    }
+    if services.symmetric_rtp {
+        core.use_symmetric_rtp();
     }
     if !program.is_empty() {
         core.handle_command(CallCommand::Run(program), Instant::now());

@@ -310,6 +310,11 @@ pub struct Args {
     /// SRTP for call media: `off`, `optional` (the default: answer in kind) or `required`.
     #[arg(long, env = "ONTIME_SRTP", value_enum)]
     pub srtp: Option<SrtpMode>,
+    /// Symmetric RTP, `true` or `false` (the default): latch each call's media to the first
+    /// address that sends it a run of valid RTP, whatever its SDP said (trunks behind NAT whose
+    /// SDP names a private address). Off, only the SDP's IP is heard.
+    #[arg(long, env = "ONTIME_SYMMETRIC_RTP")]
+    pub symmetric_rtp: Option<bool>,
     /// Register with this registrar as this address of record (`sip:user@provider`;
     /// repeatable). The password comes from `ONTIME_REGISTER_PASSWORD` or
     /// `--register-password-file`, never a flag.
@@ -487,6 +492,7 @@ struct FileConfig {
     voice_url: Option<String>,
     voice_twiml: Option<PathBuf>,
     srtp: Option<SrtpMode>,
+    symmetric_rtp: Option<bool>,
     register: Option<Vec<String>>,
     register_user: Option<String>,
     register_password_file: Option<PathBuf>,
@@ -584,6 +590,8 @@ pub struct Config {
     pub voice_twiml: Option<String>,
     /// SRTP policy of call media.
     pub srtp: ontime_sip::SrtpPolicy,
+    /// Latch call media to its first source instead of requiring the SDP's IP.
+    pub symmetric_rtp: bool,
     /// Measured headroom (calls) a new call needs.
     pub admission_reserve: usize,
     /// Registrations: address-of-record URIs.
@@ -658,6 +666,7 @@ impl Default for Config {
             voice_url: None,
             voice_twiml: None,
             srtp: ontime_sip::SrtpPolicy::Optional,
+            symmetric_rtp: false,
             // One call: refuse the call that the measured headroom says would not fit
             // (docs/capacity.md: 128 offered, the excess refused, every admitted call ok on a
             // dedicated core and under 1.0/0.5-CPU quotas). 0 measures and reports only.
@@ -960,6 +969,9 @@ impl Config {
         }
         if let Some(v) = args.srtp.or(file.srtp) {
             c.srtp = v.policy();
+        }
+        if let Some(v) = pick!(symmetric_rtp) {
+            c.symmetric_rtp = v;
         }
         let register = if args.register.is_empty() {
             file.register.clone().unwrap_or_default()
@@ -1323,6 +1335,31 @@ mod tests {
         std::fs::write(&f, "max_calls = \"many\"\n").unwrap();
         let e = Config::resolve(args(&["--config", f.to_str().unwrap()])).unwrap_err();
         assert!(e.to_string().contains("max_calls"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn symmetric_rtp_is_off_unless_asked_by_flag_or_file() {
+        assert!(!Config::resolve(args(&[])).unwrap().symmetric_rtp);
+        assert!(
+            Config::resolve(args(&["--symmetric-rtp", "true"]))
+                .unwrap()
+                .symmetric_rtp
+        );
+        assert!(Args::try_parse_from(["ontime-gateway", "--symmetric-rtp", "yes"]).is_err());
+        let dir = std::env::temp_dir().join(format!("ontime-cfg-sym-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("gw.toml");
+        std::fs::write(&f, "symmetric_rtp = true\n").unwrap();
+        let file = f.to_str().unwrap();
+        assert!(
+            Config::resolve(args(&["--config", file]))
+                .unwrap()
+                .symmetric_rtp
+        );
+        // The flag wins over the file.
+        let c = Config::resolve(args(&["--config", file, "--symmetric-rtp", "false"])).unwrap();
+        assert!(!c.symmetric_rtp);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

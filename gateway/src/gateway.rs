@@ -364,6 +364,7 @@ impl Gateway {
             record_dir: config.record_dir.clone(),
             registry: registry.clone(),
             ws_base: Arc::new(ws_base),
+            symmetric_rtp: config.symmetric_rtp,
         };
         let streams = bind_streams(&config).await?;
         let (sip_tcp, sip_tls) = (streams.tcp, streams.tls);

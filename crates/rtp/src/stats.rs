@@ -18,17 +18,23 @@ pub const MAX_MISORDER: u16 = 100;
 pub const MIN_SEQUENTIAL: u16 = 2;
 /// RTP sequence number space.
 const RTP_SEQ_MOD: u32 = 1 << 16;
+/// Probation packets remembered so they can be counted once the source is valid. Probation
+/// normally lasts two packets (a few more when the first ones are reordered); a source that stays
+/// on probation longer is mostly noise, and only its latest packets are kept.
+const PROBATION_KEPT: usize = 16;
 
 /// What A.1 made of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SequenceVerdict {
     /// Counted as received (in order, late, or duplicate).
     Valid,
-    /// The source is still on probation (fewer than [`MIN_SEQUENTIAL`] in-order packets).
+    /// The source is still on probation (fewer than [`MIN_SEQUENTIAL`] in-order packets); the
+    /// packet is counted when the source becomes valid, if it belongs to the validated stream.
     Probation,
     /// A large jump: held until the next packet confirms it (then the stats restart).
     BadSequence,
-    /// The jump was confirmed: statistics restarted at this packet (A.1 `init_seq`).
+    /// The jump was confirmed: statistics restarted (A.1 `init_seq`) at the packet that announced
+    /// it, and this one is counted after it.
     Restarted,
 }
 
@@ -36,6 +42,13 @@ pub enum SequenceVerdict {
 ///
 /// Arrival times are a `Duration` since any fixed origin (e.g. the call's start); the RTP clock
 /// rate converts them to timestamp units for A.8.
+///
+/// Counts follow A.3's definitions: the base is the first sequence number received, expected is
+/// the extended highest sequence − base + 1, and every packet is received, duplicates and late
+/// ones included (so the cumulative loss can be negative). A.1's probation and jump rules decide
+/// which packets belong to the stream; the packets of the probation are counted once it ends
+/// (A.1's code restarts the counts at its last packet instead, and misses a loss or a late packet
+/// just before it).
 #[derive(Debug, Clone)]
 pub struct ReceiverStats {
     clock_rate_hz: u32,
@@ -45,6 +58,9 @@ pub struct ReceiverStats {
     base_seq: u32,
     bad_seq: u32,
     probation: u16,
+    // Sequence numbers seen on probation, in arrival order (the latest PROBATION_KEPT).
+    probation_seqs: [u16; PROBATION_KEPT],
+    probation_len: usize,
     received: u64,
     expected_prior: u64,
     received_prior: u64,
@@ -65,6 +81,8 @@ impl ReceiverStats {
             base_seq: 0,
             bad_seq: RTP_SEQ_MOD + 1,
             probation: MIN_SEQUENTIAL,
+            probation_seqs: [0; PROBATION_KEPT],
+            probation_len: 0,
             received: 0,
             expected_prior: 0,
             received_prior: 0,
@@ -88,6 +106,7 @@ impl ReceiverStats {
             self.init_seq(sequence);
             self.max_seq = sequence.wrapping_sub(1);
             self.probation = MIN_SEQUENTIAL;
+            self.probation_len = 0;
         }
         self.update_seq(sequence)
     }
@@ -102,44 +121,91 @@ impl ReceiverStats {
         self.expected_prior = 0;
     }
 
-    // RFC 3550 A.1 `update_seq`.
+    // RFC 3550 A.1 `update_seq`, except that the packets seen on probation are counted once the
+    // source is valid (see `end_probation`) and a confirmed restart counts the packet that
+    // announced it.
     fn update_seq(&mut self, sequence: u16) -> SequenceVerdict {
-        let udelta = sequence.wrapping_sub(self.max_seq);
         if self.probation > 0 {
             if sequence == self.max_seq.wrapping_add(1) {
                 self.probation -= 1;
                 self.max_seq = sequence;
                 if self.probation == 0 {
-                    self.init_seq(sequence);
-                    self.received += 1;
-                    return SequenceVerdict::Valid;
+                    return self.end_probation(sequence);
                 }
             } else {
                 self.probation = MIN_SEQUENTIAL - 1;
                 self.max_seq = sequence;
             }
+            self.remember_probation(sequence);
             return SequenceVerdict::Probation;
         }
+        self.count(sequence)
+    }
+
+    // A.1's rules for a valid source.
+    fn count(&mut self, sequence: u16) -> SequenceVerdict {
+        let mut udelta = sequence.wrapping_sub(self.max_seq);
         let mut verdict = SequenceVerdict::Valid;
+        if udelta >= MAX_DROPOUT && u32::from(udelta) <= RTP_SEQ_MOD - u32::from(MAX_MISORDER) {
+            // A very large jump: accept only if the next packet follows it (the sender restarted).
+            if u32::from(sequence) != self.bad_seq {
+                self.bad_seq = (u32::from(sequence) + 1) & (RTP_SEQ_MOD - 1);
+                return SequenceVerdict::BadSequence;
+            }
+            // A.1 restarts at this packet, leaving out the one that announced the jump; A.3's
+            // base is the first sequence received, so the new statistics start at that one, and
+            // this packet follows it in order.
+            self.init_seq(sequence.wrapping_sub(1));
+            self.received = 1;
+            udelta = 1;
+            verdict = SequenceVerdict::Restarted;
+        }
         if udelta < MAX_DROPOUT {
             // In order, with a permissible gap; count a wrap.
             if sequence < self.max_seq {
                 self.cycles += RTP_SEQ_MOD;
             }
             self.max_seq = sequence;
-        } else if u32::from(udelta) <= RTP_SEQ_MOD - u32::from(MAX_MISORDER) {
-            // A very large jump: accept only if the next packet follows it (the sender restarted).
-            if u32::from(sequence) == self.bad_seq {
-                self.init_seq(sequence);
-                verdict = SequenceVerdict::Restarted;
-            } else {
-                self.bad_seq = (u32::from(sequence) + 1) & (RTP_SEQ_MOD - 1);
-                return SequenceVerdict::BadSequence;
-            }
         }
         // else: duplicate or reordered packet — counted as received (A.3).
         self.received += 1;
         verdict
+    }
+
+    fn remember_probation(&mut self, sequence: u16) {
+        if self.probation_len == PROBATION_KEPT {
+            self.probation_seqs.copy_within(1.., 0);
+            self.probation_len -= 1;
+        }
+        self.probation_seqs[self.probation_len] = sequence;
+        self.probation_len += 1;
+    }
+
+    // The source just became valid at `sequence`. A.1 would restart the statistics here, so a
+    // packet lost between the first packet and this one went uncounted, and a packet from before
+    // this one arriving late counted as one more received than expected: the cumulative loss came
+    // out one short. A.3's base is the first sequence number received, so the statistics start at
+    // the first probation packet that belongs to this stream (within A.1's limits of this packet)
+    // and count it and every later one, in arrival order, by A.1's rules for a valid source.
+    // Earlier probation packets were noise and stay uncounted.
+    fn end_probation(&mut self, sequence: u16) -> SequenceVerdict {
+        let kept = self.probation_seqs;
+        let kept = &kept[..self.probation_len];
+        self.probation_len = 0;
+        let belongs = |p: &u16| {
+            sequence.wrapping_sub(*p) < MAX_DROPOUT || p.wrapping_sub(sequence) <= MAX_MISORDER
+        };
+        let Some(first) = kept.iter().position(belongs) else {
+            self.init_seq(sequence);
+            self.received = 1;
+            return SequenceVerdict::Valid;
+        };
+        self.init_seq(kept[first]);
+        self.received = 1;
+        for p in kept[first + 1..].iter().filter(|p| belongs(p)) {
+            self.count(*p);
+        }
+        self.count(sequence)
     }
 
     // RFC 3550 A.8, with arrival converted to timestamp units. Computed for every data packet in
@@ -162,7 +228,8 @@ impl ReceiverStats {
         self.seen_any && self.probation == 0
     }
 
-    /// Packets counted as received since the (last) start, duplicates and late ones included.
+    /// Packets counted as received since the (last) start, duplicates and late ones included; 0
+    /// before the source is valid.
     pub fn received(&self) -> u64 {
         self.received
     }
@@ -172,7 +239,8 @@ impl ReceiverStats {
         self.cycles.wrapping_add(u32::from(self.max_seq))
     }
 
-    /// Packets expected (A.3): extended max − base + 1; 0 before the source is valid.
+    /// Packets expected (A.3): extended max − base + 1, the base being the first sequence number
+    /// received; 0 before the source is valid.
     pub fn expected(&self) -> u64 {
         if !self.is_valid() {
             return 0;
@@ -436,11 +504,12 @@ mod tests {
         assert!(s.is_valid());
         // 102 lost.
         assert_eq!(s.on_packet(103, 480, ms(60)), SequenceVerdict::Valid);
-        assert_eq!(s.expected(), 3);
-        assert_eq!(s.received(), 2);
+        // The base is the first packet received (100), probation included.
+        assert_eq!(s.expected(), 4);
+        assert_eq!(s.received(), 3);
         assert_eq!(s.cumulative_lost(), 1);
         let r = s.report();
-        assert_eq!(r.fraction_lost, 85); // 1/3 × 256
+        assert_eq!(r.fraction_lost, 64); // 1/4 × 256
         assert_eq!(r.extended_highest_sequence, 103);
         // Next interval without loss: fraction 0, cumulative stays.
         s.on_packet(104, 640, ms(80));
@@ -469,8 +538,8 @@ mod tests {
         for (i, seq) in [1u16, 2, 3, 3, 3, 4].iter().enumerate() {
             s.on_packet(*seq, u32::from(*seq) * 160, ms(20 * i as u64));
         }
-        assert_eq!(s.expected(), 3); // base 2 .. 4
-        assert_eq!(s.received(), 5);
+        assert_eq!(s.expected(), 4); // base 1 .. 4
+        assert_eq!(s.received(), 6);
         assert_eq!(s.cumulative_lost(), -2);
         assert_eq!(s.report().fraction_lost, 0);
     }
@@ -497,10 +566,37 @@ mod tests {
             SequenceVerdict::BadSequence
         );
         assert_eq!(s.on_packet(20001, 480, ms(60)), SequenceVerdict::Restarted);
-        assert_eq!(s.expected(), 1);
-        assert_eq!(s.received(), 1);
+        // The new statistics start at the packet that announced the jump.
+        assert_eq!(s.expected(), 2);
+        assert_eq!(s.received(), 2);
+        assert_eq!(s.extended_max_sequence(), 20001);
         // A late packet within MAX_MISORDER is counted, not a restart.
         assert_eq!(s.on_packet(19990, 0, ms(80)), SequenceVerdict::Valid);
+    }
+
+    #[test]
+    fn restart_onto_the_wrap_counts_a_cycle() {
+        let mut s = ReceiverStats::new(8000);
+        s.on_packet(30000, 0, ms(0));
+        s.on_packet(30001, 160, ms(20));
+        assert_eq!(
+            s.on_packet(65535, 320, ms(40)),
+            SequenceVerdict::BadSequence
+        );
+        assert_eq!(s.on_packet(0, 480, ms(60)), SequenceVerdict::Restarted);
+        assert_eq!(s.extended_max_sequence(), 65536);
+        assert_eq!((s.expected(), s.received(), s.cumulative_lost()), (2, 2, 0));
+    }
+
+    #[test]
+    fn noise_before_the_stream_is_not_counted() {
+        let mut s = ReceiverStats::new(8000);
+        // A stray packet far from the stream that follows: not part of it.
+        assert_eq!(s.on_packet(40000, 0, ms(0)), SequenceVerdict::Probation);
+        assert_eq!(s.on_packet(500, 160, ms(20)), SequenceVerdict::Probation);
+        assert_eq!(s.on_packet(501, 320, ms(40)), SequenceVerdict::Valid);
+        assert_eq!((s.expected(), s.received(), s.cumulative_lost()), (2, 2, 0));
+        assert_eq!(s.extended_max_sequence(), 501);
     }
 
     #[test]

@@ -11,8 +11,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(500))]
 
     /// A stream with drops, duplicates and local reordering (never more than MAX_MISORDER back,
-    /// never a MAX_DROPOUT jump): received counts every packet after the first, expected spans
-    /// base..=max, lost = expected − received, and the extended max is the true highest.
+    /// never a MAX_DROPOUT jump): received counts every packet, expected spans base..=max, lost = expected − received, and the extended max is the true highest.
     #[test]
     fn loss_accounting_balances(
         start in any::<u16>(),
@@ -41,12 +40,12 @@ proptest! {
             prop_assert_ne!(verdict, SequenceVerdict::BadSequence);
         }
         let max_off = *offsets.iter().max().unwrap();
-        // A.1 sets the base at the packet that ends probation: the second (offset 1; the first
-        // two are never dropped, duplicated or swapped). Expected = max − base + 1.
-        let expected = u64::from(max_off);
+        // A.3's base is the first sequence received (offset 0; the first two are never dropped,
+        // duplicated or swapped), and the probation packets count. Expected = max − base + 1.
+        let expected = u64::from(max_off) + 1;
         prop_assert_eq!(stats.expected(), expected);
-        prop_assert_eq!(stats.received(), offsets.len() as u64 - 1);
-        prop_assert_eq!(stats.cumulative_lost(), expected as i64 - (offsets.len() as i64 - 1));
+        prop_assert_eq!(stats.received(), offsets.len() as u64);
+        prop_assert_eq!(stats.cumulative_lost(), expected as i64 - offsets.len() as i64);
         prop_assert_eq!(stats.extended_max_sequence(), u32::from(start) + max_off);
         let report = stats.report();
         prop_assert_eq!(i64::from(report.cumulative_lost), stats.cumulative_lost());

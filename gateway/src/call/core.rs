@@ -460,6 +460,14 @@ impl CallCore {
         });
     }
 
+    /// Symmetric RTP for this call: its media (and RTCP) latch to the first source that sends a
+    /// consistent run of valid packets (with SRTP: packets that authenticate, as they are
+    /// unprotected before the source is checked), whatever address its SDP named.
+    pub fn use_symmetric_rtp(&mut self) {
+        self.inbound.use_symmetric_rtp();
+        self.rtcp.use_symmetric_rtp();
+    }
+
     /// Whether the call's media is SRTP.
     pub fn is_srtp(&self) -> bool {
         self.srtp.is_some()
@@ -537,7 +545,7 @@ impl CallCore {
         };
         if self.phase != Phase::Ended {
             self.rtcp
-                .handle_packet(bytes, src, now, self.inbound.sdp_ip(), &mut self.stats);
+                .handle_packet(bytes, src, now, self.inbound.caller_ip(), &mut self.stats);
         }
     }
 

@@ -11,6 +11,12 @@
 //! are dropped as `latch_pending`. Everything else is dropped as `wrong_source`. What remains:
 //! a sender on the caller's own IP (same host or NAT) that speaks before a NATed caller's first
 //! packet can still take that stream; SRTP closes this, since it cannot produce valid packets.
+//!
+//! Symmetric RTP (opt-in, [`InboundMedia::use_symmetric_rtp`]), for trunks whose SDP names a
+//! private address their packets never come from: until the call has a source, a run of
+//! [`LATCH_RUN`] valid packets with one SSRC from any one address latches the stream there (the
+//! packets before are `latch_pending`). Once the call has a source, other addresses are
+//! `wrong_source` as without it; the SDP's own address still wins.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -71,6 +77,8 @@ pub struct InboundMedia {
     source_heard: Option<Instant>,
     /// Another port's run of consistent packets: address, SSRC, packets.
     candidate: Option<(SocketAddr, u32, u32)>,
+    /// Symmetric RTP: any address may become the source while the call has none.
+    symmetric: bool,
     origin: Instant,
     first_audio: Option<Instant>,
     frames_played: u64,
@@ -113,6 +121,7 @@ impl InboundMedia {
             latched: None,
             source_heard: None,
             candidate: None,
+            symmetric: false,
             origin: now,
             first_audio: None,
             frames_played: 0,
@@ -152,6 +161,10 @@ impl InboundMedia {
                 self.sdp_ip = Some(addr.ip());
                 self.latched = None;
                 self.candidate = None;
+                if self.symmetric {
+                    // The new address may be private too: the first source latches again.
+                    self.source_heard = None;
+                }
             }
         }
         self.law = law_of(media.payload_type);
@@ -163,9 +176,15 @@ impl InboundMedia {
         self.latched
     }
 
-    /// The IP the caller's SDP named (RTCP is accepted from it too).
-    pub fn sdp_ip(&self) -> Option<IpAddr> {
-        self.sdp_ip
+    /// Symmetric RTP: latch to the first address that sends a consistent run of valid packets,
+    /// whatever the SDP said (the module's source policy).
+    pub fn use_symmetric_rtp(&mut self) {
+        self.symmetric = true;
+    }
+
+    /// The caller's media IP: the latched source's, else the SDP's (RTCP is accepted from it).
+    pub fn caller_ip(&self) -> Option<IpAddr> {
+        self.latched.map(|a| a.ip()).or(self.sdp_ip)
     }
 
     fn since_origin(&self, t: Instant) -> Duration {
@@ -180,11 +199,15 @@ impl InboundMedia {
         ssrc: u32,
         now: Instant,
     ) -> Result<bool, &'static str> {
-        if Some(src.ip()) != self.sdp_ip {
-            return Err("wrong_source");
-        }
         let sdp = self.media.remote_rtp;
         let current = self.latched.or(sdp);
+        if Some(src.ip()) != self.sdp_ip && Some(src) != current {
+            // Symmetric RTP: the first source of the call, after the same run as a NATed port.
+            if self.symmetric && self.source_heard.is_none() {
+                return self.latch_run(src, ssrc, now);
+            }
+            return Err("wrong_source");
+        }
         if Some(src) == current {
             self.source_heard = Some(now);
             self.candidate = None;
@@ -208,6 +231,16 @@ impl InboundMedia {
             self.candidate = None;
             return Err("wrong_source");
         }
+        self.latch_run(src, ssrc, now)
+    }
+
+    /// Counts `src`'s run of valid packets with one SSRC; latches it at [`LATCH_RUN`].
+    fn latch_run(
+        &mut self,
+        src: SocketAddr,
+        ssrc: u32,
+        now: Instant,
+    ) -> Result<bool, &'static str> {
         let run = match self.candidate {
             Some((addr, c_ssrc, n)) if addr == src && c_ssrc == ssrc => n + 1,
             _ => 1,
@@ -491,6 +524,102 @@ mod tests {
         );
         assert_eq!(m.counters().received, 3);
         assert_eq!(m.counters().dropped, 1 + (LATCH_RUN as u64 - 1) + 1);
+    }
+
+    /// Symmetric RTP: the SDP names a private address, the packets come from elsewhere. Off,
+    /// they are all `wrong_source`; on, the first source's run of [`LATCH_RUN`] latches it, and
+    /// from then on every other address is `wrong_source`, however long the source is quiet.
+    #[test]
+    fn symmetric_rtp_latches_the_first_source_and_only_it() {
+        let sdp: SocketAddr = "10.0.0.5:4000".parse().unwrap();
+        let nat: SocketAddr = "203.0.113.9:61000".parse().unwrap();
+        let other: SocketAddr = "198.51.100.7:5004".parse().unwrap();
+        let t0 = Instant::now();
+        let packets = |ssrc, n: u32| {
+            let mut p = Packetizer::with_initial(PT_PCMU, ssrc, 100, 0);
+            (0..n)
+                .map(|_| {
+                    let mut buf = [0u8; 200];
+                    let len = p.write_frame(&[0xFF; 160], &mut buf).unwrap();
+                    buf[..len].to_vec()
+                })
+                .collect::<Vec<_>>()
+        };
+        let caller = packets(1, 20);
+        let stranger = packets(2, 20);
+
+        let mut strict = InboundMedia::new(media(sdp), Some(sdp.ip()), t0);
+        for (i, pkt) in caller.iter().enumerate() {
+            assert_eq!(
+                strict.handle_datagram(pkt, nat, t0 + FRAME * i as u32),
+                InboundOutcome::Dropped("wrong_source")
+            );
+        }
+        assert_eq!(
+            (strict.counters().received, strict.counters().dropped),
+            (0, 20)
+        );
+
+        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()), t0);
+        m.use_symmetric_rtp();
+        // A run broken by another source (or SSRC) starts again.
+        assert_eq!(
+            m.handle_datagram(&stranger[0], other, t0),
+            InboundOutcome::Dropped("latch_pending")
+        );
+        for (i, pkt) in caller[..LATCH_RUN as usize].iter().enumerate() {
+            let want = if i + 1 < LATCH_RUN as usize {
+                InboundOutcome::Dropped("latch_pending")
+            } else {
+                InboundOutcome::Latched(nat)
+            };
+            assert_eq!(m.handle_datagram(pkt, nat, t0 + FRAME * i as u32), want);
+        }
+        assert_eq!(m.latched(), Some(nat));
+        assert_eq!(m.caller_ip(), Some(nat.ip()));
+        // Latched: the caller is audio, a stranger is wrong_source, even a full run of it after
+        // the caller has been quiet for longer than LATCH_QUIET.
+        let later = t0 + LATCH_QUIET * 2;
+        for (i, pkt) in stranger[1..].iter().enumerate() {
+            assert_eq!(
+                m.handle_datagram(pkt, other, later + FRAME * i as u32),
+                InboundOutcome::Dropped("wrong_source")
+            );
+        }
+        for (i, pkt) in caller[LATCH_RUN as usize..].iter().enumerate() {
+            assert_eq!(
+                m.handle_datagram(pkt, nat, later + FRAME * (20 + i as u32)),
+                InboundOutcome::Audio
+            );
+        }
+        assert_eq!(m.latched(), Some(nat));
+        // 1 + 4 pending, 19 strangers; 1 latching + 15 audio.
+        assert_eq!((m.counters().received, m.counters().dropped), (16, 24));
+    }
+
+    /// With symmetric RTP on, a caller whose SDP address is reachable and speaks first keeps the
+    /// stream: the first source is the SDP's, and strangers stay out.
+    #[test]
+    fn symmetric_rtp_leaves_a_caller_that_sends_from_its_sdp_address_alone() {
+        let sdp: SocketAddr = "192.0.2.10:4000".parse().unwrap();
+        let other: SocketAddr = "198.51.100.7:5004".parse().unwrap();
+        let t0 = Instant::now();
+        let mut m = InboundMedia::new(media(sdp), Some(sdp.ip()), t0);
+        m.use_symmetric_rtp();
+        let mut caller = Packetizer::with_initial(PT_PCMU, 1, 100, 0);
+        let mut stranger = Packetizer::with_initial(PT_PCMU, 2, 100, 0);
+        let mut buf = [0u8; 200];
+        let n = caller.write_frame(&[0xFF; 160], &mut buf).unwrap();
+        assert_eq!(m.handle_datagram(&buf[..n], sdp, t0), InboundOutcome::Audio);
+        for i in 1..=LATCH_RUN * 2 {
+            let n = stranger.write_frame(&[0x80; 160], &mut buf).unwrap();
+            assert_eq!(
+                m.handle_datagram(&buf[..n], other, t0 + FRAME * i),
+                InboundOutcome::Dropped("wrong_source")
+            );
+        }
+        assert_eq!(m.latched(), None);
+        assert_eq!(m.caller_ip(), Some(sdp.ip()));
     }
 
     /// The latch race: a sender on the caller's IP but another port speaks first; the caller,

@@ -66,6 +66,10 @@ pub struct RtcpSession {
     peer: PeerView,
     /// One instant and the wall time at it, to turn `Instant`s into NTP timestamps.
     clock: (Instant, Duration),
+    /// Symmetric RTP: reports go where the caller's RTCP comes from, once it has come.
+    follow_source: bool,
+    /// `remote` is the source of the caller's RTCP (not its RTP port + 1).
+    source_latched: bool,
 }
 
 impl RtcpSession {
@@ -87,7 +91,16 @@ impl RtcpSession {
             cname,
             last_sr: None,
             peer: PeerView::default(),
+            follow_source: false,
+            source_latched: false,
         }
+    }
+
+    /// Symmetric RTP: send reports to the address the caller's first valid RTCP came from
+    /// (behind a NAT its RTCP port is mapped apart from its RTP port, so RTP port + 1 may not
+    /// reach it); until then, and after each new RTP latch, to the RTP source's port + 1.
+    pub fn use_symmetric_rtp(&mut self) {
+        self.follow_source = true;
     }
 
     fn ntp(&self, at: Instant) -> NtpTimestamp {
@@ -98,6 +111,7 @@ impl RtcpSession {
     /// The caller's RTCP address changed (latching).
     pub fn set_remote(&mut self, remote: SocketAddr) {
         self.remote = Some(remote);
+        self.source_latched = false;
     }
 
     /// Our outgoing stream (None on hold: we send RR, not SR).
@@ -134,6 +148,10 @@ impl RtcpSession {
                 return;
             }
         };
+        if self.follow_source && !self.source_latched {
+            self.remote = Some(src);
+            self.source_latched = true;
+        }
         let arrival = self.ntp(now);
         for p in &packets {
             let blocks = match p {

@@ -104,6 +104,10 @@ struct Sim {
     echo: bool,
     /// Agent actions due at a time (a bot streaming in real time).
     timed: std::collections::VecDeque<(Instant, AgentAction)>,
+    /// Where the outgoing stream was moved to (latching), in order.
+    stream_remotes: Vec<std::net::SocketAddr>,
+    /// Where each RTCP compound went.
+    rtcp_to: Vec<std::net::SocketAddr>,
 }
 
 impl Sim {
@@ -157,6 +161,8 @@ impl Sim {
             caller_byte: 0xFF,
             echo: false,
             timed: std::collections::VecDeque::new(),
+            stream_remotes: Vec::new(),
+            rtcp_to: Vec::new(),
         };
         sim.drain();
         sim
@@ -186,7 +192,8 @@ impl Sim {
                     self.streams_started += 1;
                     self.core.attach_stream(p, &packetizer, self.now);
                 }
-                CallOutput::SetStreamRemote { .. } | CallOutput::Rtcp { .. } => {}
+                CallOutput::SetStreamRemote { remote, .. } => self.stream_remotes.push(remote),
+                CallOutput::Rtcp { destination, .. } => self.rtcp_to.push(destination),
                 CallOutput::Inference(_) => self.inference_frames += 1,
                 CallOutput::Agent(n) => {
                     if let (true, AgentNotice::CallerAudio(pcm)) = (self.echo, &n) {
@@ -1081,4 +1088,125 @@ fn the_core_reports_its_counts_as_stats_and_resets_them_when_taken() {
     assert_eq!(stats.rtp_received, 0);
     assert_eq!(stats.turns, 0);
     assert_eq!(stats.ended, Some("completed"));
+}
+
+/// Symmetric RTP with SRTP: the caller's SDP names one address and its packets come from a
+/// NAT's. Forged packets (another key) from a stranger never latch; the caller's latch after
+/// the 5-packet run, and the outgoing stream moves there once.
+#[test]
+fn symmetric_rtp_latches_only_on_packets_that_authenticate() {
+    const NAT: &str = "203.0.113.9:61000";
+    const STRANGER: &str = "198.51.100.7:5004";
+    let offer = || -> Vec<String> {
+        ontime_srtp::offer()
+            .unwrap()
+            .iter()
+            .map(|c| c.to_string())
+            .collect()
+    };
+    let keys = ontime_srtp::answer_offer(offer().iter().map(String::as_str)).unwrap();
+    let forger = ontime_srtp::answer_offer(offer().iter().map(String::as_str)).unwrap();
+    let mut caller_ctx = keys.remote.context();
+    let mut forger_ctx = forger.remote.context();
+    let mut sim = Sim::new(|o| CallSettings {
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    sim.core.use_srtp(keys.clone());
+    sim.core.use_symmetric_rtp();
+    let mut forged = Packetizer::with_initial(PT_PCMU, 0xBAD, 7, 0);
+    for _ in 0..2 * super::inbound::LATCH_RUN {
+        let mut buf = [0u8; 256];
+        let n = forged.write_frame(&[0x55; FRAME_BYTES], &mut buf).unwrap();
+        let n = forger_ctx.protect(&mut buf, n).unwrap();
+        sim.core
+            .handle_rtp(&mut buf[..n], STRANGER.parse().unwrap(), sim.now);
+        sim.run_for(FRAME);
+    }
+    assert!(sim.stream_remotes.is_empty(), "{:?}", sim.stream_remotes);
+    let mut caller = Packetizer::with_initial(PT_PCMU, 0x5EC0, 7, 0);
+    for _ in 0..50 {
+        let mut buf = [0u8; 256];
+        let n = caller.write_frame(&[0x55; FRAME_BYTES], &mut buf).unwrap();
+        let n = caller_ctx.protect(&mut buf, n).unwrap();
+        sim.core
+            .handle_rtp(&mut buf[..n], NAT.parse().unwrap(), sim.now);
+        sim.run_for(FRAME);
+    }
+    assert_eq!(sim.stream_remotes, vec![NAT.parse().unwrap()]);
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    // The run's first four are held back; the fifth latches and counts.
+    assert_eq!(
+        sim.cdr().packets_in,
+        50 - u64::from(super::inbound::LATCH_RUN - 1)
+    );
+}
+
+/// Symmetric RTP and RTCP: after the RTP latch, reports go to the NAT's RTP port + 1 until the
+/// caller's own RTCP arrives (from a port the NAT chose), then there. Without the opt-in the same
+/// packets are a stranger's: no audio, and reports keep going to the SDP's address.
+#[test]
+fn symmetric_rtp_moves_rtcp_to_where_the_callers_rtcp_comes_from() {
+    const NAT: &str = "203.0.113.9:61000";
+    const NAT_RTCP: &str = "203.0.113.9:40123";
+    let rr = {
+        let rr = ontime_rtp::RtcpPacket::ReceiverReport(ontime_rtp::rtcp::ReceiverReport {
+            ssrc: 0x5EC0,
+            reports: vec![],
+        });
+        let mut out = [0u8; 64];
+        let n = ontime_rtp::write_compound(&[rr], &mut out).unwrap();
+        out[..n].to_vec()
+    };
+    for symmetric in [false, true] {
+        let mut sim = Sim::new(|o| CallSettings {
+            rtp_timeout: None,
+            ..settings(o)
+        });
+        if symmetric {
+            sim.core.use_symmetric_rtp();
+        }
+        let mut caller = Packetizer::with_initial(PT_PCMU, 0x5EC0, 7, 0);
+        // 6 s of caller audio from the NAT, an RR from its RTCP mapping after 5.5 s.
+        for i in 0..300 {
+            let mut buf = [0u8; 256];
+            let n = caller.write_frame(&[0x55; FRAME_BYTES], &mut buf).unwrap();
+            sim.core
+                .handle_rtp(&mut buf[..n], NAT.parse().unwrap(), sim.now);
+            if i == 275 {
+                let mut b = rr.clone();
+                sim.core
+                    .handle_rtcp(&mut b, NAT_RTCP.parse().unwrap(), sim.now);
+            }
+            sim.run_for(FRAME);
+        }
+        // 6 s more, for the report after the RR.
+        sim.run_for(seconds(6.0));
+        sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+        let sdp_rtcp: std::net::SocketAddr = "192.0.2.10:30001".parse().unwrap();
+        if symmetric {
+            assert_eq!(sim.stream_remotes, vec![NAT.parse().unwrap()]);
+            assert_eq!(sim.cdr().packets_in, 300 - 4);
+            // Reports are due every 5 s: the first after the latch goes to the NAT's RTP port
+            // + 1, the one after the RR to the RR's source.
+            assert_eq!(
+                sim.rtcp_to,
+                vec![
+                    "203.0.113.9:61001".parse().unwrap(),
+                    NAT_RTCP.parse().unwrap()
+                ],
+                "{:?}",
+                sim.rtcp_to
+            );
+        } else {
+            assert!(sim.stream_remotes.is_empty());
+            assert_eq!(sim.cdr().packets_in, 0);
+            assert!(
+                sim.rtcp_to.iter().all(|d| *d == sdp_rtcp),
+                "{:?}",
+                sim.rtcp_to
+            );
+            assert_eq!(sim.rtcp_to.len(), 2);
+        }
+    }
 }
