@@ -18,7 +18,6 @@ use crate::message::{parse_message, Framing, Message, Method};
 
 use super::config::NONCE_LIFETIME;
 use super::counters::{self, ChallengeReason};
-use super::dialog::CallState;
 use super::transaction::{Owner, ServerKey, UNLIMITED};
 use super::Endpoint;
 
@@ -196,12 +195,7 @@ impl Endpoint {
             // A CANCEL is never challenged for real (RFC 3261 §22.1: it cannot be resubmitted).
             Owner::Cancel(_) => return None,
             // A call the application cancelled meanwhile ends with the challenge.
-            Owner::Invite(call) => {
-                let c = self.calls.get(&call)?;
-                if c.cancel_wanted || c.state != CallState::Outgoing {
-                    return None;
-                }
-            }
+            Owner::Invite(call) if !self.calls.get(&call)?.may_resend_invite() => return None,
             _ => {}
         }
         let credentials = self.config.credentials.as_ref()?;

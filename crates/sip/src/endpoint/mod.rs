@@ -56,7 +56,7 @@ pub use register::RegistrationParams;
 pub use stateless::{stateless_response, stateless_response_with_headers, warning_header};
 
 use counters::Direction;
-use dialog::{session_interval, Call};
+use dialog::{session_interval, Call, DialogMatch};
 use register::Registration;
 use transaction::{ClientTx, ServerKey, ServerTx};
 
@@ -369,7 +369,9 @@ impl Endpoint {
             Ok(msg) => {
                 counters::count_message(counters::message_label(&msg), Direction::In);
                 if msg.method().is_some() {
-                    self.on_request(msg, source, transport, now);
+                    let in_live_dialog =
+                        matches!(self.match_dialog(&msg, source), DialogMatch::Found(_));
+                    self.on_request(msg, source, transport, in_live_dialog, now);
                 } else {
                     self.on_response(msg, now);
                 }
