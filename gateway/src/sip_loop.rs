@@ -509,6 +509,10 @@ impl SipLoop {
             };
             self.event(event);
         }
+        // After the transmits: the endpoint counts a message when it hands it out.
+        if let Some(stats) = self.endpoint.poll_stats() {
+            crate::ops::sip_stats::record(&stats);
+        }
         self.slots
             .set_sip_overloaded(self.endpoint.budget_exhausted_since().is_some());
         self.endpoint.set_accepting(self.slots.ready());
