@@ -147,7 +147,8 @@ struct Crate {
     modules: BTreeMap<String, Module>,
 }
 
-/// A strongly connected component and an edge of it out of each member.
+/// A strongly connected component of siblings and the edges between its members, each with the
+/// module edge that makes it.
 struct Cycle {
     modules: Vec<String>,
     edges: Vec<String>,
@@ -264,7 +265,9 @@ impl Crate {
                 }
                 None => {
                     let candidates = match path_attr(&m.attrs) {
-                        Some(p) => vec![dir.parent().unwrap_or(dir).join(p)],
+                        // Relative to the declaring file's folder (exact for a `mod` at the
+                        // top of a file; no crate here has one inside an inline module).
+                        Some(p) => vec![file.parent().unwrap_or(dir).join(p)],
                         None => vec![
                             dir.join(format!("{name}.rs")),
                             dir.join(&name).join("mod.rs"),
@@ -322,7 +325,8 @@ impl Crate {
         module
     }
 
-    /// Edges between modules neither of which contains the other, with where each is written.
+    /// Each module's edges to the modules that define what it names, with where each is first
+    /// written; edges to itself and to its ancestors are left out (the rule in the file's doc).
     fn edges(&self) -> BTreeMap<String, BTreeMap<String, String>> {
         let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
         for (name, module) in &self.modules {
@@ -765,6 +769,25 @@ mod checker {
         // The glob re-export resolves to the module that defines the item.
         let via_glob = krate.resolve(&["crate".into(), "bf".into()], 0);
         assert_eq!(via_glob, "crate::b");
+    }
+
+    #[test]
+    fn path_attributes_and_inline_modules_are_followed() {
+        let krate = load(&[
+            (
+                "src/lib.rs",
+                "#[path = \"elsewhere/x.rs\"]\nmod x;\nmod y { pub struct Y; }",
+            ),
+            (
+                "src/elsewhere/x.rs",
+                "pub struct X;\npub fn f(_: crate::y::Y) {}",
+            ),
+        ]);
+        assert_eq!(
+            krate.edges()["crate::x"].keys().collect::<Vec<_>>(),
+            ["crate::y"]
+        );
+        assert!(krate.cycles().is_empty());
     }
 
     #[test]
