@@ -1,7 +1,7 @@
 """Check deploy/grafana/ontime.json: valid JSON, panels laid out on the 24-column grid without
 overlap, every query on the templated Prometheus datasource, and every ontime_* metric a query
-names is defined in the code (gateway/src/ops/metrics.rs, crates/sender/src/metrics_names.rs,
-crates/inference/src/metrics.rs). The gateway test `grafana_dashboard_metrics_are_served` checks
+names is defined in the code (gateway/src/ops/metrics.rs, gateway/src/ops/sip_stats.rs,
+crates/sender/src/metrics_names.rs, crates/inference/src/metrics.rs). The gateway test `grafana_dashboard_metrics_are_served` checks
 the same names against a running gateway's /metrics.
 
 usage: check_dashboard.py DASHBOARD ROOT
@@ -12,7 +12,7 @@ import re
 import sys
 
 DASHBOARD, ROOT = sys.argv[1], sys.argv[2]
-SOURCES = ["gateway/src/ops/metrics.rs", "gateway/src/ops/ws_metrics.rs", "crates/sip/src/endpoint/counters.rs", "crates/sender/src/metrics_names.rs", "crates/inference/src/metrics.rs"]
+SOURCES = ["gateway/src/ops/metrics.rs", "gateway/src/ops/ws_metrics.rs", "gateway/src/ops/sip_stats.rs", "crates/sender/src/metrics_names.rs", "crates/inference/src/metrics.rs"]
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 

@@ -290,7 +290,7 @@ impl Gateway {
         m::describe_and_zero(ontime_rtp::packet::RtpError::REASONS);
         crate::ops::ws_metrics::describe_ws_metrics(crate::agent::ws::SENT_EVENTS);
         ontime_sender::describe_metrics();
-        ontime_sip::describe_metrics();
+        crate::ops::sip_stats::describe();
         ontime_inference::metrics::describe_metrics();
 
         let sender = Arc::new(Sender::start(SenderConfig {

@@ -264,6 +264,7 @@ impl SipDriver {
             }
             Action::Record(record) => record.log(),
             Action::Count(counted) => count(counted),
+            Action::SipStats(stats) => crate::ops::sip_stats::record(&stats),
         }
     }
 }

@@ -42,9 +42,10 @@ pub mod sdp;
 
 pub use digest::{Credentials, Password};
 pub use endpoint::{
-    describe_metrics, stateless_response, stateless_response_with_headers, warning_header, Budget,
-    CallHandle, CallParams, Config, EndReason, Endpoint, Event, IncomingCall, RegistrationHandle,
-    RegistrationParams, RequestHandle, Timers, Transmit, Transport, TrustedPeer, NONCE_LIFETIME,
+    stateless_response, stateless_response_with_headers, warning_header, Budget, CallHandle,
+    CallParams, Config, EndReason, Endpoint, EndpointStats, Event, IncomingCall, MessageCounts,
+    MessageKind, RegistrationHandle, RegistrationParams, RequestHandle, Timers, Transmit,
+    Transport, TrustedPeer, NONCE_LIFETIME,
 };
 pub use error::{Error, Result};
 pub use message::{

@@ -9,7 +9,9 @@ use std::time::Duration;
 use common::*;
 use ontime_sip::digest::{Challenge, DigestResponse};
 use ontime_sip::sdp::{self, LocalMedia};
-use ontime_sip::{CallParams, Credentials, EndReason, Endpoint, Event, Transport, NONCE_LIFETIME};
+use ontime_sip::{
+    CallParams, Credentials, EndReason, Endpoint, Event, MessageKind, Transport, NONCE_LIFETIME,
+};
 
 fn trunk() -> Credentials {
     Credentials::new("trunk", "s3cret").for_realm("ontime.test")
@@ -121,6 +123,22 @@ fn wrong_password_fails_after_one_retry() {
         .iter()
         .any(|e| matches!(e, Event::IncomingCall(_))));
     assert_eq!(net.uas.active_calls(), 0);
+    // Counted exactly: the first challenge answered, the second not; on the other side, one
+    // INVITE without credentials and one with the wrong ones.
+    let (uac, uas) = (net.uac.stats(), net.uas.stats());
+    assert_eq!((uac.challenges_answered, uac.challenges_failed), (1, 1));
+    assert_eq!(
+        (
+            uas.challenges_sent_missing,
+            uas.challenges_sent_stale,
+            uas.challenges_sent_invalid
+        ),
+        (1, 0, 1)
+    );
+    assert_eq!(uac.messages_out.get(MessageKind::Invite), 2);
+    assert_eq!(uas.messages_in.get(MessageKind::Invite), 2);
+    assert_eq!(uas.messages_out.get(MessageKind::Status4xx), 2);
+    assert_eq!(uac.invalid_messages + uas.invalid_messages, 0);
 }
 
 #[test]

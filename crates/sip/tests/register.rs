@@ -267,6 +267,12 @@ fn interval_too_brief_then_failures_back_off() {
         [Event::RegistrationFailed { retry_in, .. }] if retry_in == Duration::from_secs(30)
     ));
     assert_eq!(failed_at, Duration::from_secs(242 + 240 + 900));
+    // Final results counted exactly, one per REGISTER answered (a challenge answered with
+    // credentials would not be one): the two 423s, 503, the unanswerable 401, 408 and 500
+    // failed, one 200 ok.
+    let stats = r.ua.stats();
+    assert_eq!((stats.registrations_ok, stats.registrations_failed), (1, 6));
+    assert_eq!((stats.challenges_answered, stats.challenges_failed), (0, 1));
 }
 
 #[test]

@@ -4,4 +4,5 @@
 pub mod cgroup_watch;
 pub mod http;
 pub mod metrics;
+pub(crate) mod sip_stats;
 pub mod ws_metrics;

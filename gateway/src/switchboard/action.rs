@@ -32,6 +32,8 @@ pub(crate) enum Action {
     Record(Box<CallDetailRecord>),
     /// Something to count (the driver owns the metrics; the switchboard only reports).
     Count(Counted),
+    /// What the SIP endpoint counted since the last of these.
+    SipStats(Box<ontime_sip::EndpointStats>),
 }
 
 impl fmt::Debug for Action {
@@ -44,6 +46,7 @@ impl fmt::Debug for Action {
             Action::Registry(n) => write!(f, "Registry({n:?})"),
             Action::Record(r) => write!(f, "Record({:?})", r.record),
             Action::Count(c) => write!(f, "Count({c:?})"),
+            Action::SipStats(_) => write!(f, "SipStats"),
         }
     }
 }

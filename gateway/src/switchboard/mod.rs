@@ -479,6 +479,10 @@ impl Switchboard {
             };
             self.event(event, now);
         }
+        // After the transmits: the endpoint counts a message when it hands it out.
+        if let Some(stats) = self.endpoint.poll_stats() {
+            self.actions.push_back(Action::SipStats(Box::new(stats)));
+        }
         self.slots
             .set_sip_overloaded(self.endpoint.budget_exhausted_since().is_some());
         self.sync_readiness();

@@ -17,8 +17,7 @@ use crate::digest::{self, Algorithm, Challenge, Credentials, DigestResponse};
 use crate::message::{parse_message, Framing, Message, Method};
 
 use super::config::NONCE_LIFETIME;
-use super::counters::{self, ChallengeReason};
-use super::dialog::CallState;
+use super::stats::ChallengeReason;
 use super::transaction::{Owner, ServerKey, UNLIMITED};
 use super::Endpoint;
 
@@ -156,7 +155,7 @@ impl Endpoint {
             tx.method.clone(),
         );
         let answered = self.resend_with_credentials(key, resp, kind);
-        counters::count_challenge_received(answered.is_some());
+        self.stats.count_challenge_received(answered.is_some());
         let Some((branch, bytes)) = answered else {
             tracing::debug!(
                 status = resp.status().unwrap_or_default(),
@@ -196,12 +195,7 @@ impl Endpoint {
             // A CANCEL is never challenged for real (RFC 3261 §22.1: it cannot be resubmitted).
             Owner::Cancel(_) => return None,
             // A call the application cancelled meanwhile ends with the challenge.
-            Owner::Invite(call) => {
-                let c = self.calls.get(&call)?;
-                if c.cancel_wanted || c.state != CallState::Outgoing {
-                    return None;
-                }
-            }
+            Owner::Invite(call) if !self.calls.get(&call)?.may_resend_invite() => return None,
             _ => {}
         }
         let credentials = self.config.credentials.as_ref()?;
@@ -420,7 +414,7 @@ impl Endpoint {
                 _ => {}
             }
         }
-        counters::count_challenge_sent(reason);
+        self.stats.count_challenge_sent(reason);
         tracing::debug!(%source, call_id = msg.call_id(), reason = ?reason, "INVITE challenged");
         let nonce = self.mint_nonce(source.ip(), now);
         let extra: HeaderList = self

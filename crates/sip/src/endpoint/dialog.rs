@@ -107,6 +107,12 @@ pub(super) struct Call {
 }
 
 impl Call {
+    /// Whether our INVITE may go out again (answering a digest challenge): it is still ringing
+    /// out and the application has not cancelled it. Asked by `auth`, which knows no call state.
+    pub(super) fn may_resend_invite(&self) -> bool {
+        !self.cancel_wanted && self.state == CallState::Outgoing
+    }
+
     /// What a command inside the call needs: the call established and not `busy` with an earlier
     /// command, else [`Error::InvalidState`] naming `busy_state` or the call's state.
     pub(super) fn ready_for(

@@ -21,7 +21,7 @@
 //! - `register`: registrations with a registrar (RFC 3261 §10);
 //! - `dtmf`: DTMF bodies of SIP INFO;
 //! - `stateless`: stateless responses for requests the application keeps from the endpoint;
-//! - `counters`: the endpoint's counters.
+//! - `stats`: the endpoint's counters ([`EndpointStats`]), which the application records.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -35,29 +35,29 @@ use crate::message::{parse_message, Framing, ParseError, MAGIC_COOKIE};
 
 mod auth;
 mod config;
-mod counters;
 mod dialog;
 mod dtmf;
 mod event;
 mod refer;
 mod register;
 mod stateless;
+mod stats;
 mod transaction;
 mod uac;
 mod uas;
 
 pub use config::{Config, Timers, Transport, TrustedPeer, NONCE_LIFETIME};
-pub use counters::describe_metrics;
 pub use event::{
     CallHandle, CallParams, EndReason, Event, IncomingCall, RegistrationHandle, RequestHandle,
     Transmit,
 };
 pub use register::RegistrationParams;
 pub use stateless::{stateless_response, stateless_response_with_headers, warning_header};
+pub use stats::{EndpointStats, MessageCounts, MessageKind};
 
-use counters::Direction;
-use dialog::{session_interval, Call};
+use dialog::{session_interval, Call, DialogMatch};
 use register::Registration;
+use stats::Direction;
 use transaction::{ClientTx, ServerKey, ServerTx};
 
 /// Methods this UA serves (RFC 3261 §20.5 Allow).
@@ -77,7 +77,7 @@ pub enum Budget {
 }
 
 impl Budget {
-    /// The `budget` label of `ontime_sip_budget_exhausted_total`.
+    /// `out_of_dialog` or `in_dialog`: the `budget` label of `ontime_sip_budget_exhausted_total`.
     pub fn label(self) -> &'static str {
         match self {
             Budget::OutOfDialog => "out_of_dialog",
@@ -106,7 +106,10 @@ pub struct Endpoint {
     dialogs: HashMap<(String, String), CallHandle>,
     next_id: u64,
     accepting: bool,
-    invalid_messages: u64,
+    /// Counted since start.
+    stats: EndpointStats,
+    /// `stats` as [`Endpoint::poll_stats`] last handed it out.
+    stats_reported: EndpointStats,
     /// Server transactions held, by [`Budget::index`].
     budget_in_use: [usize; 2],
     /// When each budget last became full (cleared once it is back to 90 % or less).
@@ -132,7 +135,6 @@ impl Endpoint {
         let max_interval = session_interval(u64::MAX);
         config.session_expires = config.session_expires.map(|d| d.min(max_interval));
         config.min_se = config.min_se.min(max_interval);
-        describe_metrics();
         let mut rng = match config.rng_seed {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_os_rng(),
@@ -149,7 +151,8 @@ impl Endpoint {
             dialogs: HashMap::new(),
             next_id: 1,
             accepting: true,
-            invalid_messages: 0,
+            stats: EndpointStats::default(),
+            stats_reported: EndpointStats::default(),
             budget_in_use: [0; 2],
             exhausted_since: [None; 2],
             options_headers: Vec::new(),
@@ -213,7 +216,7 @@ impl Endpoint {
             self.budget_in_use[i] += 1;
             return true;
         }
-        counters::count_budget_exhausted(budget);
+        self.stats.count_budget_exhausted(budget);
         self.exhausted_since[i].get_or_insert(now);
         false
     }
@@ -232,7 +235,23 @@ impl Endpoint {
     /// our REFER whose `message/sipfrag` body could not be (answered 400): the number in
     /// `ontime_sip_invalid_messages_total`.
     pub fn invalid_messages(&self) -> u64 {
-        self.invalid_messages
+        self.stats.invalid_messages
+    }
+
+    /// Everything counted since [`Endpoint::new`]: messages in and out, unreadable ones, refused
+    /// in-dialog requests, full budgets, digest challenges, registrations.
+    pub fn stats(&self) -> &EndpointStats {
+        &self.stats
+    }
+
+    /// What was counted since the last call (since [`Endpoint::new`] for the first), or `None`
+    /// when nothing was. For an application that adds the increments to its own counters (the
+    /// gateway's Prometheus series): call it after draining [`Endpoint::poll_transmit`], which
+    /// counts what it hands out.
+    pub fn poll_stats(&mut self) -> Option<EndpointStats> {
+        let delta = self.stats.since(&self.stats_reported);
+        self.stats_reported = self.stats;
+        (!delta.is_zero()).then_some(delta)
     }
 
     /// The Call-ID of a live call.
@@ -241,11 +260,11 @@ impl Endpoint {
     }
 
     /// The next message to send. Every message handed out here counts in
-    /// `ontime_sip_messages_total{direction="out"}`, retransmissions included.
+    /// [`EndpointStats::messages_out`], retransmissions included.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         let transmit = self.transmits.pop_front()?;
-        counters::count_message(
-            counters::start_line_label(&transmit.payload),
+        self.stats.count_message(
+            MessageKind::of_start_line(&transmit.payload),
             Direction::Out,
         );
         Some(transmit)
@@ -367,16 +386,18 @@ impl Endpoint {
     ) {
         match parse_message(bytes, &self.config.limits, framing) {
             Ok(msg) => {
-                counters::count_message(counters::message_label(&msg), Direction::In);
+                self.stats
+                    .count_message(MessageKind::of_message(&msg), Direction::In);
                 if msg.method().is_some() {
-                    self.on_request(msg, source, transport, now);
+                    let in_live_dialog =
+                        matches!(self.match_dialog(&msg, source), DialogMatch::Found(_));
+                    self.on_request(msg, source, transport, in_live_dialog, now);
                 } else {
                     self.on_response(msg, now);
                 }
             }
             Err(e) => {
-                self.invalid_messages += 1;
-                counters::count_invalid(bytes);
+                self.stats.count_invalid(bytes);
                 tracing::debug!(%source, reason = %e.reason, "invalid SIP message");
                 self.answer_invalid(e, source, transport);
             }

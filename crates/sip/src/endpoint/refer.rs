@@ -14,7 +14,6 @@ use crate::message::{
     is_valid_sip_uri, parse_token_params, sipfrag_status, uri_scheme, Message, Method,
 };
 
-use super::counters;
 use super::transaction::{Owner, ServerKey};
 use super::{CallHandle, Endpoint, Event};
 
@@ -160,8 +159,7 @@ impl Endpoint {
             return;
         }
         let Some(status) = sipfrag_status(&msg.body) else {
-            self.invalid_messages += 1;
-            counters::count_unreadable_body();
+            self.stats.count_unreadable_body();
             let w = self.warning("body is not a message/sipfrag status line");
             self.respond(key, 400, &[w], b"", now);
             return;

@@ -14,7 +14,6 @@ use crate::error::{Error, Result};
 use crate::message::{is_valid_sip_uri, parse_name_addr, split_list, Message, Method};
 
 use super::auth::AuthCache;
-use super::counters;
 use super::transaction::Owner;
 use super::{Endpoint, Event, RegistrationHandle, Transport, ALLOW, SUPPORTED};
 
@@ -311,7 +310,7 @@ impl Endpoint {
             return;
         };
         r.in_flight = false;
-        counters::count_registration((200..300).contains(&code));
+        self.stats.count_registration((200..300).contains(&code));
         match r.phase {
             Phase::Unregistering => {
                 self.registrations.remove(&handle);

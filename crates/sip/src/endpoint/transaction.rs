@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use crate::build::{self, h, HeaderList};
 use crate::message::{parse_message, Framing, Limits, Message, Method};
 
-use super::dialog::DialogMatch;
 use super::{Budget, CallHandle, Endpoint, RegistrationHandle, RequestHandle, Transport};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,11 +201,15 @@ impl Endpoint {
         }
     }
 
+    /// A request arrived: absorbs retransmissions, else opens a server transaction in its budget
+    /// and hands the request to the UAS. `in_live_dialog`: whether the request belongs to a live
+    /// dialog (the dialog layer's answer, which the transaction layer does not ask itself).
     pub(super) fn on_request(
         &mut self,
         msg: Message,
         source: SocketAddr,
         transport: Transport,
+        in_live_dialog: bool,
         now: Instant,
     ) {
         let Some(key) = Self::server_key(&msg) else {
@@ -255,7 +258,7 @@ impl Endpoint {
         let in_dialog = if method == Method::Cancel {
             self.server.contains_key(&invite_key(&key))
         } else {
-            matches!(self.match_dialog(&msg, source), DialogMatch::Found(_))
+            in_live_dialog
         };
         let budget = if in_dialog {
             Budget::InDialog

@@ -12,11 +12,11 @@ use crate::error::{Error, Result};
 use crate::message::{is_sip_uri, uri_scheme, Message, Method};
 use crate::sdp::SessionDescription;
 
-use super::counters::{self, Refusal};
 use super::dialog::{
     parse_session_expires, sdp_body, session_interval, Call, CallState, DialogMatch, Pending2xx,
 };
 use super::dtmf::parse_dtmf;
+use super::stats::Refusal;
 use super::transaction::{invite_key, ServerKey};
 use super::{CallHandle, EndReason, Endpoint, Event, IncomingCall, Transport, ALLOW, SUPPORTED};
 
@@ -78,11 +78,11 @@ impl Endpoint {
                 DialogMatch::None => self.respond(&key, 481, &[], b"", now),
                 // RFC 3261 §12.2.2: not the peer's dialog, so no such dialog.
                 DialogMatch::WrongTag => {
-                    counters::count_refused(Refusal::WrongTag);
+                    self.stats.count_refused(Refusal::WrongTag);
                     self.respond(&key, 481, &[], b"", now);
                 }
                 DialogMatch::WrongSource => {
-                    counters::count_refused(Refusal::WrongSource);
+                    self.stats.count_refused(Refusal::WrongSource);
                     tracing::debug!(%source, call_id = msg.call_id(), "in-dialog request from an untrusted source");
                     self.respond(&key, 403, &[], b"", now);
                 }
@@ -288,8 +288,8 @@ impl Endpoint {
         let call = match self.match_dialog(msg, source) {
             DialogMatch::Found(call) => call,
             DialogMatch::None => return,
-            DialogMatch::WrongTag => return counters::count_refused(Refusal::WrongTag),
-            DialogMatch::WrongSource => return counters::count_refused(Refusal::WrongSource),
+            DialogMatch::WrongTag => return self.stats.count_refused(Refusal::WrongTag),
+            DialogMatch::WrongSource => return self.stats.count_refused(Refusal::WrongSource),
         };
         let Some(c) = self.calls.get_mut(&call) else {
             return;
