@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tracing::warn;
 
 use crate::agent::{Admission, Agent, CallInfo};
-use crate::api::Verb;
+use ontime_twilio::Verb;
 
 /// Fetches TwiML: `(url, Twilio's form parameters)` → the verbs, or why not.
 pub(crate) type Fetcher = Arc<

@@ -16,7 +16,6 @@ use tracing::warn;
 
 use crate::admission::CallSlots;
 use crate::agent::{Admission, CallInfo};
-use crate::api::Verb;
 use crate::call::driver::{self, CallServices, SipCall};
 use crate::call::DialogEvent;
 use crate::config::Config;
@@ -26,6 +25,7 @@ use crate::registry::RegistryRequest;
 use crate::routing::VoiceRoute;
 use crate::switchboard::{Action, Counted, RegistryNote, Setup, Switchboard};
 use crate::transport::{StreamMessage, StreamTransports};
+use ontime_twilio::Verb;
 
 pub(crate) use crate::switchboard::Registration;
 

@@ -15,10 +15,10 @@ use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 
-use super::control::{
-    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
+use ontime_twilio::{
+    signature, CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction,
+    NewCall,
 };
-use super::signature;
 
 /// One request the server received.
 #[derive(Debug, Clone)]

@@ -30,11 +30,11 @@ use super::program::{
 };
 use super::rtcp::{OutgoingStream, RtcpSession};
 use crate::agent::{AgentAction, AgentEvent, CallInfo, TransferResult};
-use crate::api::{DialTarget, Verb};
 use crate::config::BargeIn;
 use crate::ops::metrics as m;
 use crate::records::cdr::{CallDetailRecord, EndCause, RecordKind};
 use crate::records::recording::Track;
+use ontime_twilio::{DialTarget, Verb};
 
 /// How long to wait for the dialog to end after we asked SIP to hang up, before the call is
 /// closed anyway (a BYE's transaction gives up after 64·T1 = 32 s; a little more).

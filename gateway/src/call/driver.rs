@@ -20,10 +20,10 @@ use crate::admission::AdmittedCall;
 use crate::agent::{
     Admission, Agent, AgentCall, AgentEvent, AgentOutput, CallInfo, WsAgent, WsAgentConfig,
 };
-use crate::api::{CallStatus, Verb};
 use crate::ops::metrics::JitterDepthGauge;
 use crate::records::recording::CallRecording;
 use crate::registry::CallRegistry;
+use ontime_twilio::{CallStatus, Verb};
 
 /// Sent frames the sender keeps for a recording call: the driver drains them every 20 ms, so a
 /// second leaves room for a stalled task.

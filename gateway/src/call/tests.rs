@@ -19,10 +19,10 @@ use super::{
     TransferOutcome, HANGUP_WAIT,
 };
 use crate::agent::{AgentAction, CallInfo, TransferResult};
-use crate::api::{DialTarget, Verb};
 use crate::config::BargeIn;
 use crate::records::cdr::{CallDetailRecord, EndCause};
 use crate::records::recording::Track;
+use ontime_twilio::{DialTarget, Verb};
 
 const CALLER: &str = "192.0.2.10:30000";
 
@@ -118,7 +118,7 @@ impl Sim {
         let info = CallInfo {
             call_sid: crate::call::new_call_sid(),
             account_sid: crate::config::DEFAULT_ACCOUNT_SID.into(),
-            direction: crate::api::Direction::Inbound,
+            direction: ontime_twilio::Direction::Inbound,
             transport: ontime_sip::Transport::Udp,
             call_id: "sim-call".into(),
             from: "sip:caller@example.com".into(),

@@ -8,10 +8,10 @@ use ontime_sip::CallHandle;
 
 use crate::admission::RejectReason;
 use crate::agent::CallInfo;
-use crate::api::CallStatus;
 use crate::call::driver::CallStart;
 use crate::call::DialogEvent;
 use crate::records::cdr::CallDetailRecord;
+use ontime_twilio::CallStatus;
 
 /// One thing for the driver to do.
 pub(crate) enum Action {

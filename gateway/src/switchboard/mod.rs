@@ -47,12 +47,12 @@ pub(crate) use action::{Action, Counted, RegistryNote};
 use crate::admission::sip_guard::{SipGuard, Verdict};
 use crate::admission::{AdmittedCall, CallSlots, RejectReason, RETRY_AFTER_SECS};
 use crate::agent::{Admission, CallInfo};
-use crate::api::{CallStatus, Direction as CallDirection, NewCall, Verb};
 use crate::call::driver::CallStart;
 use crate::call::{CallSettings, DialogEvent, SipRequest};
 use crate::config::Config;
 use crate::records::cdr::{CallDetailRecord, EndCause};
 use crate::registry::RegistryRequest;
+use ontime_twilio::{CallStatus, Direction as CallDirection, NewCall, Verb};
 use timers::{Timer, Timers};
 
 /// The header of our OPTIONS answers that says how many more calls we take (measured headroom

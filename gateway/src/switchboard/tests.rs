@@ -10,11 +10,11 @@ use super::harness::{addr, Harness, RouteMode, GATEWAY, TRUNK};
 use super::{Action, Counted, RegistryNote, LINGER};
 use crate::admission::RejectReason;
 use crate::agent::Admission;
-use crate::api::{CallStatus, NewCall};
 use crate::call::{DialogEvent, SipRequest};
 use crate::config::{Config, TrunkUri, UntrustedSip};
 use crate::records::cdr::EndCause;
 use crate::registry::RegistryRequest;
+use ontime_twilio::{CallStatus, NewCall};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
