@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use metrics::counter;
 use ontime_sip::{CallHandle, Transport};
+use ontime_twilio::Verb;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -25,7 +26,6 @@ use crate::registry::RegistryRequest;
 use crate::routing::VoiceRoute;
 use crate::switchboard::{Action, Counted, RegistryNote, Setup, Switchboard};
 use crate::transport::{StreamMessage, StreamTransports};
-use ontime_twilio::Verb;
 
 pub(crate) use crate::switchboard::Registration;
 

@@ -208,10 +208,12 @@ pub enum ControlError {
     /// (400, code 21220 "Call is not in-progress").
     #[error("Call is not in-progress. Cannot redirect.")]
     NotInProgress,
-    /// Dial-out asked for but no `--trunk-uri` is configured (400, code 21210).
+    /// Dial-out asked for but no trunk to dial through is configured (400, code 21210; the
+    /// text names ontime's `--trunk-uri`).
     #[error("no trunk is configured for outbound calls (--trunk-uri)")]
     NoTrunk,
-    /// `--max-calls` reached or the gateway is draining (429, code 20429).
+    /// No room for another call, e.g. a call limit reached or the stack draining (429, code
+    /// 20429).
     #[error("the gateway is at capacity; retry later")]
     AtCapacity,
     /// A parameter is invalid (400, code 21205 for URLs, 21201 otherwise); the text names it.

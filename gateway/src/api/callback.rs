@@ -22,12 +22,11 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tokio::sync::Semaphore;
-
 use ontime_twilio::webhook::status_params;
 use ontime_twilio::{
     signature, twiml, CallView, StatusCallback, StatusCallbackEvent, TwimlError, Verb,
 };
+use tokio::sync::Semaphore;
 
 const FORM: &str = "application/x-www-form-urlencoded";
 const AGENT: &str = concat!("ontime-gateway/", env!("CARGO_PKG_VERSION"));

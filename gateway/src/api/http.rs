@@ -22,15 +22,14 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use serde_json::Value;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
-
 use ontime_twilio::request::{authenticate, is_form, parse_path, Resource};
 use ontime_twilio::{
     json, webhook, CallControl, CallUpdate, ControlError, CreateRequest, Error, ListRequest,
     Params, TwimlSource, UpdateRequest,
 };
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use super::callback::{self, Callbacks, FetchError};
 use crate::ops::metrics::API_REQUESTS_TOTAL;

@@ -20,6 +20,7 @@ use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_
 use ontime_sender::{StreamEvent, StreamId, StreamProducer};
 use ontime_sip::{Direction, NegotiatedMedia};
 use ontime_srtp::{SdesKeys, SrtpContext, SRTCP_TRAILER_LEN};
+use ontime_twilio::{DialTarget, Verb};
 use tracing::info;
 
 use super::inbound::{law_of, InboundMedia, InboundOutcome};
@@ -34,7 +35,6 @@ use crate::config::BargeIn;
 use crate::ops::metrics as m;
 use crate::records::cdr::{CallDetailRecord, EndCause, RecordKind};
 use crate::records::recording::Track;
-use ontime_twilio::{DialTarget, Verb};
 
 /// How long to wait for the dialog to end after we asked SIP to hang up, before the call is
 /// closed anyway (a BYE's transaction gives up after 64·T1 = 32 s; a little more).

@@ -11,6 +11,7 @@ use std::time::{Instant, SystemTime};
 use ontime_inference::InferencePool;
 use ontime_sender::{Sender, StreamConfig, StreamOutput};
 use ontime_sip::{CallHandle, NegotiatedMedia};
+use ontime_twilio::{CallStatus, Verb};
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -23,7 +24,6 @@ use crate::agent::{
 use crate::ops::metrics::JitterDepthGauge;
 use crate::records::recording::CallRecording;
 use crate::registry::CallRegistry;
-use ontime_twilio::{CallStatus, Verb};
 
 /// Sent frames the sender keeps for a recording call: the driver drains them every 20 ms, so a
 /// second leaves room for a stalled task.

@@ -12,6 +12,7 @@ use ontime_sender::{
     Controller, EngineConfig, PacketInfo, PacketSink, StreamConfig, StreamOutput, TickEngine,
 };
 use ontime_sip::{Codec, Direction, NegotiatedMedia};
+use ontime_twilio::{DialTarget, Verb};
 
 use super::program::{REASON_NORMAL_CLEARING, TRANSFER_WAIT};
 use super::{
@@ -22,7 +23,6 @@ use crate::agent::{AgentAction, CallInfo, TransferResult};
 use crate::config::BargeIn;
 use crate::records::cdr::{CallDetailRecord, EndCause};
 use crate::records::recording::Track;
-use ontime_twilio::{DialTarget, Verb};
 
 const CALLER: &str = "192.0.2.10:30000";
 

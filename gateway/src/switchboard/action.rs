@@ -5,13 +5,13 @@
 use std::fmt;
 
 use ontime_sip::CallHandle;
+use ontime_twilio::CallStatus;
 
 use crate::admission::RejectReason;
 use crate::agent::CallInfo;
 use crate::call::driver::CallStart;
 use crate::call::DialogEvent;
 use crate::records::cdr::CallDetailRecord;
-use ontime_twilio::CallStatus;
 
 /// One thing for the driver to do.
 pub(crate) enum Action {

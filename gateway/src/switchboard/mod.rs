@@ -38,6 +38,7 @@ use ontime_sip::{
     CallHandle, Codec, Config as SipConfig, EndReason, Endpoint, Event, LocalMedia, Method,
     RegistrationHandle, SessionDescription, Transmit, Transport,
 };
+use ontime_twilio::{CallStatus, Direction as CallDirection, NewCall, Verb};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tracing::{info, warn};
@@ -52,7 +53,6 @@ use crate::call::{CallSettings, DialogEvent, SipRequest};
 use crate::config::Config;
 use crate::records::cdr::{CallDetailRecord, EndCause};
 use crate::registry::RegistryRequest;
-use ontime_twilio::{CallStatus, Direction as CallDirection, NewCall, Verb};
 use timers::{Timer, Timers};
 
 /// The header of our OPTIONS answers that says how many more calls we take (measured headroom

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use ontime_sip::sdp::{self, Direction, LocalMedia};
 use ontime_sip::{EndReason, Event, Transport};
+use ontime_twilio::{CallStatus, NewCall};
 
 use super::harness::{addr, Harness, RouteMode, GATEWAY, TRUNK};
 use super::{Action, Counted, RegistryNote, LINGER};
@@ -14,7 +15,6 @@ use crate::call::{DialogEvent, SipRequest};
 use crate::config::{Config, TrunkUri, UntrustedSip};
 use crate::records::cdr::EndCause;
 use crate::registry::RegistryRequest;
-use ontime_twilio::{CallStatus, NewCall};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
