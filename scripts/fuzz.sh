@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing on the pinned stable toolchain, for a bounded time: every libFuzzer target
-# of crates/sip/fuzz (parse_message, endpoint, sdp), crates/rtp/fuzz (rtp, rtcp) and gateway/fuzz
-# (bot_message: the WebSocket agent's protocol.rs; twiml: the API's TwiML parser; api_request: the
-# API's request parsing, request.rs; each compiled alone rather than the whole gateway).
+# of crates/sip/fuzz (parse_message, endpoint, sdp), crates/rtp/fuzz (rtp, rtcp), crates/twilio/fuzz
+# (twiml: the TwiML parser; api_request: the API's request parsing) and gateway/fuzz (bot_message:
+# the WebSocket agent's protocol.rs, compiled alone rather than the whole gateway).
 #
 # No cargo-fuzz and no nightly: the targets are plain binaries of the libfuzzer-sys crate (which
 # compiles libFuzzer from its C++ source, so a C++ compiler is needed: scripts/setup.sh installs g++),
@@ -12,7 +12,7 @@
 #
 # Usage: scripts/fuzz.sh [seconds per target, default 30] [target...]
 # Each target starts from its committed seeds (<fuzz dir>/seeds/<target>, the fuzz dirs being
-# crates/sip/fuzz, crates/rtp/fuzz and gateway/fuzz), the RFC 4475/5118 torture messages in
+# crates/{sip,rtp,srtp,twilio}/fuzz and gateway/fuzz), the RFC 4475/5118 torture messages in
 # ../shared/testdata when that folder exists (read in place, not copied), and what earlier runs
 # here kept in <fuzz dir>/corpus/<target> (git-ignored). It prints libFuzzer's closing stats line
 # per target. A crash, a panic, a timeout or an out-of-memory input fails the run (exit 1) after
@@ -24,7 +24,7 @@ secs=${1:-30}
 shift || true
 # crates/srtp/fuzz: unprotect (SRTP/SRTCP receive) and crypto_attribute (SDES lines).
 all=(sip:parse_message sip:endpoint sip:sdp rtp:rtp rtp:rtcp srtp:unprotect srtp:crypto_attribute
-    gateway:bot_message gateway:twiml gateway:api_request)
+    twilio:twiml twilio:api_request gateway:bot_message)
 wanted=("$@")
 
 if ! command -v c++ >/dev/null; then
@@ -62,7 +62,7 @@ for w in "${wanted[@]}"; do
 done
 
 # --target keeps the instrumentation out of build scripts and proc macros.
-for crate in sip rtp srtp gateway; do
+for crate in sip rtp srtp twilio gateway; do
     needed=false
     for entry in "${all[@]}"; do
         [ "${entry%%:*}" = "$crate" ] && selected "${entry#*:}" && needed=true

@@ -11,3 +11,4 @@ pub use ontime_rtp as rtp;
 pub use ontime_sender as sender;
 pub use ontime_sip as sip;
 pub use ontime_srtp as srtp;
+pub use ontime_twilio as twilio;

@@ -16,12 +16,12 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::agent::{Admission, Agent, AgentCall, AgentEvent, AgentOutput, WsAgent, WsAgentConfig};
-use crate::api::{CallStatus, Verb};
 use crate::call::{CallCommand, CallCore, CallOutput, CallStats, DialogEvent, SipRequest};
 use crate::ops::metrics::JitterDepthGauge;
 use crate::records::recording::CallRecording;
 use crate::registry::CallRegistry;
 use crate::switchboard::CallStart;
+use ontime_twilio::{CallStatus, Verb};
 
 /// Sent frames the sender keeps for a recording call: the driver drains them every 20 ms, so a
 /// second leaves room for a stalled task.

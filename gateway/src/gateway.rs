@@ -433,7 +433,7 @@ impl Gateway {
     /// The calls, as the call-control API sees and acts on them: an embedding program hangs
     /// up, sends digits, transfers (`update`) and dials out (`create`) through this, exactly as
     /// the HTTP API does.
-    pub fn call_control(&self) -> Arc<dyn crate::api::CallControl> {
+    pub fn call_control(&self) -> Arc<dyn ontime_twilio::CallControl> {
         self.registry.clone()
     }
 
@@ -498,7 +498,8 @@ impl Gateway {
 /// The voice route of inbound calls from the configuration.
 fn voice_route(config: &Config, callbacks: &crate::api::Callbacks) -> Result<VoiceRoute, Error> {
     if let Some(text) = &config.voice_twiml {
-        let verbs = crate::api::parse_twiml(text).map_err(|e| Error::VoiceTwiml(e.to_string()))?;
+        let verbs =
+            ontime_twilio::parse_twiml(text).map_err(|e| Error::VoiceTwiml(e.to_string()))?;
         return Ok(VoiceRoute::Twiml(Arc::new(verbs)));
     }
     if let Some(url) = &config.voice_url {

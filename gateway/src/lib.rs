@@ -25,7 +25,7 @@
 
 mod admission;
 mod agent;
-pub mod api;
+mod api;
 pub mod call;
 mod call_driver;
 mod config;
@@ -53,6 +53,10 @@ pub use gateway::{Bound, Error, Gateway, GatewayBuilder, MetricsRenderer, DEFAUL
 pub use records::cdr::{CallDetailRecord, EndCause, RecordKind};
 pub use records::recording::Track;
 pub use tls::TlsError;
+
+/// The Twilio-compatible surface the gateway serves (TwiML, the Calls resource, `CallControl`,
+/// signatures): [`Gateway::call_control`] and [`CallInfo::direction`] speak its types.
+pub use ontime_twilio as twilio;
 
 /// Metric names the gateway emits and bucket layouts for its histograms.
 pub mod metrics {

@@ -7,13 +7,15 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
+use ontime_twilio::webhook::call_params;
+use ontime_twilio::{
+    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
+    StatusCallback, StatusCallbackEvent,
+};
 use tokio::sync::mpsc;
 
 use crate::agent::CallInfo;
-use crate::api::{
-    call_params, CallControl, CallFilter, CallStatus, CallUpdate, CallView, Callbacks,
-    ControlError, Direction, NewCall, StatusCallback, StatusCallbackEvent, StatusReporter,
-};
+use crate::api::{Callbacks, StatusReporter};
 use crate::call::{CallCommand, TransferOutcome};
 
 /// Ended calls kept for `GET` after they end (oldest forgotten first).

@@ -7,10 +7,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use ontime_twilio::Verb;
 use tracing::warn;
 
 use crate::agent::{Admission, Agent, CallInfo};
-use crate::api::Verb;
 
 /// Fetches TwiML: `(url, Twilio's form parameters)` → the verbs, or why not.
 pub(crate) type Fetcher = Arc<

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use metrics::counter;
 use ontime_sip::{CallHandle, Transport};
+use ontime_twilio::Verb;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::admission::CallSlots;
 use crate::agent::{Admission, CallInfo};
-use crate::api::Verb;
 use crate::call::DialogEvent;
 use crate::call_driver::{self, CallServices, SipCall};
 use crate::config::Config;

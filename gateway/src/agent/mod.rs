@@ -23,7 +23,7 @@ pub struct CallInfo {
     /// The account SID (the WebSocket `accountSid`).
     pub account_sid: String,
     /// Which way the call goes.
-    pub direction: crate::api::Direction,
+    pub direction: ontime_twilio::Direction,
     /// The SIP transport of its dialog.
     pub transport: ontime_sip::Transport,
     /// From URI.

@@ -120,7 +120,7 @@ mod tests {
         let info = CallInfo {
             call_sid: crate::call::new_call_sid(),
             account_sid: crate::config::DEFAULT_ACCOUNT_SID.into(),
-            direction: crate::api::Direction::Inbound,
+            direction: ontime_twilio::Direction::Inbound,
             transport: ontime_sip::Transport::Udp,
             call_id: "c".into(),
             from: "a".into(),

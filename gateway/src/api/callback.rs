@@ -22,15 +22,11 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use ontime_twilio::webhook::status_params;
+use ontime_twilio::{
+    signature, twiml, CallView, StatusCallback, StatusCallbackEvent, TwimlError, Verb,
+};
 use tokio::sync::Semaphore;
-
-use super::control::{CallView, StatusCallback, StatusCallbackEvent};
-use super::date::rfc2822;
-use super::signature;
-use super::twiml::{self, TwimlError, Verb};
-
-/// The API version every request names (`ApiVersion`), as Twilio's do.
-pub const API_VERSION: &str = "2010-04-01";
 
 const FORM: &str = "application/x-www-form-urlencoded";
 const AGENT: &str = concat!("ontime-gateway/", env!("CARGO_PKG_VERSION"));
@@ -149,11 +145,6 @@ enum Attempt {
 }
 
 impl Callbacks {
-    /// A client signing with `auth_token`, with the default bounds.
-    pub fn new(auth_token: impl Into<String>) -> Result<Callbacks, CallbackError> {
-        Callbacks::with_config(auth_token, CallbackConfig::default())
-    }
-
     /// A client signing with `auth_token`, with these bounds.
     pub fn with_config(
         auth_token: impl Into<String>,
@@ -438,59 +429,6 @@ fn parse_url(url: &str) -> Result<Target, FetchError> {
     })
 }
 
-/// Twilio's parameters describing a call, sent with every TwiML fetch and status callback.
-pub fn call_params(call: &CallView) -> Vec<(String, String)> {
-    let p = |k: &str, v: &str| (k.to_string(), v.to_string());
-    vec![
-        p("AccountSid", &call.account_sid),
-        p("ApiVersion", API_VERSION),
-        p("CallSid", &call.sid),
-        p("CallStatus", call.status.as_str()),
-        p("Called", &call.to),
-        p("Caller", &call.from),
-        p("Direction", call.direction.as_str()),
-        p("From", &call.from),
-        p("To", &call.to),
-    ]
-}
-
-/// The parameters of one status callback: [`call_params`] with `CallStatus` as the event
-/// reports it, plus `Timestamp`, `SequenceNumber`, `CallbackSource`, `CallDuration` (on
-/// `completed`) and `SipResponseCode` (when known).
-pub fn status_params(
-    call: &CallView,
-    event: StatusCallbackEvent,
-    sequence: u32,
-    sip_response_code: Option<u16>,
-) -> Vec<(String, String)> {
-    let status = match event {
-        StatusCallbackEvent::Initiated => "initiated",
-        StatusCallbackEvent::Ringing => "ringing",
-        StatusCallbackEvent::Answered => "in-progress",
-        // Twilio's `completed` event carries the final status (busy, no-answer, ...).
-        StatusCallbackEvent::Completed => call.status.as_str(),
-    };
-    let mut params = call_params(call);
-    for (k, v) in params.iter_mut() {
-        if k == "CallStatus" {
-            *v = status.to_string();
-        }
-    }
-    params.push(("CallbackSource".into(), "call-progress-events".into()));
-    params.push(("SequenceNumber".into(), sequence.to_string()));
-    params.push(("Timestamp".into(), rfc2822(SystemTime::now())));
-    if event == StatusCallbackEvent::Completed {
-        params.push((
-            "CallDuration".into(),
-            call.duration_secs.unwrap_or(0).to_string(),
-        ));
-    }
-    if let Some(code) = sip_response_code {
-        params.push(("SipResponseCode".into(), code.to_string()));
-    }
-    params
-}
-
 /// One call's status callbacks: sends the events the call subscribed to, numbered from 0.
 #[derive(Debug)]
 pub struct StatusReporter {
@@ -512,7 +450,7 @@ impl StatusReporter {
             return false;
         }
         let sequence = self.sequence.fetch_add(1, Ordering::Relaxed);
-        let params = status_params(call, event, sequence, sip_response_code);
+        let params = status_params(call, event, sequence, sip_response_code, SystemTime::now());
         self.callbacks.send(&self.target, params)
     }
 }
@@ -520,8 +458,9 @@ impl StatusReporter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::control::CallStatus;
     use crate::api::test_support::{call, Answer, WebServer, TOKEN};
+    use ontime_twilio::webhook::call_params;
+    use ontime_twilio::{CallStatus, API_VERSION};
 
     fn quick() -> CallbackConfig {
         CallbackConfig {
@@ -666,6 +605,7 @@ mod tests {
             StatusCallbackEvent::Completed,
             0,
             None,
+            SystemTime::now(),
         );
         assert!(c.send(&target, params));
         let mut seen = Vec::new();

@@ -1,7 +1,9 @@
 //! The API's HTTP server: Twilio's 2010-04-01 Calls resource (fetch, update, list, create)
 //! with HTTP Basic auth, Twilio's JSON shapes and Twilio's error codes, so that Twilio's helper
 //! libraries and pipecat's `TwilioFrameSerializer` (given ontime as `base_url`) work
-//! unchanged. hyper directly, like the ops endpoint: four routes need no framework.
+//! unchanged. hyper directly, like the ops endpoint: four routes need no framework. What a
+//! request means and what its answer says is `ontime_twilio`'s (sans-IO); this file reads
+//! bodies, fetches `Url=` TwiML and writes responses.
 //!
 //! Every request is bounded (body size, header and body read time, connections) and counted
 //! in `ontime_api_requests_total{route,status}`. Nothing here waits on a call: the
@@ -20,19 +22,16 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use serde_json::{json, Value};
-use subtle::ConstantTimeEq;
+use ontime_twilio::request::{authenticate, is_form, parse_path, Resource};
+use ontime_twilio::{
+    json, webhook, CallControl, CallUpdate, ControlError, CreateRequest, Error, ListRequest,
+    Params, TwimlSource, UpdateRequest,
+};
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use super::callback::{self, Callbacks, FetchError, API_VERSION};
-use super::control::{
-    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
-    StatusCallback,
-};
-use super::date::rfc2822;
-use super::request::{basic_credentials, is_form, parse_path, BadParam, Params, Resource, PREFIX};
-use super::twiml::{self, Verb};
+use super::callback::{self, Callbacks, FetchError};
 use crate::ops::metrics::API_REQUESTS_TOTAL;
 
 /// Largest request body read (a form carrying a 64 KiB TwiML document fits, URL-encoded, in
@@ -117,84 +116,26 @@ pub async fn serve(
     }
 }
 
-/// A Twilio-shaped error: HTTP status, Twilio's code, and a message naming what is wrong.
-#[derive(Debug)]
-struct ApiError {
-    status: StatusCode,
-    code: u32,
-    message: String,
+/// An API answer that is not a success: Twilio's error as hyper's response.
+fn error_response(e: &Error) -> Response<Full<Bytes>> {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut r = json_response(status, &e.body());
+    if status == StatusCode::UNAUTHORIZED {
+        r.headers_mut().insert(
+            WWW_AUTHENTICATE,
+            HeaderValue::from_static(Error::WWW_AUTHENTICATE),
+        );
+    }
+    r
 }
 
-impl ApiError {
-    fn new(status: StatusCode, code: u32, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-        }
+/// A `Url=` that could not be fetched or run: the call is left as it was.
+fn fetch_error(e: FetchError) -> Error {
+    match e {
+        FetchError::Twiml(t) => t.into(),
+        FetchError::InvalidUrl(_) => Error::bad(21205, format!("Url is not valid: {e}")),
+        other => Error::bad(11200, format!("HTTP retrieval failure: {other}")),
     }
-
-    /// 400 with `code` (21201 for a bad parameter, as [`ControlError::Invalid`]).
-    fn bad(code: u32, message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, code, message)
-    }
-
-    fn not_found(path: &str) -> ApiError {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            20404,
-            format!("The requested resource {path} was not found"),
-        )
-    }
-
-    fn control(e: ControlError, path: &str) -> ApiError {
-        match e {
-            ControlError::NotFound(_) => ApiError::not_found(path),
-            ControlError::NotInProgress => ApiError::bad(21220, e.to_string()),
-            ControlError::NoTrunk => ApiError::bad(21210, e.to_string()),
-            ControlError::AtCapacity => {
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, 20429, e.to_string())
-            }
-            ControlError::Invalid(m) => ApiError::bad(21201, m),
-        }
-    }
-
-    /// A `Url=` that could not be fetched or run: the call is left as it was.
-    fn fetch(e: FetchError) -> ApiError {
-        match e {
-            FetchError::Twiml(t) => twiml_error(&t),
-            FetchError::InvalidUrl(_) => ApiError::bad(21205, format!("Url is not valid: {e}")),
-            other => ApiError::bad(11200, format!("HTTP retrieval failure: {other}")),
-        }
-    }
-
-    fn response(&self) -> Response<Full<Bytes>> {
-        let body = json!({
-            "code": self.code,
-            "message": self.message,
-            "more_info": format!("https://www.twilio.com/docs/errors/{}", self.code),
-            "status": self.status.as_u16(),
-        });
-        let mut r = json_response(self.status, &body);
-        if self.status == StatusCode::UNAUTHORIZED {
-            r.headers_mut().insert(
-                WWW_AUTHENTICATE,
-                HeaderValue::from_static("Basic realm=\"Twilio API\""),
-            );
-        }
-        r
-    }
-}
-
-/// What request.rs refuses is a 400 with Twilio's code.
-impl From<BadParam> for ApiError {
-    fn from(e: BadParam) -> ApiError {
-        ApiError::bad(e.code, e.message)
-    }
-}
-
-fn twiml_error(e: &twiml::TwimlError) -> ApiError {
-    ApiError::bad(12100, format!("Document parse failure: {e}"))
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
@@ -220,7 +161,7 @@ async fn handle(state: &ApiState, req: Request<Incoming>) -> Response<Full<Bytes
     };
     let response = match route_request(state, req, resource, &path).await {
         Ok(r) => r,
-        Err(e) => e.response(),
+        Err(e) => error_response(&e),
     };
     metrics::counter!(
         API_REQUESTS_TOTAL,
@@ -236,18 +177,27 @@ async fn route_request(
     req: Request<Incoming>,
     resource: Option<(&str, Resource<'_>)>,
     path: &str,
-) -> Result<Response<Full<Bytes>>, ApiError> {
-    authenticate(state, &req)?;
+) -> Result<Response<Full<Bytes>>, Error> {
+    // A header that is not visible ASCII is no credentials at all.
+    let authorization = req
+        .headers()
+        .get(AUTHORIZATION)
+        .map(|h| h.to_str().unwrap_or(""));
+    authenticate(
+        authorization,
+        state.control.account_sid(),
+        &state.auth_token,
+    )?;
     let Some((account, resource)) = resource else {
-        return Err(ApiError::not_found(path));
+        return Err(Error::not_found(path));
     };
     if account != state.control.account_sid() {
-        return Err(ApiError::not_found(path));
+        return Err(Error::not_found(path));
     }
     let method = req.method().clone();
     if method != Method::GET && method != Method::POST {
-        return Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
+        return Err(Error::new(
+            405,
             20004,
             format!("Method {method} not allowed on {path}"),
         ));
@@ -261,50 +211,26 @@ async fn route_request(
     match (resource, method == Method::GET) {
         (Resource::Call(sid), true) => {
             params.only(&[])?;
-            let call = control.get(sid).ok_or_else(|| ApiError::not_found(path))?;
-            Ok(json_response(StatusCode::OK, &call_json(&call)))
+            let call = control.get(sid).ok_or_else(|| Error::not_found(path))?;
+            Ok(json_response(StatusCode::OK, &json::call(&call)))
         }
         (Resource::Call(sid), false) => update(state, sid, &params, path).await,
-        (Resource::Calls, true) => list(control, &params),
+        (Resource::Calls, true) => {
+            let list = ListRequest::parse(&params)?;
+            let calls = control.list(&list.filter);
+            let page = json::calls_page(control.account_sid(), &list, &calls);
+            Ok(json_response(StatusCode::OK, &page))
+        }
         (Resource::Calls, false) => create(state, &params, path).await,
-    }
-}
-
-/// HTTP Basic with the account SID and auth token, both compared in constant time so that
-/// response times do not reveal how much of a guess was right.
-fn authenticate(state: &ApiState, req: &Request<Incoming>) -> Result<(), ApiError> {
-    let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, 20003, m);
-    let Some(header) = req.headers().get(AUTHORIZATION) else {
-        return Err(unauthorized(
-            "Authentication Error - No credentials provided",
-        ));
-    };
-    // A header that is not visible ASCII is no credentials at all.
-    let (user, password) = header.to_str().map(basic_credentials).unwrap_or_default();
-    // An unset token must not let an empty password in.
-    if state.auth_token.is_empty() {
-        return Err(unauthorized(
-            "Authentication Error - no auth token is configured",
-        ));
-    }
-    let user_ok = user.ct_eq(state.control.account_sid().as_bytes());
-    let password_ok = password.ct_eq(state.auth_token.as_bytes());
-    // `&` on `Choice`: both comparisons always run.
-    if bool::from(user_ok & password_ok) {
-        Ok(())
-    } else {
-        Err(unauthorized(
-            "Authentication Error - invalid username or password",
-        ))
     }
 }
 
 /// Read a form body: `application/x-www-form-urlencoded` only, at most [`MAX_BODY`] bytes,
 /// within [`READ_TIMEOUT`].
-async fn read_form(req: Request<Incoming>) -> Result<Params, ApiError> {
+async fn read_form(req: Request<Incoming>) -> Result<Params, Error> {
     let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
+        Error::new(
+            413,
             20001,
             format!("The request body is larger than {MAX_BODY} bytes"),
         )
@@ -330,14 +256,12 @@ async fn read_form(req: Request<Incoming>) -> Result<Params, ApiError> {
     {
         Ok(Ok(b)) => b.to_bytes(),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
-        Ok(Err(_)) | Err(_) => {
-            return Err(ApiError::bad(20001, "The request body could not be read"))
-        }
+        Ok(Err(_)) | Err(_) => return Err(Error::bad(20001, "The request body could not be read")),
     };
     // A POST without a body (no parameters) needs no Content-Type.
     let empty = body.is_empty() && content_type.is_none();
     if !is_form && !empty {
-        return Err(ApiError::bad(
+        return Err(Error::bad(
             20001,
             format!(
                 "Content-Type must be application/x-www-form-urlencoded, got '{}'",
@@ -348,114 +272,65 @@ async fn read_form(req: Request<Incoming>) -> Result<Params, ApiError> {
     Ok(Params::parse(&body))
 }
 
-/// `POST Calls/{CallSid}.json`: `Status=completed|canceled`, `Twiml=` or `Url=` (+ `Method`).
+/// `POST Calls/{CallSid}.json`: what [`UpdateRequest`] reads, a `Url=` fetched here.
 async fn update(
     state: &ApiState,
     sid: &str,
     params: &Params,
     path: &str,
-) -> Result<Response<Full<Bytes>>, ApiError> {
-    params.only(&["Status", "Twiml", "Url", "Method"])?;
+) -> Result<Response<Full<Bytes>>, Error> {
     let control = &*state.control;
-    let asked = ["Status", "Twiml", "Url"]
-        .iter()
-        .filter(|p| params.get(p).is_some())
-        .count();
-    let update = if asked > 1 {
-        return Err(ApiError::bad(
-            21201,
-            "Pass one of Status, Twiml or Url, not several",
-        ));
-    } else if let Some(update) = params.update_status()? {
-        update
-    } else if let Some(xml) = params.get("Twiml") {
-        CallUpdate::Run(twiml::parse(xml).map_err(|e| twiml_error(&e))?)
-    } else if let Some(url) = params.get("Url") {
-        let method_get = params.method_get("Method")?;
-        let call = control.get(sid).ok_or_else(|| ApiError::not_found(path))?;
-        // Fetching TwiML for a call that cannot run it would only cost the bot a request.
-        if call.status.is_final() {
-            return Err(ApiError::control(ControlError::NotInProgress, path));
+    let update = match UpdateRequest::parse(params)? {
+        UpdateRequest::Apply(update) => update,
+        UpdateRequest::Fetch { url, method_get } => {
+            let call = control.get(sid).ok_or_else(|| Error::not_found(path))?;
+            // Fetching TwiML for a call that cannot run it would only cost the bot a request.
+            if call.status.is_final() {
+                return Err(Error::control(ControlError::NotInProgress, path));
+            }
+            let verbs = state
+                .callbacks
+                .fetch_twiml(&url, method_get, &webhook::call_params(&call))
+                .await
+                .map_err(fetch_error)?;
+            CallUpdate::Run(verbs)
         }
-        let verbs = state
-            .callbacks
-            .fetch_twiml(url, method_get, &callback::call_params(&call))
-            .await
-            .map_err(ApiError::fetch)?;
-        CallUpdate::Run(verbs)
-    } else {
-        // Nothing asked: Twilio answers the call as it is.
-        let call = control.get(sid).ok_or_else(|| ApiError::not_found(path))?;
-        return Ok(json_response(StatusCode::OK, &call_json(&call)));
+        // Nothing asked (or a kind of update this server does not know): the call as it is.
+        _ => {
+            let call = control.get(sid).ok_or_else(|| Error::not_found(path))?;
+            return Ok(json_response(StatusCode::OK, &json::call(&call)));
+        }
     };
     let call = control
         .update(sid, update)
-        .map_err(|e| ApiError::control(e, path))?;
-    Ok(json_response(StatusCode::OK, &call_json(&call)))
+        .map_err(|e| Error::control(e, path))?;
+    Ok(json_response(StatusCode::OK, &json::call(&call)))
 }
 
-/// `POST Calls.json`: dial out.
+/// `POST Calls.json`: dial out, with what [`CreateRequest`] reads; a `Url=` fetched here.
 async fn create(
     state: &ApiState,
     params: &Params,
     path: &str,
-) -> Result<Response<Full<Bytes>>, ApiError> {
-    params.only(&[
-        "To",
-        "From",
-        "Twiml",
-        "Url",
-        "Method",
-        "Timeout",
-        "StatusCallback",
-        "StatusCallbackEvent",
-        "StatusCallbackMethod",
-    ])?;
-    let present = |name| params.get(name).map(str::trim).filter(|v| !v.is_empty());
-    let to = present("To").ok_or_else(|| ApiError::bad(21201, "No 'To' number is specified"))?;
-    let from =
-        present("From").ok_or_else(|| ApiError::bad(21213, "No 'From' number is specified"))?;
-    let timeout = params.timeout_secs()?;
-    let status_callback = match present("StatusCallback") {
-        None => None,
-        Some(url) => {
-            callback::check_url(url)
-                .map_err(|e| ApiError::bad(21205, format!("StatusCallback is not valid: {e}")))?;
-            let events = params.status_callback_events()?;
-            Some(StatusCallback {
-                url: url.to_string(),
-                method_get: params.method_get("StatusCallbackMethod")?,
-                events,
-            })
-        }
-    };
-    let twiml: Vec<Verb> = match (params.get("Twiml"), present("Url")) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::bad(21201, "Pass Twiml or Url, not both"));
-        }
-        (Some(xml), None) => twiml::parse(xml).map_err(|e| twiml_error(&e))?,
-        (None, Some(url)) => {
-            // The call does not exist yet, so the fetch describes it as queued, without a
-            // CallSid (Twilio fetches on answer, with one).
-            let p = |k: &str, v: &str| (k.to_string(), v.to_string());
-            let fetch_params = vec![
-                p("AccountSid", state.control.account_sid()),
-                p("ApiVersion", API_VERSION),
-                p("CallStatus", CallStatus::Queued.as_str()),
-                p("Called", to),
-                p("Caller", from),
-                p("Direction", Direction::OutboundApi.as_str()),
-                p("From", from),
-                p("To", to),
-            ];
-            state
-                .callbacks
-                .fetch_twiml(url, params.method_get("Method")?, &fetch_params)
-                .await
-                .map_err(ApiError::fetch)?
-        }
-        (None, None) => {
-            return Err(ApiError::bad(
+) -> Result<Response<Full<Bytes>>, Error> {
+    let request = CreateRequest::parse(params)?;
+    if let Some(cb) = &request.status_callback {
+        callback::check_url(&cb.url)
+            .map_err(|e| Error::bad(21205, format!("StatusCallback is not valid: {e}")))?;
+    }
+    let twiml = match &request.twiml {
+        TwimlSource::Inline(verbs) => verbs.clone(),
+        TwimlSource::Fetch { url, method_get } => state
+            .callbacks
+            .fetch_twiml(
+                url,
+                *method_get,
+                &request.fetch_params(state.control.account_sid()),
+            )
+            .await
+            .map_err(fetch_error)?,
+        _ => {
+            return Err(Error::bad(
                 21205,
                 "A 'Url' or 'Twiml' parameter is required",
             ))
@@ -463,124 +338,20 @@ async fn create(
     };
     let call = state
         .control
-        .create(NewCall {
-            to: to.to_string(),
-            from: from.to_string(),
-            twiml,
-            timeout: Duration::from_secs(timeout),
-            status_callback,
-        })
-        .map_err(|e| ApiError::control(e, path))?;
-    Ok(json_response(StatusCode::CREATED, &call_json(&call)))
-}
-
-/// `GET Calls.json`: filtered by `Status`, `To`, `From`; paged by `PageSize` and `Page`.
-fn list(control: &dyn CallControl, params: &Params) -> Result<Response<Full<Bytes>>, ApiError> {
-    // PageToken is what Twilio's own next_page_uri carries; ontime's carries Page, so a
-    // token is accepted and Page decides.
-    params.only(&["Status", "To", "From", "PageSize", "Page", "PageToken"])?;
-    let status = params.status_filter()?;
-    let (page_size, page) = params.paging()?;
-    let filter = CallFilter {
-        status,
-        to: params.get("To").map(str::to_string),
-        from: params.get("From").map(str::to_string),
-    };
-    let calls = control.list(&filter);
-    let start = page.saturating_mul(page_size);
-    let shown: Vec<Value> = calls
-        .iter()
-        .skip(start)
-        .take(page_size)
-        .map(call_json)
-        .collect();
-    // The filters, repeated in every page's URI so that following next_page_uri keeps them.
-    let filters = {
-        let mut s = form_urlencoded::Serializer::new(String::new());
-        for name in ["Status", "To", "From"] {
-            if let Some(v) = params.get(name) {
-                s.append_pair(name, v);
-            }
-        }
-        s.finish()
-    };
-    let base = format!("{PREFIX}{}/Calls.json", control.account_sid());
-    let page_uri = |n: usize| {
-        let sep = if filters.is_empty() { "" } else { "&" };
-        format!("{base}?{filters}{sep}PageSize={page_size}&Page={n}")
-    };
-    let more = calls.len() > start.saturating_add(shown.len());
-    let body = json!({
-        "calls": shown,
-        "end": start + shown.len().saturating_sub(1),
-        "first_page_uri": page_uri(0),
-        "next_page_uri": more.then(|| page_uri(page + 1)),
-        "page": page,
-        "page_size": page_size,
-        "previous_page_uri": (page > 0).then(|| page_uri(page - 1)),
-        "start": start,
-        "uri": page_uri(page),
-    });
-    Ok(json_response(StatusCode::OK, &body))
-}
-
-/// A number as Twilio formats North American ones (`(415) 867-5309`); anything else as is.
-fn formatted(number: &str) -> String {
-    match number.strip_prefix("+1") {
-        Some(d) if d.len() == 10 && d.bytes().all(|b| b.is_ascii_digit()) => {
-            format!("({}) {}-{}", &d[..3], &d[3..6], &d[6..])
-        }
-        _ => number.to_string(),
-    }
-}
-
-/// Twilio's Call resource. What ontime does not know (price, caller name, phone number SID,
-/// ...) is null as Twilio leaves it; `sip_call_id` is ontime's own addition.
-fn call_json(call: &CallView) -> Value {
-    let base = format!("{PREFIX}{}/Calls/{}", call.account_sid, call.sid);
-    json!({
-        "account_sid": call.account_sid,
-        "annotation": null,
-        "answered_by": null,
-        "api_version": API_VERSION,
-        "caller_name": null,
-        "date_created": rfc2822(call.date_created),
-        "date_updated": rfc2822(call.date_updated),
-        "direction": call.direction.as_str(),
-        "duration": call.duration_secs.map(|d| d.to_string()),
-        "end_time": call.end_time.map(rfc2822),
-        "forwarded_from": null,
-        "from": call.from,
-        "from_formatted": formatted(&call.from),
-        "group_sid": null,
-        "parent_call_sid": null,
-        "phone_number_sid": null,
-        "price": null,
-        "price_unit": "USD",
-        "queue_time": "0",
-        "sid": call.sid,
-        "sip_call_id": call.sip_call_id,
-        "start_time": call.start_time.map(rfc2822),
-        "status": call.status.as_str(),
-        "subresource_uris": {
-            "notifications": format!("{base}/Notifications.json"),
-            "recordings": format!("{base}/Recordings.json"),
-        },
-        "to": call.to,
-        "to_formatted": formatted(&call.to),
-        "trunk_sid": null,
-        "uri": format!("{base}.json"),
-    })
+        .create(request.into_new_call(twiml))
+        .map_err(|e| Error::control(e, path))?;
+    Ok(json_response(StatusCode::CREATED, &json::call(&call)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::control::StatusCallbackEvent;
     use crate::api::test_support::{call, Answer, FakeControl, WebServer, ACCOUNT, TOKEN};
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::TokioExecutor;
     use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+    use ontime_twilio::request::PREFIX;
+    use ontime_twilio::{CallStatus, Direction, StatusCallbackEvent, Verb};
 
     use base64::Engine as _;
 
@@ -1156,12 +927,5 @@ mod tests {
             let r = h.send("GET", &call_path(CALL), creds, None, "").await;
             assert_eq!((r.status, r.code()), (401, 20003));
         }
-    }
-
-    #[test]
-    fn formatted_numbers() {
-        // Paths: request.rs's tests.
-        assert_eq!(formatted("+14158675309"), "(415) 867-5309");
-        assert_eq!(formatted("+442071234567"), "+442071234567");
     }
 }

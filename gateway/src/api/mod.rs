@@ -1,42 +1,29 @@
-//! The call-control API: a subset of Twilio's 2010-04-01 REST API and TwiML, so bots written
-//! against Twilio (pipecat's `TwilioFrameSerializer`, Twilio's helper libraries) hang up,
-//! send digits, transfer and dial out through ontime unchanged.
+//! The call-control API as the gateway serves it: Twilio's 2010-04-01 REST API and TwiML, so
+//! bots written against Twilio (pipecat's `TwilioFrameSerializer`, Twilio's helper libraries)
+//! hang up, send digits, transfer and dial out through ontime unchanged. What requests mean,
+//! TwiML, Twilio's JSON and errors and signatures are `ontime_twilio`'s (sans-IO); here is
+//! what does I/O:
 //!
-//! - `control`: the contract between the HTTP layer and the gateway's calls ([`CallControl`]);
-//! - `twiml`: the TwiML verbs ontime runs, and their parser ([`parse_twiml`]);
-//! - `http`: the HTTP server ([`serve`]: routes, Basic auth, Twilio's JSON shapes and errors);
+//! - `http`: the HTTP server ([`serve`]: hyper, bounded bodies and connections, counted);
 //! - `callback`: TwiML fetches and status callbacks to the bot's server ([`Callbacks`]:
-//!   signed, bounded);
-//! - [`signature`], `X-Twilio-Signature`;
-//! - `date`: RFC 2822 dates as Twilio writes them.
+//!   signed, bounded).
 
 mod callback;
-pub(crate) mod control;
-mod date;
 mod http;
-mod request;
-pub mod signature;
 #[cfg(test)]
 mod test_support;
-pub(crate) mod twiml;
 
-pub use callback::{
-    call_params, status_params, CallbackConfig, CallbackError, Callbacks, FetchError,
-    StatusReporter, API_VERSION,
-};
-pub use control::{
-    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
-    StatusCallback, StatusCallbackEvent,
-};
-pub use http::{serve, ApiState};
-pub use twiml::{parse as parse_twiml, DialTarget, TwimlError, Verb, MAX_TWIML_BYTES};
+pub(crate) use callback::{CallbackConfig, CallbackError, Callbacks, StatusReporter};
+pub(crate) use http::{serve, ApiState};
 
 /// The gateway's side of the API: bind and serve it, build its callback client.
 pub(crate) mod wiring {
     use std::net::SocketAddr;
     use std::sync::Arc;
 
-    use super::{serve, ApiState, CallControl, Callbacks};
+    use ontime_twilio::CallControl;
+
+    use super::{serve, ApiState, Callbacks};
     use crate::config::Config;
 
     /// The callback client of the gateway: signs with the API's auth token (empty without an

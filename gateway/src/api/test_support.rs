@@ -13,12 +13,11 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::sync::mpsc;
-
-use super::control::{
-    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
+use ontime_twilio::{
+    signature, CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction,
+    NewCall,
 };
-use super::signature;
+use tokio::sync::mpsc;
 
 /// One request the server received.
 #[derive(Debug, Clone)]

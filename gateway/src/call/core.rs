@@ -19,6 +19,7 @@ use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_
 use ontime_sender::{StreamEvent, StreamId, StreamProducer};
 use ontime_sip::{Direction, NegotiatedMedia};
 use ontime_srtp::{SdesKeys, SrtpContext, SRTCP_TRAILER_LEN};
+use ontime_twilio::{DialTarget, Verb};
 use tracing::info;
 
 use super::inbound::{law_of, InboundMedia, InboundOutcome};
@@ -30,7 +31,6 @@ use super::program::{
 use super::rtcp::{OutgoingStream, RtcpSession};
 use super::stats::CallStats;
 use crate::agent::{AgentAction, AgentEvent, CallInfo, TransferResult};
-use crate::api::{DialTarget, Verb};
 use crate::config::BargeIn;
 use crate::records::cdr::{CallDetailRecord, EndCause, RecordKind};
 use crate::records::recording::Track;

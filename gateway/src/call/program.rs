@@ -6,8 +6,9 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use ontime_twilio::{DialTarget, Verb};
+
 use crate::agent::TransferResult;
-use crate::api::{DialTarget, Verb};
 
 /// `Reason` of the BYE when the API or TwiML hangs up (Twilio's `Status=completed`, `<Hangup/>`):
 /// Q.850 cause 16, normal call clearing.

@@ -12,6 +12,7 @@ use ontime_sender::{
     Controller, EngineConfig, PacketInfo, PacketSink, StreamConfig, StreamOutput, TickEngine,
 };
 use ontime_sip::{Codec, Direction, NegotiatedMedia};
+use ontime_twilio::{DialTarget, Verb};
 
 use super::program::{REASON_NORMAL_CLEARING, TRANSFER_WAIT};
 use super::{
@@ -19,7 +20,6 @@ use super::{
     TransferOutcome, HANGUP_WAIT,
 };
 use crate::agent::{AgentAction, CallInfo, TransferResult};
-use crate::api::{DialTarget, Verb};
 use crate::config::BargeIn;
 use crate::records::cdr::{CallDetailRecord, EndCause};
 use crate::records::recording::Track;
@@ -122,7 +122,7 @@ impl Sim {
         let info = CallInfo {
             call_sid: crate::call::new_call_sid(),
             account_sid: crate::config::DEFAULT_ACCOUNT_SID.into(),
-            direction: crate::api::Direction::Inbound,
+            direction: ontime_twilio::Direction::Inbound,
             transport: ontime_sip::Transport::Udp,
             call_id: "sim-call".into(),
             from: "sip:caller@example.com".into(),

@@ -8,9 +8,9 @@ use ontime_sip::{CallHandle, NegotiatedMedia};
 
 use crate::admission::{AdmittedCall, RejectReason};
 use crate::agent::CallInfo;
-use crate::api::{CallStatus, Verb};
 use crate::call::{CallSettings, DialogEvent};
 use crate::records::cdr::CallDetailRecord;
+use ontime_twilio::{CallStatus, Verb};
 
 /// One thing for the driver to do.
 pub(crate) enum Action {

@@ -40,6 +40,7 @@ use ontime_sip::{
     CallHandle, Codec, Config as SipConfig, EndReason, Endpoint, Event, LocalMedia, Method,
     RegistrationHandle, SessionDescription, Transmit, Transport,
 };
+use ontime_twilio::{CallStatus, Direction as CallDirection, NewCall, Verb};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tracing::{info, warn};
@@ -49,7 +50,6 @@ pub(crate) use action::{Action, CallStart, Counted, RegistryNote};
 use crate::admission::sip_guard::{SipGuard, Verdict};
 use crate::admission::{AdmittedCall, CallSlots, RejectReason, RETRY_AFTER_SECS};
 use crate::agent::{Admission, CallInfo};
-use crate::api::{CallStatus, Direction as CallDirection, NewCall, Verb};
 use crate::call::{CallSettings, DialogEvent, SipRequest};
 use crate::config::Config;
 use crate::records::cdr::{CallDetailRecord, EndCause};

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use ontime_sip::sdp::{self, Direction, LocalMedia};
 use ontime_sip::{EndReason, Event, Transport};
+use ontime_twilio::{CallStatus, NewCall};
 
 use super::harness::{addr, Harness, RouteMode, GATEWAY, TRUNK};
 use super::{Action, Counted, RegistryNote, LINGER};
 use crate::admission::RejectReason;
 use crate::agent::Admission;
-use crate::api::{CallStatus, NewCall};
 use crate::call::tests::{speech_started, speech_stopped, turn_ended};
 use crate::call::AgentNotice;
 use crate::call::{DialogEvent, SipRequest};

@@ -10,7 +10,7 @@ const MONTHS: [&str; 12] = [
 ];
 
 /// `t` as `Tue, 31 Aug 2010 20:36:28 +0000` (times before 1970 are written as 1970).
-pub(crate) fn rfc2822(t: SystemTime) -> String {
+pub fn rfc2822(t: SystemTime) -> String {
     let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let days = secs / 86_400;
     let rem = secs % 86_400;

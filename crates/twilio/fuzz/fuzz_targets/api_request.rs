@@ -1,4 +1,4 @@
-//! What the call-control API parses from a request (gateway/src/api/request.rs), without sockets:
+//! What the call-control API parses from a request (ontime-twilio's request.rs), without sockets:
 //! the path router, the `Authorization` header's Basic credentials, the form content type, and
 //! form bodies with the values read from them (`Status`, `Timeout`, `StatusCallbackEvent`,
 //! `PageSize`/`Page`, `Method`-like ones). No panic (arithmetic overflow included), and:
@@ -16,24 +16,11 @@
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
 
-// The files themselves, not the gateway crate: building the whole gateway with coverage is too
-// heavy. request.rs names only super::control, and control.rs only super::twiml, so the three
-// compile here as siblings at the crate root.
-#[allow(dead_code)]
-#[path = "../../src/api/control.rs"]
-mod control;
-#[allow(dead_code)]
-#[path = "../../src/api/request.rs"]
-mod request;
-#[allow(dead_code)]
-#[path = "../../src/api/twiml.rs"]
-mod twiml;
-
-use control::{CallStatus, CallUpdate, StatusCallbackEvent};
-use request::{
+use ontime_twilio::request::{
     basic_credentials, is_form, parse_path, Params, Resource, DEFAULT_PAGE_SIZE, DEFAULT_RING_SECS,
     MAX_PAGE_SIZE, MAX_RING_SECS, PREFIX,
 };
+use ontime_twilio::{CallStatus, CallUpdate, StatusCallbackEvent};
 
 const EVENTS: [&str; 4] = ["initiated", "ringing", "answered", "completed"];
 
@@ -115,17 +102,17 @@ fn check_auth(header: &str, other: &[u8]) {
 fn check_params(p: &Params) {
     // Round trip through the serializer.
     let again = form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(&p.0)
+        .extend_pairs(p.pairs())
         .finish();
     assert_eq!(&Params::parse(again.as_bytes()), p, "{again:?}");
 
     let known = ["To", "From", "Twiml", "Url", "Method", "Timeout"];
     match p.only(&known) {
-        Ok(()) => assert!(p.0.iter().all(|(k, _)| known.contains(&k.as_str()))),
+        Ok(()) => assert!(p.pairs().iter().all(|(k, _)| known.contains(&k.as_str()))),
         Err(e) => {
             assert_eq!(e.code, 21201);
             let (k, _) =
-                p.0.iter()
+                p.pairs().iter()
                     .find(|(k, _)| !known.contains(&k.as_str()))
                     .expect("an unknown parameter");
             assert!(e.message.contains(&format!("'{k}'")), "{}", e.message);

@@ -1,4 +1,4 @@
-//! The TwiML parser (gateway/src/api/twiml.rs), which reads what bots send (`Twiml=`, `Url=`
+//! The TwiML parser (ontime-twilio's twiml.rs), which reads what bots send (`Twiml=`, `Url=`
 //! answers, the voice URL's answer), on arbitrary text: no panic (arithmetic overflow included),
 //! the same answer twice, and every verb it accepts within the documented bounds: a document of
 //! at most `MAX_TWIML_BYTES`, at most `MAX_ELEMENTS` verbs, pauses of whole seconds up to
@@ -14,13 +14,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 
-// The file itself, not the gateway crate: building the whole gateway with coverage is too heavy.
-// twiml.rs keeps to std, quick-xml and thiserror for this, with no `crate::` or `super::` paths.
-#[allow(dead_code)]
-#[path = "../../src/api/twiml.rs"]
-mod twiml;
-
-use twiml::{parse, DialTarget, TwimlError, Verb, MAX_PAUSE_SECS, MAX_TWIML_BYTES};
+use ontime_twilio::twiml::{parse, DialTarget, TwimlError, Verb, MAX_PAUSE_SECS, MAX_TWIML_BYTES};
 
 /// `MAX_ELEMENTS` and `MAX_DIGITS` of twiml.rs (private there): elements per document, digits
 /// per `<Play>`.

@@ -1,11 +1,14 @@
-//! The contract between the HTTP API ([`super`]) and the gateway's calls: the HTTP layer parses
-//! and authenticates Twilio-shaped requests and renders Twilio-shaped answers; whatever
-//! implements [`CallControl`] (the gateway's call registry) acts on calls. Nothing here blocks:
-//! every method returns at once (work on a call is handed to its task).
+//! The Calls resource and the contract behind it: what a call looks like to the API
+//! ([`CallView`], [`CallStatus`], [`Direction`]), what can be asked of calls ([`NewCall`],
+//! [`CallUpdate`], [`CallFilter`]), and [`CallControl`], which whatever owns the calls
+//! implements. An HTTP layer parses and authenticates Twilio-shaped requests
+//! ([`crate::request`]) and renders Twilio-shaped answers ([`crate::json`]); the
+//! [`CallControl`] implementation acts on calls. Nothing here blocks: every method returns at
+//! once (work on a call is handed to whatever runs it).
 
 use std::time::{Duration, SystemTime};
 
-use super::twiml::Verb;
+use crate::twiml::Verb;
 
 /// A call's status, as Twilio names them (`Status` of the Call resource).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,7 +93,7 @@ impl Direction {
     }
 }
 
-/// A call as the API shows it (rendered as Twilio's Call resource by the HTTP layer).
+/// A call as the API shows it (rendered as Twilio's Call resource by [`crate::json::call`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallView {
     /// `CA` + 32 hex digits.
@@ -194,7 +197,7 @@ pub struct CallFilter {
     pub from: Option<String>,
 }
 
-/// Why a control request failed (the HTTP layer maps each to Twilio's status and code).
+/// Why a control request failed ([`crate::Error::control`] maps each to Twilio's status and code).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ControlError {
@@ -205,10 +208,12 @@ pub enum ControlError {
     /// (400, code 21220 "Call is not in-progress").
     #[error("Call is not in-progress. Cannot redirect.")]
     NotInProgress,
-    /// Dial-out asked for but no `--trunk-uri` is configured (400, code 21210).
+    /// Dial-out asked for but no trunk to dial through is configured (400, code 21210; the
+    /// text names ontime's `--trunk-uri`).
     #[error("no trunk is configured for outbound calls (--trunk-uri)")]
     NoTrunk,
-    /// `--max-calls` reached or the gateway is draining (429, code 20429).
+    /// No room for another call, e.g. a call limit reached or the stack draining (429, code
+    /// 20429).
     #[error("the gateway is at capacity; retry later")]
     AtCapacity,
     /// A parameter is invalid (400, code 21205 for URLs, 21201 otherwise); the text names it.
@@ -216,7 +221,9 @@ pub enum ControlError {
     Invalid(String),
 }
 
-/// What the API acts on. Implemented by the gateway's call registry.
+/// What the API acts on: implemented by whatever owns the calls (ontime's gateway implements it
+/// with its call registry). It names only this crate's types, so any voice stack can serve
+/// Twilio's Calls resource over its own calls.
 pub trait CallControl: Send + Sync + 'static {
     /// The account SID calls belong to (`AC` + 32 hex); requests for another account get 404.
     fn account_sid(&self) -> &str;
