@@ -205,19 +205,19 @@ pub struct Args {
     #[arg(long, env = "ONTIME_RECORD")]
     pub record: Option<PathBuf>,
     /// Grace period for calls on SIGTERM before they are hung up (e.g. `30s`).
-    #[arg(long, env = "ONTIME_DRAIN_TIMEOUT")]
+    #[arg(long, env = "ONTIME_DRAIN_TIMEOUT", value_name = "DURATION")]
     pub drain_timeout: Option<String>,
-    /// No RTP from the caller for this long ends the call with BYE (e.g. `30s`).
-    #[arg(long, env = "ONTIME_RTP_TIMEOUT")]
+    /// No RTP from the caller for this long ends the call with BYE (e.g. `30s`); `off`: never.
+    #[arg(long, env = "ONTIME_RTP_TIMEOUT", value_name = "DURATION")]
     pub rtp_timeout: Option<String>,
     /// Longest call before the gateway hangs up (e.g. `1h`).
-    #[arg(long, env = "ONTIME_MAX_CALL_DURATION")]
+    #[arg(long, env = "ONTIME_MAX_CALL_DURATION", value_name = "DURATION")]
     pub max_call_duration: Option<String>,
     /// Silence after speech stops that ends a turn even if Smart Turn says incomplete (e.g. `2s`).
-    #[arg(long, env = "ONTIME_TURN_STOP_TIMEOUT")]
+    #[arg(long, env = "ONTIME_TURN_STOP_TIMEOUT", value_name = "DURATION")]
     pub turn_stop_timeout: Option<String>,
     /// Ring time before answering (180 first; e.g. `2s`); 0 answers at once.
-    #[arg(long, env = "ONTIME_ANSWER_DELAY")]
+    #[arg(long, env = "ONTIME_ANSWER_DELAY", value_name = "DURATION")]
     pub answer_delay: Option<String>,
     /// Log format.
     #[arg(long, env = "ONTIME_LOG_FORMAT", value_enum)]
@@ -243,7 +243,7 @@ pub struct Args {
     #[arg(long, env = "ONTIME_AGENT_UNREACHABLE", value_enum)]
     pub agent_unreachable: Option<AgentUnreachable>,
     /// Longest wait for a bot's WebSocket to open (e.g. `2s`).
-    #[arg(long, env = "ONTIME_WS_CONNECT_TIMEOUT")]
+    #[arg(long, env = "ONTIME_WS_CONNECT_TIMEOUT", value_name = "DURATION")]
     pub ws_connect_timeout: Option<String>,
     /// Bot messages longer than this many bytes are dropped and counted.
     #[arg(long, env = "ONTIME_WS_MAX_MESSAGE_BYTES")]
@@ -282,8 +282,9 @@ pub struct Args {
     /// `Server`/`User-Agent` header value (default `ontime-gateway`, no version; empty: none).
     #[arg(long, env = "ONTIME_SIP_SERVER_HEADER")]
     pub sip_server_header: Option<String>,
-    /// Interval of the interim call records written while a call is up (e.g. `60s`); 0: none.
-    #[arg(long, env = "ONTIME_INTERIM_RECORD_INTERVAL")]
+    /// Interval of the interim call records written while a call is up (e.g. `60s`); `off` or
+    /// 0: none.
+    #[arg(long, env = "ONTIME_INTERIM_RECORD_INTERVAL", value_name = "DURATION")]
     pub interim_record_interval: Option<String>,
     /// Listen address of the Twilio-compatible call-control API (off unless set). Its auth
     /// token comes from `ONTIME_API_AUTH_TOKEN` or `--api-auth-token-file`, never a flag.
@@ -526,7 +527,7 @@ pub struct Config {
     pub record_dir: Option<PathBuf>,
     /// Drain grace period.
     pub drain_timeout: Duration,
-    /// RTP inactivity timeout (None: `rtp_timeout = 0`, never).
+    /// RTP inactivity timeout (None: `rtp_timeout = "off"`, never).
     pub rtp_timeout: Option<Duration>,
     /// Maximum call length.
     pub max_call_duration: Duration,
@@ -680,6 +681,289 @@ impl Default for Config {
     }
 }
 
+/// What a numeric setting accepts. Each setting's bounds are written once, in [`RANGES`]; the
+/// resolver checks flags, environment variables and TOML keys against the same entry, after they
+/// are merged, and a test holds the table in docs/gateway.md to it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Bounds {
+    /// A whole number, `min..=max`.
+    Count {
+        /// Smallest accepted.
+        min: u64,
+        /// Largest accepted.
+        max: u64,
+    },
+    /// A duration (`30`, `30s`, `500ms`, `1h`), `min..=max`.
+    Duration {
+        /// Shortest accepted.
+        min: Duration,
+        /// Longest accepted.
+        max: Duration,
+        /// How the setting is turned off, if it can be.
+        off: Off,
+    },
+    /// Seconds as a decimal number, `min..=max`.
+    Seconds {
+        /// Smallest accepted.
+        min: f64,
+        /// Largest accepted.
+        max: f64,
+    },
+}
+
+/// How a duration setting is turned off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Off {
+    /// It cannot be.
+    Never,
+    /// `off` only: `0` would read as "at once" and is refused.
+    Word,
+    /// `off` or `0` (a zero interval means nothing else).
+    WordOrZero,
+}
+
+const fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// The bounds of every numeric setting, by TOML key (the flag is the key with dashes).
+pub(crate) const RANGES: &[(&str, Bounds)] = &[
+    // Every call holds an RTP port pair (at most 32,767 in a port space) and its outgoing audio
+    // on the one sender thread; a core carries about a hundred (docs/capacity.md). Ten thousand
+    // leaves room for the largest host and refuses a typo.
+    (
+        "max_calls",
+        Bounds::Count {
+            min: 1,
+            max: 10_000,
+        },
+    ),
+    // 0 measures and reports only; a reserve above the largest admission limit refuses everything.
+    (
+        "admission_reserve",
+        Bounds::Count {
+            min: 0,
+            max: 10_000,
+        },
+    ),
+    // A Linux CPU set names at most 1,024 CPUs (CPU_SETSIZE).
+    ("sender_core", Bounds::Count { min: 0, max: 1_023 }),
+    // 0 hangs up at once on SIGTERM; a day is longer than the longest call.
+    (
+        "drain_timeout",
+        Bounds::Duration {
+            min: Duration::ZERO,
+            max: secs(86_400),
+            off: Off::Never,
+        },
+    ),
+    // `0` used to mean "never" and read as "at once"; `off` says it. Under a second a burst of
+    // loss would end calls; past an hour the longest-call limit is the one that matters.
+    (
+        "rtp_timeout",
+        Bounds::Duration {
+            min: secs(1),
+            max: secs(3_600),
+            off: Off::Word,
+        },
+    ),
+    // A day: trunks and billing systems cut calls long before; 0 would end every call at once.
+    (
+        "max_call_duration",
+        Bounds::Duration {
+            min: secs(1),
+            max: secs(86_400),
+            off: Off::Never,
+        },
+    ),
+    // Below 200 ms a pause for breath ends the turn whatever Smart Turn says (0 would make its
+    // verdict moot); past 30 s a caller who stopped talking hears nothing for half a minute.
+    (
+        "turn_stop_timeout",
+        Bounds::Duration {
+            min: Duration::from_millis(200),
+            max: secs(30),
+            off: Off::Never,
+        },
+    ),
+    // Ringing longer than a minute loses the caller; proxies give up on a ringing INVITE after
+    // Timer C (more than 3 min, RFC 3261 §16.6) and carriers' no-answer timers are shorter.
+    (
+        "answer_delay",
+        Bounds::Duration {
+            min: Duration::ZERO,
+            max: secs(60),
+            off: Off::Never,
+        },
+    ),
+    // The caller rings while the bot's socket opens: past 30 s no one is waiting.
+    (
+        "ws_connect_timeout",
+        Bounds::Duration {
+            min: Duration::from_millis(100),
+            max: secs(30),
+            off: Off::Never,
+        },
+    ),
+    // One record a second is already a lot of log per call; a day is the longest call.
+    (
+        "interim_record_interval",
+        Bounds::Duration {
+            min: secs(1),
+            max: secs(86_400),
+            off: Off::WordOrZero,
+        },
+    ),
+    // One 20 ms frame at least; an hour of queued bot audio is longer than a default call.
+    (
+        "max_buffered_seconds",
+        Bounds::Seconds {
+            min: 0.02,
+            max: 3_600.0,
+        },
+    ),
+    // A media message is about 300 bytes; 16 MiB of base64 µ-law is over 25 minutes of audio.
+    (
+        "ws_max_message_bytes",
+        Bounds::Count {
+            min: 1_024,
+            max: 16 << 20,
+        },
+    ),
+    // 3,000 frames are a minute of caller audio: a bot that far behind has lost the call.
+    ("ws_send_queue_frames", Bounds::Count { min: 1, max: 3_000 }),
+    // A trunk's SBC sends every call's SIP from one address: 100,000 messages a second is far
+    // above what one gateway's calls produce, and 0 would drop everything.
+    (
+        "sip_rate_limit",
+        Bounds::Count {
+            min: 1,
+            max: 100_000,
+        },
+    ),
+    // RFC 3261 §10.2.1.1 lets a registrar refuse under 60 s (423); a day is the usual ceiling.
+    (
+        "register_expires",
+        Bounds::Count {
+            min: 60,
+            max: 86_400,
+        },
+    ),
+];
+
+/// The bounds of `field`; every numeric setting has an entry (a test checks it).
+fn bounds(field: &'static str) -> Bounds {
+    RANGES
+        .iter()
+        .find(|(name, _)| *name == field)
+        .map(|(_, b)| *b)
+        .unwrap_or_else(|| panic!("no bounds for `{field}`: add it to RANGES"))
+}
+
+/// `d` as written in the docs: `0s`, `500ms`, `30s`, `5m`, `1h`.
+fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        "0s".into()
+    } else if ms.is_multiple_of(3_600_000) {
+        format!("{}h", ms / 3_600_000)
+    } else if ms.is_multiple_of(60_000) {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1_000) {
+        format!("{}s", ms / 1_000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+impl Bounds {
+    /// What the setting accepts, as the docs' range column and every range error say it.
+    pub(crate) fn describe(&self) -> String {
+        match *self {
+            Bounds::Count { min, max } => format!("{min}–{max}"),
+            Bounds::Seconds { min, max } => format!("{min}–{max}"),
+            Bounds::Duration { min, max, off } => {
+                let span = format!("{}–{}", format_duration(min), format_duration(max));
+                match off {
+                    Off::Never => span,
+                    Off::Word => format!("`off`, or {span}"),
+                    Off::WordOrZero => format!("`off` or `0`, or {span}"),
+                }
+            }
+        }
+    }
+}
+
+/// `value` if `field`'s bounds hold it.
+fn count<T: Copy + std::fmt::Display + TryInto<u64>>(
+    field: &'static str,
+    value: T,
+) -> Result<T, ConfigError> {
+    let b = bounds(field);
+    let Bounds::Count { min, max } = b else {
+        panic!("`{field}` is not a count");
+    };
+    let v: u64 = value.try_into().unwrap_or(u64::MAX);
+    if (min..=max).contains(&v) {
+        Ok(value)
+    } else {
+        Err(ConfigError::Invalid {
+            field,
+            reason: format!("{value} is outside {}", b.describe()),
+        })
+    }
+}
+
+/// `value` (decimal seconds) if `field`'s bounds hold it.
+fn seconds(field: &'static str, value: f64) -> Result<Duration, ConfigError> {
+    let b = bounds(field);
+    let Bounds::Seconds { min, max } = b else {
+        panic!("`{field}` is not in seconds");
+    };
+    // NaN is outside every range; the bounds keep `from_secs_f64` from panicking on overflow.
+    if (min..=max).contains(&value) {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        Err(ConfigError::Invalid {
+            field,
+            reason: format!("{value} is outside {}", b.describe()),
+        })
+    }
+}
+
+/// `value` parsed as a duration within `field`'s bounds; `None` when it turns the setting off.
+fn duration(field: &'static str, value: &str) -> Result<Option<Duration>, ConfigError> {
+    let b = bounds(field);
+    let Bounds::Duration { min, max, off } = b else {
+        panic!("`{field}` is not a duration");
+    };
+    let trimmed = value.trim();
+    if off != Off::Never && trimmed == "off" {
+        return Ok(None);
+    }
+    let d = parse_duration(field, value)?;
+    if off == Off::WordOrZero && d.is_zero() {
+        return Ok(None);
+    }
+    if (min..=max).contains(&d) {
+        return Ok(Some(d));
+    }
+    let hint = if off == Off::Word && d.is_zero() {
+        " (`off` turns it off)"
+    } else {
+        ""
+    };
+    Err(ConfigError::Invalid {
+        field,
+        reason: format!("`{trimmed}` is outside {}{hint}", b.describe()),
+    })
+}
+
+/// `field`'s duration where it cannot be turned off.
+fn duration_on(field: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    Ok(duration(field, value)?.expect("ok: only settings that can be off give None"))
+}
+
 fn parse<T: FromStr>(field: &'static str, value: &str) -> Result<T, ConfigError>
 where
     T::Err: std::fmt::Display,
@@ -715,7 +999,16 @@ fn parse_cidr(field: &'static str, value: &str) -> Result<IpNet, ConfigError> {
             "`{value}`: prefix length {prefix} is longer than {max}, the most for {family}"
         )));
     }
-    IpNet::new(ip, prefix).map_err(|e| invalid(format!("`{value}`: {e}")))
+    let net = IpNet::new(ip, prefix).map_err(|e| invalid(format!("`{value}`: {e}")))?;
+    // `10.0.0.1/8` is either a typo for the network or for one address; trusting the whole /8
+    // on a guess is the wrong way to fail.
+    if net.addr() != net.network() {
+        return Err(invalid(format!(
+            "`{value}` has host bits set: write the network, `{}`, or one address, `{ip}`",
+            net.trunc()
+        )));
+    }
+    Ok(net)
 }
 
 fn parse_duration(field: &'static str, value: &str) -> Result<Duration, ConfigError> {
@@ -774,13 +1067,7 @@ impl Config {
             c.agent = parse("agent", &v)?;
         }
         if let Some(v) = pick!(max_calls) {
-            if v == 0 {
-                return Err(ConfigError::Invalid {
-                    field: "max_calls",
-                    reason: "must be at least 1".into(),
-                });
-            }
-            c.max_calls = v;
+            c.max_calls = count("max_calls", v)?;
         }
         let cidrs = if args.trunk_cidr.is_empty() {
             file.trunk_cidr.clone()
@@ -793,7 +1080,9 @@ impl Config {
                 .map(|v| parse_cidr("trunk_cidr", v))
                 .collect::<Result<_, _>>()?;
         }
-        c.sender_core = pick!(sender_core);
+        c.sender_core = pick!(sender_core)
+            .map(|v| count("sender_core", v))
+            .transpose()?;
         if let Some(core) = c.sender_core {
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
             if core >= cpus.max(1) * 64 {
@@ -805,27 +1094,19 @@ impl Config {
         }
         c.record_dir = pick!(record);
         if let Some(v) = pick!(drain_timeout) {
-            c.drain_timeout = parse_duration("drain_timeout", &v)?;
+            c.drain_timeout = duration_on("drain_timeout", &v)?;
         }
         if let Some(v) = pick!(rtp_timeout) {
-            // 0 turns the timeout off (it does not hang up every call at once).
-            c.rtp_timeout = Some(parse_duration("rtp_timeout", &v)?).filter(|t| !t.is_zero());
+            c.rtp_timeout = duration("rtp_timeout", &v)?;
         }
         if let Some(v) = pick!(interim_record_interval) {
-            c.interim_record_interval =
-                Some(parse_duration("interim_record_interval", &v)?).filter(|t| !t.is_zero());
+            c.interim_record_interval = duration("interim_record_interval", &v)?;
         }
         if let Some(v) = args.untrusted_sip.or(file.untrusted_sip) {
             c.untrusted_sip = v;
         }
         if let Some(v) = pick!(sip_rate_limit) {
-            if v == 0 {
-                return Err(ConfigError::Invalid {
-                    field: "sip_rate_limit",
-                    reason: "must be at least 1 message per second".into(),
-                });
-            }
-            c.sip_rate_limit = v;
+            c.sip_rate_limit = count("sip_rate_limit", v)?;
         }
         if let Some(v) = pick!(sip_server_header) {
             let v = v.trim().to_string();
@@ -838,13 +1119,13 @@ impl Config {
             c.sip_server_header = (!v.is_empty()).then_some(v);
         }
         if let Some(v) = pick!(max_call_duration) {
-            c.max_call_duration = parse_duration("max_call_duration", &v)?;
+            c.max_call_duration = duration_on("max_call_duration", &v)?;
         }
         if let Some(v) = pick!(turn_stop_timeout) {
-            c.turn_stop_timeout = parse_duration("turn_stop_timeout", &v)?;
+            c.turn_stop_timeout = duration_on("turn_stop_timeout", &v)?;
         }
         if let Some(v) = pick!(answer_delay) {
-            c.answer_delay = parse_duration("answer_delay", &v)?;
+            c.answer_delay = duration_on("answer_delay", &v)?;
         }
         if let Some(v) = args.log_format.or(file.log_format) {
             c.log_format = v;
@@ -856,44 +1137,19 @@ impl Config {
             c.barge_in = v;
         }
         if let Some(v) = pick!(max_buffered_seconds) {
-            // At least one frame; at most a day (Duration::from_secs_f64 panics on overflow).
-            if !(0.02..=86_400.0).contains(&v) {
-                return Err(ConfigError::Invalid {
-                    field: "max_buffered_seconds",
-                    reason: format!("{v} is outside 0.02..=86400 seconds"),
-                });
-            }
-            c.max_buffered = Duration::from_secs_f64(v);
+            c.max_buffered = seconds("max_buffered_seconds", v)?;
         }
         if let Some(v) = args.agent_unreachable.or(file.agent_unreachable) {
             c.agent_unreachable = v;
         }
         if let Some(v) = pick!(ws_connect_timeout) {
-            c.ws_connect_timeout = parse_duration("ws_connect_timeout", &v)?;
-            if c.ws_connect_timeout.is_zero() {
-                return Err(ConfigError::Invalid {
-                    field: "ws_connect_timeout",
-                    reason: "must be more than 0".into(),
-                });
-            }
+            c.ws_connect_timeout = duration_on("ws_connect_timeout", &v)?;
         }
         if let Some(v) = pick!(ws_max_message_bytes) {
-            if v < 1024 {
-                return Err(ConfigError::Invalid {
-                    field: "ws_max_message_bytes",
-                    reason: format!("{v} is below 1024 (a single media frame needs ~300)"),
-                });
-            }
-            c.ws_max_message_bytes = v;
+            c.ws_max_message_bytes = count("ws_max_message_bytes", v)?;
         }
         if let Some(v) = pick!(ws_send_queue_frames) {
-            if v == 0 {
-                return Err(ConfigError::Invalid {
-                    field: "ws_send_queue_frames",
-                    reason: "must be at least 1".into(),
-                });
-            }
-            c.ws_send_queue_frames = v;
+            c.ws_send_queue_frames = count("ws_send_queue_frames", v)?;
         }
         if let Some(v) = pick!(ws_ontime_events) {
             c.ws_ontime_events = v;
@@ -956,7 +1212,7 @@ impl Config {
             c.sip_listen_tls = Some(parse("sip_listen_tls", &v)?);
         }
         if let Some(v) = pick!(admission_reserve) {
-            c.admission_reserve = v;
+            c.admission_reserve = count("admission_reserve", v)?;
         }
         if let Some(v) = args.srtp.or(file.srtp) {
             c.srtp = v.policy();
@@ -988,13 +1244,7 @@ impl Config {
             });
         }
         if let Some(v) = pick!(register_expires) {
-            if !(60..=86_400).contains(&v) {
-                return Err(ConfigError::Invalid {
-                    field: "register_expires",
-                    reason: format!("{v} is outside 60..=86400 seconds"),
-                });
-            }
-            c.register_expires = Duration::from_secs(v);
+            c.register_expires = Duration::from_secs(count("register_expires", v)?);
         }
         if let Some(user) = pick!(trunk_auth) {
             let password = secret(
@@ -1200,7 +1450,7 @@ mod tests {
         assert_eq!(c.rtp_timeout, Some(Duration::from_secs(30)));
         let c = Config::resolve(args(&[
             "--rtp-timeout",
-            "0",
+            "off",
             "--untrusted-sip",
             "reject",
             "--sip-server-header",
@@ -1209,7 +1459,7 @@ mod tests {
             "0",
         ]))
         .unwrap();
-        assert_eq!(c.rtp_timeout, None, "0 turns the RTP timeout off");
+        assert_eq!(c.rtp_timeout, None, "`off` turns the RTP timeout off");
         assert_eq!(c.untrusted_sip, UntrustedSip::Reject);
         assert_eq!(c.sip_server_header, None);
         assert_eq!(c.interim_record_interval, None);
@@ -1324,5 +1574,225 @@ mod tests {
         let e = Config::resolve(args(&["--config", f.to_str().unwrap()])).unwrap_err();
         assert!(e.to_string().contains("max_calls"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_naming_the_field() {
+        for (list, want) in [
+            (
+                &["--max-calls", "99999999999"][..],
+                "config field `max_calls`: 99999999999 is outside 1–10000",
+            ),
+            (
+                &["--max-call-duration", "99999999999h"],
+                "config field `max_call_duration`: `99999999999h` is outside 1s–24h",
+            ),
+            (
+                &["--rtp-timeout", "0"],
+                "config field `rtp_timeout`: `0` is outside `off`, or 1s–1h (`off` turns it off)",
+            ),
+            (
+                &["--turn-stop-timeout", "0"],
+                "config field `turn_stop_timeout`: `0` is outside 200ms–30s",
+            ),
+            (
+                &["--answer-delay", "1h"],
+                "config field `answer_delay`: `1h` is outside 0s–1m",
+            ),
+            (
+                &["--trunk-cidr", "10.0.0.1/8"],
+                "config field `trunk_cidr`: `10.0.0.1/8` has host bits set: write the network, \
+                 `10.0.0.0/8`, or one address, `10.0.0.1`",
+            ),
+            (
+                &["--max-calls", "0"],
+                "config field `max_calls`: 0 is outside 1–10000",
+            ),
+            (
+                &["--max-buffered-seconds", "NaN"],
+                "config field `max_buffered_seconds`: NaN is outside 0.02–3600",
+            ),
+            (
+                &["--register-expires", "30"],
+                "config field `register_expires`: 30 is outside 60–86400",
+            ),
+        ] {
+            assert_eq!(err(list), want, "{list:?}");
+        }
+        // The bounds themselves are accepted, and `off` is how the RTP timeout is turned off.
+        let c = Config::resolve(args(&[
+            "--max-calls",
+            "10000",
+            "--answer-delay",
+            "60s",
+            "--turn-stop-timeout",
+            "200ms",
+            "--max-call-duration",
+            "24h",
+            "--trunk-cidr",
+            "10.0.0.0/8,2001:db8::/32,192.0.2.7",
+        ]))
+        .unwrap();
+        assert_eq!(c.max_calls, 10_000);
+        assert_eq!(c.answer_delay, Duration::from_secs(60));
+        assert_eq!(c.turn_stop_timeout, Duration::from_millis(200));
+        assert_eq!(c.max_call_duration, Duration::from_secs(86_400));
+        assert_eq!(c.trunk_cidrs.len(), 3);
+        let c = Config::resolve(args(&["--interim-record-interval", "off"])).unwrap();
+        assert_eq!(c.interim_record_interval, None);
+    }
+
+    #[test]
+    fn a_toml_key_meets_the_same_range_as_its_flag() {
+        let dir = std::env::temp_dir().join(format!("ontime-cfg-range-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("gw.toml");
+        std::fs::write(&f, "answer_delay = \"1h\"\nmax_calls = 99999999999\n").unwrap();
+        let e = Config::resolve(args(&["--config", f.to_str().unwrap()])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config field `max_calls`: 99999999999 is outside 1–10000"
+        );
+        std::fs::write(&f, "answer_delay = \"1h\"\n").unwrap();
+        let e = Config::resolve(args(&["--config", f.to_str().unwrap()])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config field `answer_delay`: `1h` is outside 0s–1m"
+        );
+        std::fs::write(&f, "trunk_cidr = [\"10.0.0.1/8\"]\n").unwrap();
+        let e = Config::resolve(args(&["--config", f.to_str().unwrap()])).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("config field `trunk_cidr`: `10.0.0.1/8` has host bits set"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The rows of the settings table in docs/gateway.md: (flags, env names, range cell).
+    fn docs_rows() -> Vec<(Vec<String>, Vec<String>, String)> {
+        let text = include_str!("../../docs/gateway.md");
+        let section = &text[text
+            .find("## Configuration")
+            .expect("a Configuration section")..];
+        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+        let words = |cell: &str, prefixes: &[&str]| -> Vec<String> {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|w| prefixes.iter().any(|p| w.starts_with(p)))
+                .map(str::to_string)
+                .collect()
+        };
+        section
+            .lines()
+            .filter(|l| l.starts_with("| `--") || l.starts_with("| — |"))
+            .map(|l| {
+                let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+                assert_eq!(cells.len(), 5, "five cells in {l}");
+                (
+                    words(cells[0], &["--"]),
+                    words(cells[1], &["ONTIME_", "ORT_"]),
+                    cells[3].to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn docs_table_matches_the_flags() {
+        use clap::CommandFactory;
+        use std::any::TypeId;
+        let rows = docs_rows();
+        let row = |flag: &str| {
+            rows.iter()
+                .find(|(flags, _, _)| flags.iter().any(|f| f == flag))
+                .unwrap_or_else(|| panic!("{flag} has no row in docs/gateway.md's settings table"))
+        };
+        let cmd = Args::command();
+        let mut flags = Vec::new();
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            let flag = format!("--{long}");
+            let (_, envs, range) = row(&flag);
+            let env = arg.get_env().expect("every flag has an environment twin");
+            assert!(
+                envs.iter().any(|e| env == e.as_str()),
+                "{flag}: docs name {envs:?}, the flag reads {env:?}"
+            );
+            let field = long.replace('-', "_");
+            let bounds = RANGES.iter().find(|(name, _)| *name == field);
+            let parser = arg.get_value_parser().type_id();
+            let numeric = [
+                TypeId::of::<usize>(),
+                TypeId::of::<u32>(),
+                TypeId::of::<u64>(),
+                TypeId::of::<f64>(),
+            ]
+            .iter()
+            .any(|t| parser == *t);
+            let is_duration = arg
+                .get_value_names()
+                .is_some_and(|names| names.iter().any(|n| n == "DURATION"));
+            match bounds {
+                Some((_, b)) => assert_eq!(range, &b.describe(), "{flag}'s range in the docs"),
+                None => {
+                    assert!(
+                        !numeric && !is_duration,
+                        "{flag} is a number or a duration without an entry in RANGES"
+                    );
+                    if field != "rtp_ports" {
+                        assert_eq!(range, "—", "{flag} has a range in the docs, none in RANGES");
+                    }
+                }
+            }
+            flags.push(flag);
+        }
+        for (name, b) in RANGES {
+            let flag = format!("--{}", name.replace('_', "-"));
+            assert!(
+                flags.contains(&flag),
+                "RANGES names {name}, which is no flag"
+            );
+            if matches!(b, Bounds::Duration { .. }) {
+                let arg = cmd
+                    .get_arguments()
+                    .find(|a| a.get_long() == Some(&flag[2..]))
+                    .unwrap();
+                assert_eq!(
+                    arg.get_value_names().map(|n| n[0].as_str()),
+                    Some("DURATION"),
+                    "{flag} is a duration"
+                );
+            }
+        }
+        for (documented, _, _) in &rows {
+            for flag in documented {
+                assert!(flags.contains(flag), "docs list {flag}, which is no flag");
+            }
+        }
+        // The TOML keys are the flags with underscores (`--config` aside): serde lists the keys
+        // it knows when it meets one it does not.
+        let e = toml::from_str::<FileConfig>("no_such_key = 1")
+            .unwrap_err()
+            .to_string();
+        let listed = &e[e.find("expected one of").expect("serde lists the keys")..];
+        let mut keys: Vec<String> = listed
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect();
+        let mut want: Vec<String> = flags
+            .iter()
+            .filter(|f| *f != "--config")
+            .map(|f| f[2..].replace('-', "_"))
+            .collect();
+        keys.sort();
+        want.sort();
+        assert_eq!(keys, want, "TOML keys and flags differ");
     }
 }
