@@ -44,3 +44,46 @@ fn call_sh_says_the_call_was_answered_and_the_reply_heard() {
     assert!(voiced >= 50, "{reply}");
     assert!(line("turn:").contains("ms after the caller's speech ended"));
 }
+
+/// Every `@PLACEHOLDER@` of `fixtures/sipp/` has a row in docs/gateway.md's placeholder table,
+/// and every row names a placeholder still in use.
+#[test]
+fn every_sipp_placeholder_is_documented() {
+    let docs = std::fs::read_to_string(workspace().join("docs/gateway.md")).unwrap();
+    let table = &docs[docs
+        .find("### The sipp scenarios and their placeholders")
+        .expect("the placeholder section")..];
+    let documented: std::collections::BTreeSet<String> = table
+        .lines()
+        .skip_while(|l| !l.starts_with("| placeholder |"))
+        .take_while(|l| l.starts_with('|'))
+        .flat_map(|l| {
+            let first = l.split(" | ").next().unwrap_or("").to_string();
+            first
+                .split('`')
+                .filter(|w| w.len() > 2 && w.starts_with('@') && w.ends_with('@'))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut used = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(workspace().join("fixtures/sipp")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let mut rest = text.as_str();
+        while let Some(start) = rest.find('@') {
+            let after = &rest[start + 1..];
+            let Some(end) = after.find('@') else { break };
+            let name = &after[..end];
+            if !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+                used.insert(format!("@{name}@"));
+                rest = &after[end + 1..];
+            } else {
+                rest = after;
+            }
+        }
+    }
+    assert_eq!(
+        documented, used,
+        "docs/gateway.md's placeholder table vs fixtures/sipp"
+    );
+}
