@@ -3,19 +3,21 @@
 #
 #   scripts/call.sh 127.0.0.1:5060                 # speak fixtures/callers/utterance_2.ulaw.wav
 #   scripts/call.sh 192.0.2.10:5060 hello.wav      # your own 8 kHz mono WAV (µ-law or 16-bit)
-#   LISTEN_S=20 scripts/call.sh 127.0.0.1:5070     # listen 20 s for the reply before hanging up
+#   LISTEN_S=20 scripts/call.sh 127.0.0.1:5070     # hang up 20 s after starting to speak
 #
 # The caller is sipp with fixtures/sipp/caller_speaks.xml: INVITE with a PCMU offer, ACK, the
-# WAV as RTP (rtp_stream), LISTEN_S seconds of listening, BYE. The scenario's placeholders are
-# filled here (@SPEECH@: the WAV, @LISTEN_MS@: the listening time); docs/gateway.md, *Trying it
-# by hand*, lists every placeholder of fixtures/sipp. With tshark the caller's media port is
-# captured and the reply counted; without it only the signalling is reported. An INVITE nothing
-# answers is given up after four retransmissions (about 15 s), not a phone's 32.
+# WAV as RTP (rtp_stream) while it listens, BYE LISTEN_S seconds after its speech started. The
+# scenario's placeholders are filled here (@SPEECH@: the WAV, @LISTEN_MS@: LISTEN_S in ms);
+# docs/gateway.md, *Trying it by hand*, lists every placeholder of fixtures/sipp. With tshark the
+# caller's media port is captured and the reply counted; without it only the signalling is
+# reported. An INVITE nothing answers is given up after four retransmissions (about 15 s), not a
+# phone's 32.
 #
-# Environment: LISTEN_S (default 12), LOCAL_IP (default: the address that routes to the target),
-# SIP_PORT (the caller's SIP port, default: a free one), MEDIA_PORT (default: a free even one),
-# TRANSPORT (u1: UDP, the default; t1: TCP).
-# Exit status: 0 when the call was answered and a reply was heard, 1 otherwise, 2 on bad usage.
+# Environment: LISTEN_S (default 12: the sentence, the turn, the stub's 5 s reply), LOCAL_IP
+# (default: the address that routes to the target), SIP_PORT (the caller's SIP port, default: a
+# free one), MEDIA_PORT (default: a free even one), TRANSPORT (u1: UDP, the default; t1: TCP).
+# Exit status: 0 when the call was answered, a reply heard and the BYE answered; 1 otherwise; 2 on
+# bad usage.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -43,7 +45,7 @@ trap cleanup EXIT
 
 # The target's address, the local address that routes to it, free local ports, and the speech
 # as 8 kHz mono µ-law (sipp's rtp_stream plays the WAV's bytes as they are).
-read -r host port local_ip sip_port media_port < <(python3 - "$target" "${LOCAL_IP:-}" "${SIP_PORT:-}" "${MEDIA_PORT:-}" <<'PY'
+addrs=$(python3 - "$target" "${LOCAL_IP:-}" "${SIP_PORT:-}" "${MEDIA_PORT:-}" <<'PY'
 import socket, sys
 target, local_ip, sip_port, media_port = sys.argv[1:5]
 host, _, port = target.rpartition(":")
@@ -51,7 +53,10 @@ if not host or not port.isdigit():
     sys.exit(f"call.sh: `{target}` is not HOST:PORT")
 host = host.strip("[]")
 family = socket.AF_INET6 if ":" in host else socket.AF_INET
-addr = socket.getaddrinfo(host, int(port), family, socket.SOCK_DGRAM)[0][4][0]
+try:
+    addr = socket.getaddrinfo(host, int(port), family, socket.SOCK_DGRAM)[0][4][0]
+except OSError as e:
+    sys.exit(f"call.sh: cannot resolve `{host}`: {e}")
 if not local_ip:
     s = socket.socket(family, socket.SOCK_DGRAM)
     s.connect((addr, int(port)))
@@ -66,9 +71,10 @@ def free(even):
             return p
 print(addr, port, local_ip, sip_port or free(False), media_port or free(True))
 PY
-)
+) || exit 2
+read -r host port local_ip sip_port media_port <<<"$addrs"
 speech=$work/speech.wav
-python3 - "$wav" "$speech" <<'PY'
+python3 - "$wav" "$speech" <<'PY' || exit 2
 import struct, sys
 src, dst = sys.argv[1:3]
 data = open(src, "rb").read()

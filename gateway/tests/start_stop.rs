@@ -1,7 +1,7 @@
 //! Starting and stopping the real binary as an operator does: a setting out of its range stops
 //! the start with a message naming the field (flag and environment twin alike), and a gateway
 //! stopped with SIGTERM frees its ports at once, so the next one binds the same SIP (UDP and
-//! TCP) and metrics ports right after.
+//! TCP), metrics and API ports right after.
 
 mod common;
 
@@ -48,14 +48,23 @@ fn a_setting_out_of_range_stops_the_start_naming_its_field() {
 
 /// A gateway on exactly these ports, up once `/healthz` answers (SIP is bound before the ops
 /// endpoint serves).
-fn start_on(sip: SocketAddr, metrics: SocketAddr, rtp: (u16, u16), log: &Path) -> Proc {
+fn start_on(
+    sip: SocketAddr,
+    metrics: SocketAddr,
+    api: SocketAddr,
+    rtp: (u16, u16),
+    log: &Path,
+) -> Proc {
     let models = workspace().join(".cache/models");
     let mut cmd = Command::new(BINARY);
     cmd.args(["--sip-listen", &sip.to_string()])
         .args(["--sip-listen-tcp", &sip.to_string()])
         .args(["--metrics-listen", &metrics.to_string()])
+        .args(["--api-listen", &api.to_string()])
         .args(["--rtp-ports", &format!("{}-{}", rtp.0, rtp.1)])
         .env("ONTIME_ADMISSION_RESERVE", "0")
+        // The API's token is a secret: environment only, never a flag.
+        .env("ONTIME_API_AUTH_TOKEN", "restart-test-token")
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(log).unwrap())
         .stderr(std::fs::File::create(log.with_extension("err")).unwrap());
@@ -97,10 +106,11 @@ fn free_sip_port() -> u16 {
 fn a_restarted_gateway_binds_its_ports_at_once() {
     let sip: SocketAddr = format!("127.0.0.1:{}", free_sip_port()).parse().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
+    let api: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
     let rtp = free_port_range(20);
     let dir = std::env::temp_dir().join(format!("ontime-restart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut first = start_on(sip, metrics, rtp, &dir.join("first.log"));
+    let mut first = start_on(sip, metrics, api, rtp, &dir.join("first.log"));
     // What a user does before stopping it: an OPTIONS over UDP (its answered transaction stays
     // in the endpoint for Timer J, 32 s) and a TCP connection left open.
     let uac = uac::RawUac::new("127.0.0.1", sip);
@@ -135,8 +145,8 @@ fn a_restarted_gateway_binds_its_ports_at_once() {
     );
 
     // The same ports at once: UDP and TCP SIP (the old side of the TCP connection may sit in
-    // TIME_WAIT), metrics.
-    let second = start_on(sip, metrics, rtp, &dir.join("second.log"));
+    // TIME_WAIT), metrics, API.
+    let second = start_on(sip, metrics, api, rtp, &dir.join("second.log"));
     drop(second);
     drop(tcp);
     let _ = std::fs::remove_dir_all(&dir);
