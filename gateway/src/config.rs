@@ -166,8 +166,13 @@ pub enum UntrustedSip {
     Reject,
 }
 
-/// Command-line flags; each has an environment twin. Unset flags fall back to the file, then defaults.
-#[derive(Debug, Default, Parser)]
+/// Every setting, declared once: its flag (clap), the flag's `ONTIME_*` environment twin, and its
+/// TOML key (serde: the flag's name with underscores; unknown keys are errors). Flags and
+/// environment are read into one `Args`, the file into another, and the first laid over the
+/// second ([`Args::over`]); what is still unset takes the default. Secrets have no field: they
+/// come from the environment or a file named here, never a flag.
+#[derive(Debug, Default, Parser, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[command(
     name = "ontime-gateway",
     version,
@@ -176,6 +181,7 @@ pub enum UntrustedSip {
 pub struct Args {
     /// TOML configuration file (flags and environment override it).
     #[arg(long, env = "ONTIME_CONFIG")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
     /// SIP UDP listen address.
     #[arg(long, env = "ONTIME_SIP_LISTEN")]
@@ -197,7 +203,7 @@ pub struct Args {
     pub max_calls: Option<usize>,
     /// Trunk networks allowed to send INVITEs (repeatable; default loopback only).
     #[arg(long = "trunk-cidr", env = "ONTIME_TRUNK_CIDR", value_delimiter = ',')]
-    pub trunk_cidr: Vec<String>,
+    pub trunk_cidr: Option<Vec<String>>,
     /// CPU the real-time sender is pinned to (default: the last CPU of the affinity mask).
     #[arg(long, env = "ONTIME_SENDER_CORE")]
     pub sender_core: Option<usize>,
@@ -260,7 +266,7 @@ pub struct Args {
         env = "ONTIME_WS_CUSTOM_PARAMETER",
         value_delimiter = ','
     )]
-    pub ws_custom_parameter: Vec<String>,
+    pub ws_custom_parameter: Option<Vec<String>>,
     /// INVITE headers copied into the bot's `customParameters` (repeatable), e.g.
     /// `P-Asserted-Identity`; the key is the name as written here.
     #[arg(
@@ -268,7 +274,7 @@ pub struct Args {
         env = "ONTIME_WS_FORWARD_HEADER",
         value_delimiter = ','
     )]
-    pub ws_forward_header: Vec<String>,
+    pub ws_forward_header: Option<Vec<String>>,
     /// PEM file of extra CA certificates trusted for `wss://` bots (besides the system's).
     #[arg(long, env = "ONTIME_WS_CA_FILE")]
     pub ws_ca_file: Option<PathBuf>,
@@ -315,7 +321,7 @@ pub struct Args {
     /// repeatable). The password comes from `ONTIME_REGISTER_PASSWORD` or
     /// `--register-password-file`, never a flag.
     #[arg(long = "register", env = "ONTIME_REGISTER", value_delimiter = ',')]
-    pub register: Vec<String>,
+    pub register: Option<Vec<String>>,
     /// Digest user name for the registrations (default: each URI's user part).
     #[arg(long, env = "ONTIME_REGISTER_USER")]
     pub register_user: Option<String>,
@@ -336,7 +342,7 @@ pub struct Args {
     /// Digest algorithms the trunk-auth challenges offer, in order (`SHA-256,MD5` by default;
     /// `MD5` alone for clients that answer only the first challenge).
     #[arg(long, env = "ONTIME_TRUNK_AUTH_ALGORITHMS", value_delimiter = ',')]
-    pub trunk_auth_algorithms: Vec<String>,
+    pub trunk_auth_algorithms: Option<Vec<String>>,
     /// Refuse new calls (503, OPTIONS 503, `/readyz` 503) while the measured headroom is
     /// below this many calls (default 1; 0: measure and report only). `--max-calls` stays a
     /// hard ceiling on top.
@@ -358,6 +364,72 @@ pub struct Args {
     /// bots, https callbacks), besides the system's.
     #[arg(long, env = "ONTIME_TLS_CA_FILE")]
     pub tls_ca_file: Option<PathBuf>,
+}
+
+impl Args {
+    /// These settings over `under`'s: each one set here wins, each one unset falls back.
+    pub fn over(self, under: Args) -> Args {
+        macro_rules! each {
+            ($($field:ident),* $(,)?) => {
+                Args { $($field: self.$field.or(under.$field)),* }
+            };
+        }
+        each!(
+            config,
+            sip_listen,
+            public_ip,
+            rtp_ports,
+            metrics_listen,
+            agent,
+            max_calls,
+            trunk_cidr,
+            sender_core,
+            record,
+            drain_timeout,
+            rtp_timeout,
+            max_call_duration,
+            turn_stop_timeout,
+            answer_delay,
+            log_format,
+            ort_dylib_path,
+            models_dir,
+            stub_reply,
+            barge_in,
+            max_buffered_seconds,
+            agent_unreachable,
+            ws_connect_timeout,
+            ws_max_message_bytes,
+            ws_send_queue_frames,
+            ws_ontime_events,
+            ws_custom_parameter,
+            ws_forward_header,
+            ws_ca_file,
+            untrusted_sip,
+            sip_rate_limit,
+            sip_server_header,
+            interim_record_interval,
+            api_listen,
+            api_account_sid,
+            api_auth_token_file,
+            trunk_uri,
+            voice_url,
+            voice_twiml,
+            srtp,
+            register,
+            register_user,
+            register_password_file,
+            register_expires,
+            trunk_auth,
+            trunk_auth_password_file,
+            trunk_auth_algorithms,
+            admission_reserve,
+            sip_listen_tcp,
+            sip_listen_tls,
+            tls_cert,
+            tls_key,
+            tls_ca_file,
+        )
+    }
 }
 
 /// A secret from `file` (its field named in errors) or else the environment variable `env`.
@@ -445,64 +517,6 @@ impl FromStr for TrunkUri {
 
 /// The account SID bots are told when no API is configured (Twilio's shape, all zeros).
 pub const DEFAULT_ACCOUNT_SID: &str = "AC00000000000000000000000000000000";
-
-/// The TOML file: the same names as the flags, with underscores.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    sip_listen: Option<String>,
-    public_ip: Option<String>,
-    rtp_ports: Option<String>,
-    metrics_listen: Option<String>,
-    agent: Option<String>,
-    max_calls: Option<usize>,
-    trunk_cidr: Option<Vec<String>>,
-    sender_core: Option<usize>,
-    record: Option<PathBuf>,
-    drain_timeout: Option<String>,
-    rtp_timeout: Option<String>,
-    max_call_duration: Option<String>,
-    turn_stop_timeout: Option<String>,
-    answer_delay: Option<String>,
-    log_format: Option<LogFormat>,
-    ort_dylib_path: Option<PathBuf>,
-    models_dir: Option<PathBuf>,
-    stub_reply: Option<PathBuf>,
-    barge_in: Option<BargeIn>,
-    max_buffered_seconds: Option<f64>,
-    agent_unreachable: Option<AgentUnreachable>,
-    ws_connect_timeout: Option<String>,
-    ws_max_message_bytes: Option<usize>,
-    ws_send_queue_frames: Option<usize>,
-    ws_ontime_events: Option<bool>,
-    ws_custom_parameter: Option<Vec<String>>,
-    ws_forward_header: Option<Vec<String>>,
-    ws_ca_file: Option<PathBuf>,
-    untrusted_sip: Option<UntrustedSip>,
-    sip_rate_limit: Option<u32>,
-    sip_server_header: Option<String>,
-    api_listen: Option<String>,
-    api_account_sid: Option<String>,
-    api_auth_token_file: Option<PathBuf>,
-    trunk_uri: Option<String>,
-    voice_url: Option<String>,
-    voice_twiml: Option<PathBuf>,
-    srtp: Option<SrtpMode>,
-    register: Option<Vec<String>>,
-    register_user: Option<String>,
-    register_password_file: Option<PathBuf>,
-    register_expires: Option<u64>,
-    trunk_auth: Option<String>,
-    trunk_auth_password_file: Option<PathBuf>,
-    trunk_auth_algorithms: Option<Vec<String>>,
-    admission_reserve: Option<usize>,
-    sip_listen_tcp: Option<String>,
-    sip_listen_tls: Option<String>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    tls_ca_file: Option<PathBuf>,
-    interim_record_interval: Option<String>,
-}
 
 /// The resolved configuration the gateway runs with.
 #[derive(Debug, Clone)]
@@ -1031,23 +1045,19 @@ impl Config {
                     path: path.clone(),
                     source,
                 })?;
-                toml::from_str::<FileConfig>(&text).map_err(|e| ConfigError::Toml {
+                toml::from_str::<Args>(&text).map_err(|e| ConfigError::Toml {
                     path: path.clone(),
                     message: e.to_string(),
                 })?
             }
-            None => FileConfig::default(),
+            None => Args::default(),
         };
+        let a = args.over(file);
         let mut c = Config::default();
-        macro_rules! pick {
-            ($name:ident) => {
-                args.$name.clone().or(file.$name.clone())
-            };
+        if let Some(v) = &a.sip_listen {
+            c.sip_listen = parse("sip_listen", v)?;
         }
-        if let Some(v) = pick!(sip_listen) {
-            c.sip_listen = parse("sip_listen", &v)?;
-        }
-        c.public_ip = match pick!(public_ip) {
+        c.public_ip = match a.public_ip.clone() {
             Some(v) => parse("public_ip", &v)?,
             None => c.sip_listen.ip(),
         };
@@ -1057,32 +1067,25 @@ impl Config {
                 reason: "must be set to a routable address when sip_listen is a wildcard".into(),
             });
         }
-        if let Some(v) = pick!(rtp_ports) {
-            c.rtp_ports = parse("rtp_ports", &v)?;
+        if let Some(v) = &a.rtp_ports {
+            c.rtp_ports = parse("rtp_ports", v)?;
         }
-        if let Some(v) = pick!(metrics_listen) {
-            c.metrics_listen = parse("metrics_listen", &v)?;
+        if let Some(v) = &a.metrics_listen {
+            c.metrics_listen = parse("metrics_listen", v)?;
         }
-        if let Some(v) = pick!(agent) {
-            c.agent = parse("agent", &v)?;
+        if let Some(v) = &a.agent {
+            c.agent = parse("agent", v)?;
         }
-        if let Some(v) = pick!(max_calls) {
+        if let Some(v) = a.max_calls {
             c.max_calls = count("max_calls", v)?;
         }
-        let cidrs = if args.trunk_cidr.is_empty() {
-            file.trunk_cidr.clone()
-        } else {
-            Some(args.trunk_cidr.clone())
-        };
-        if let Some(list) = cidrs {
+        if let Some(list) = &a.trunk_cidr {
             c.trunk_cidrs = list
                 .iter()
                 .map(|v| parse_cidr("trunk_cidr", v))
                 .collect::<Result<_, _>>()?;
         }
-        c.sender_core = pick!(sender_core)
-            .map(|v| count("sender_core", v))
-            .transpose()?;
+        c.sender_core = a.sender_core.map(|v| count("sender_core", v)).transpose()?;
         if let Some(core) = c.sender_core {
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
             if core >= cpus.max(1) * 64 {
@@ -1092,23 +1095,23 @@ impl Config {
                 });
             }
         }
-        c.record_dir = pick!(record);
-        if let Some(v) = pick!(drain_timeout) {
-            c.drain_timeout = duration_on("drain_timeout", &v)?;
+        c.record_dir = a.record.clone();
+        if let Some(v) = &a.drain_timeout {
+            c.drain_timeout = duration_on("drain_timeout", v)?;
         }
-        if let Some(v) = pick!(rtp_timeout) {
-            c.rtp_timeout = duration("rtp_timeout", &v)?;
+        if let Some(v) = &a.rtp_timeout {
+            c.rtp_timeout = duration("rtp_timeout", v)?;
         }
-        if let Some(v) = pick!(interim_record_interval) {
-            c.interim_record_interval = duration("interim_record_interval", &v)?;
+        if let Some(v) = &a.interim_record_interval {
+            c.interim_record_interval = duration("interim_record_interval", v)?;
         }
-        if let Some(v) = args.untrusted_sip.or(file.untrusted_sip) {
+        if let Some(v) = a.untrusted_sip {
             c.untrusted_sip = v;
         }
-        if let Some(v) = pick!(sip_rate_limit) {
+        if let Some(v) = a.sip_rate_limit {
             c.sip_rate_limit = count("sip_rate_limit", v)?;
         }
-        if let Some(v) = pick!(sip_server_header) {
+        if let Some(v) = a.sip_server_header.clone() {
             let v = v.trim().to_string();
             if v.chars().any(|ch| ch.is_control()) {
                 return Err(ConfigError::Invalid {
@@ -1118,48 +1121,43 @@ impl Config {
             }
             c.sip_server_header = (!v.is_empty()).then_some(v);
         }
-        if let Some(v) = pick!(max_call_duration) {
-            c.max_call_duration = duration_on("max_call_duration", &v)?;
+        if let Some(v) = &a.max_call_duration {
+            c.max_call_duration = duration_on("max_call_duration", v)?;
         }
-        if let Some(v) = pick!(turn_stop_timeout) {
-            c.turn_stop_timeout = duration_on("turn_stop_timeout", &v)?;
+        if let Some(v) = &a.turn_stop_timeout {
+            c.turn_stop_timeout = duration_on("turn_stop_timeout", v)?;
         }
-        if let Some(v) = pick!(answer_delay) {
-            c.answer_delay = duration_on("answer_delay", &v)?;
+        if let Some(v) = &a.answer_delay {
+            c.answer_delay = duration_on("answer_delay", v)?;
         }
-        if let Some(v) = args.log_format.or(file.log_format) {
+        if let Some(v) = a.log_format {
             c.log_format = v;
         }
-        c.ort_dylib_path = pick!(ort_dylib_path);
-        c.models_dir = pick!(models_dir);
-        c.stub_reply = pick!(stub_reply);
-        if let Some(v) = args.barge_in.or(file.barge_in) {
+        c.ort_dylib_path = a.ort_dylib_path.clone();
+        c.models_dir = a.models_dir.clone();
+        c.stub_reply = a.stub_reply.clone();
+        if let Some(v) = a.barge_in {
             c.barge_in = v;
         }
-        if let Some(v) = pick!(max_buffered_seconds) {
+        if let Some(v) = a.max_buffered_seconds {
             c.max_buffered = seconds("max_buffered_seconds", v)?;
         }
-        if let Some(v) = args.agent_unreachable.or(file.agent_unreachable) {
+        if let Some(v) = a.agent_unreachable {
             c.agent_unreachable = v;
         }
-        if let Some(v) = pick!(ws_connect_timeout) {
-            c.ws_connect_timeout = duration_on("ws_connect_timeout", &v)?;
+        if let Some(v) = &a.ws_connect_timeout {
+            c.ws_connect_timeout = duration_on("ws_connect_timeout", v)?;
         }
-        if let Some(v) = pick!(ws_max_message_bytes) {
+        if let Some(v) = a.ws_max_message_bytes {
             c.ws_max_message_bytes = count("ws_max_message_bytes", v)?;
         }
-        if let Some(v) = pick!(ws_send_queue_frames) {
+        if let Some(v) = a.ws_send_queue_frames {
             c.ws_send_queue_frames = count("ws_send_queue_frames", v)?;
         }
-        if let Some(v) = pick!(ws_ontime_events) {
+        if let Some(v) = a.ws_ontime_events {
             c.ws_ontime_events = v;
         }
-        let custom = if args.ws_custom_parameter.is_empty() {
-            file.ws_custom_parameter.clone()
-        } else {
-            Some(args.ws_custom_parameter.clone())
-        };
-        if let Some(list) = custom {
+        if let Some(list) = &a.ws_custom_parameter {
             c.ws_custom_parameters = list
                 .iter()
                 .map(|kv| match kv.split_once('=') {
@@ -1173,12 +1171,7 @@ impl Config {
                 })
                 .collect::<Result<_, _>>()?;
         }
-        let forward = if args.ws_forward_header.is_empty() {
-            file.ws_forward_header.clone()
-        } else {
-            Some(args.ws_forward_header.clone())
-        };
-        if let Some(list) = forward {
+        if let Some(list) = a.ws_forward_header.clone() {
             for name in &list {
                 // RFC 3261 §25.1: a header name is a token.
                 let token = |ch: char| ch.is_ascii_alphanumeric() || "-.!%*_+`'~".contains(ch);
@@ -1191,37 +1184,28 @@ impl Config {
             }
             c.ws_forward_headers = list;
         }
-        c.ws_ca_file = pick!(ws_ca_file);
-        c.resolve_call_control(&args, &file)?;
-        c.resolve_transports(&args, &file)?;
+        c.ws_ca_file = a.ws_ca_file.clone();
+        c.resolve_call_control(&a)?;
+        c.resolve_transports(&a)?;
         Ok(c)
     }
 
     /// The SIP transports and TLS files.
-    fn resolve_transports(&mut self, args: &Args, file: &FileConfig) -> Result<(), ConfigError> {
+    fn resolve_transports(&mut self, a: &Args) -> Result<(), ConfigError> {
         let c = self;
-        macro_rules! pick {
-            ($name:ident) => {
-                args.$name.clone().or(file.$name.clone())
-            };
+        if let Some(v) = &a.sip_listen_tcp {
+            c.sip_listen_tcp = Some(parse("sip_listen_tcp", v)?);
         }
-        if let Some(v) = pick!(sip_listen_tcp) {
-            c.sip_listen_tcp = Some(parse("sip_listen_tcp", &v)?);
+        if let Some(v) = &a.sip_listen_tls {
+            c.sip_listen_tls = Some(parse("sip_listen_tls", v)?);
         }
-        if let Some(v) = pick!(sip_listen_tls) {
-            c.sip_listen_tls = Some(parse("sip_listen_tls", &v)?);
-        }
-        if let Some(v) = pick!(admission_reserve) {
+        if let Some(v) = a.admission_reserve {
             c.admission_reserve = count("admission_reserve", v)?;
         }
-        if let Some(v) = args.srtp.or(file.srtp) {
+        if let Some(v) = a.srtp {
             c.srtp = v.policy();
         }
-        let register = if args.register.is_empty() {
-            file.register.clone().unwrap_or_default()
-        } else {
-            args.register.clone()
-        };
+        let register = a.register.clone().unwrap_or_default();
         for uri in &register {
             crate::resolve::SipTarget::parse(uri).map_err(|reason| ConfigError::Invalid {
                 field: "register",
@@ -1229,10 +1213,10 @@ impl Config {
             })?;
         }
         c.register = register;
-        c.register_user = pick!(register_user);
+        c.register_user = a.register_user.clone();
         c.register_password = secret(
             "register_password_file",
-            pick!(register_password_file),
+            a.register_password_file.clone(),
             "ONTIME_REGISTER_PASSWORD",
         )?;
         if !c.register.is_empty() && c.register_password.is_none() {
@@ -1243,13 +1227,13 @@ impl Config {
                     .into(),
             });
         }
-        if let Some(v) = pick!(register_expires) {
+        if let Some(v) = a.register_expires {
             c.register_expires = Duration::from_secs(count("register_expires", v)?);
         }
-        if let Some(user) = pick!(trunk_auth) {
+        if let Some(user) = a.trunk_auth.clone() {
             let password = secret(
                 "trunk_auth_password_file",
-                pick!(trunk_auth_password_file),
+                a.trunk_auth_password_file.clone(),
                 "ONTIME_TRUNK_AUTH_PASSWORD",
             )?
             .ok_or_else(|| ConfigError::Invalid {
@@ -1260,12 +1244,7 @@ impl Config {
             })?;
             c.trunk_auth = Some((user, password));
         }
-        let algorithms = if args.trunk_auth_algorithms.is_empty() {
-            file.trunk_auth_algorithms.clone()
-        } else {
-            Some(args.trunk_auth_algorithms.clone())
-        };
-        if let Some(list) = algorithms {
+        if let Some(list) = &a.trunk_auth_algorithms {
             c.trunk_auth_algorithms = list
                 .iter()
                 .map(|a| match ontime_sip::digest::Algorithm::parse(a.trim()) {
@@ -1286,9 +1265,9 @@ impl Config {
                 });
             }
         }
-        c.tls_cert = pick!(tls_cert);
-        c.tls_key = pick!(tls_key);
-        c.tls_ca_file = pick!(tls_ca_file).or(c.ws_ca_file.clone());
+        c.tls_cert = a.tls_cert.clone();
+        c.tls_key = a.tls_key.clone();
+        c.tls_ca_file = a.tls_ca_file.clone().or(c.ws_ca_file.clone());
         if c.sip_listen_tls.is_some() {
             for (field, value) in [("tls_cert", &c.tls_cert), ("tls_key", &c.tls_key)] {
                 if value.is_none() {
@@ -1303,17 +1282,12 @@ impl Config {
     }
 
     /// The call-control fields: API, trunk, voice webhook.
-    fn resolve_call_control(&mut self, args: &Args, file: &FileConfig) -> Result<(), ConfigError> {
+    fn resolve_call_control(&mut self, a: &Args) -> Result<(), ConfigError> {
         let c = self;
-        macro_rules! pick {
-            ($name:ident) => {
-                args.$name.clone().or(file.$name.clone())
-            };
+        if let Some(v) = &a.api_listen {
+            c.api_listen = Some(parse("api_listen", v)?);
         }
-        if let Some(v) = pick!(api_listen) {
-            c.api_listen = Some(parse("api_listen", &v)?);
-        }
-        if let Some(v) = pick!(api_account_sid) {
+        if let Some(v) = a.api_account_sid.clone() {
             let v = v.trim();
             let ok = v.len() == 34
                 && v.starts_with("AC")
@@ -1328,7 +1302,7 @@ impl Config {
         }
         c.api_auth_token = secret(
             "api_auth_token_file",
-            pick!(api_auth_token_file),
+            a.api_auth_token_file.clone(),
             "ONTIME_API_AUTH_TOKEN",
         )?;
         if c.api_listen.is_some() && c.api_auth_token.is_none() {
@@ -1339,10 +1313,10 @@ impl Config {
                     .into(),
             });
         }
-        if let Some(v) = pick!(trunk_uri) {
-            c.trunk_uri = Some(parse("trunk_uri", &v)?);
+        if let Some(v) = &a.trunk_uri {
+            c.trunk_uri = Some(parse("trunk_uri", v)?);
         }
-        if let Some(v) = pick!(voice_url) {
+        if let Some(v) = a.voice_url.clone() {
             if !(v.starts_with("http://") || v.starts_with("https://")) {
                 return Err(ConfigError::Invalid {
                     field: "voice_url",
@@ -1351,7 +1325,7 @@ impl Config {
             }
             c.voice_url = Some(v);
         }
-        if let Some(path) = pick!(voice_twiml) {
+        if let Some(path) = a.voice_twiml.clone() {
             if c.voice_url.is_some() {
                 return Err(ConfigError::Invalid {
                     field: "voice_twiml",
@@ -1643,6 +1617,31 @@ mod tests {
     }
 
     #[test]
+    fn lists_from_the_file_hold_unless_a_flag_replaces_them() {
+        let dir = std::env::temp_dir().join(format!("ontime-cfg-list-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("gw.toml");
+        let path = f.to_str().unwrap();
+        std::fs::write(&f, "trunk_cidr = [\"10.0.0.0/8\"]\n").unwrap();
+        let c = Config::resolve(args(&["--config", path])).unwrap();
+        assert_eq!(c.trunk_cidrs, vec![IpNet::from_str("10.0.0.0/8").unwrap()]);
+        let c = Config::resolve(args(&["--config", path, "--trunk-cidr", "192.0.2.0/24"])).unwrap();
+        assert_eq!(
+            c.trunk_cidrs,
+            vec![IpNet::from_str("192.0.2.0/24").unwrap()]
+        );
+        // An empty list is a list: no trunk network, not the loopback default.
+        std::fs::write(&f, "trunk_cidr = []\n").unwrap();
+        let c = Config::resolve(args(&["--config", path])).unwrap();
+        assert!(c.trunk_cidrs.is_empty());
+        // `config` is a flag only: a file does not name another file.
+        std::fs::write(&f, "config = \"other.toml\"\n").unwrap();
+        let e = Config::resolve(args(&["--config", path])).unwrap_err();
+        assert!(e.to_string().contains("unknown field `config`"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_toml_key_meets_the_same_range_as_its_flag() {
         let dir = std::env::temp_dir().join(format!("ontime-cfg-range-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -1776,7 +1775,7 @@ mod tests {
         }
         // The TOML keys are the flags with underscores (`--config` aside): serde lists the keys
         // it knows when it meets one it does not.
-        let e = toml::from_str::<FileConfig>("no_such_key = 1")
+        let e = toml::from_str::<Args>("no_such_key = 1")
             .unwrap_err()
             .to_string();
         let listed = &e[e.find("expected one of").expect("serde lists the keys")..];
