@@ -1670,7 +1670,11 @@ mod tests {
 
     /// The rows of the settings table in docs/gateway.md: (flags, env names, range cell).
     fn docs_rows() -> Vec<(Vec<String>, Vec<String>, String)> {
-        let text = include_str!("../../docs/gateway.md");
+        // Read at run time: a packaged crate has no docs/ to include.
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/gateway.md"),
+        )
+        .expect("docs/gateway.md");
         let section = &text[text
             .find("## Configuration")
             .expect("a Configuration section")..];
