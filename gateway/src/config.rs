@@ -367,6 +367,35 @@ pub struct Args {
 }
 
 impl Args {
+    /// The command line with each numeric flag's help ending in its range from [`RANGES`], so
+    /// `--help` and the docs table say what the resolver enforces.
+    pub fn command_with_ranges() -> clap::Command {
+        let mut cmd = <Args as clap::CommandFactory>::command();
+        for (field, bounds) in RANGES {
+            let range = format!(" [range: {}]", bounds.describe());
+            cmd = cmd.mut_arg(*field, |arg| {
+                let help = arg.get_help().map(|h| format!("{h}{range}"));
+                let long = arg.get_long_help().map(|h| format!("{h}{range}"));
+                let arg = match help {
+                    Some(h) => arg.help(h),
+                    None => arg,
+                };
+                match long {
+                    Some(h) => arg.long_help(h),
+                    None => arg,
+                }
+            });
+        }
+        cmd
+    }
+
+    /// Flags and environment as [`Parser::parse`] reads them, `--help` showing the ranges;
+    /// exits with clap's message on a malformed command line.
+    pub fn parse_with_ranges() -> Args {
+        let matches = Args::command_with_ranges().get_matches();
+        <Args as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+
     /// These settings over `under`'s: each one set here wins, each one unset falls back.
     pub fn over(self, under: Args) -> Args {
         macro_rules! each {
@@ -1700,6 +1729,21 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn help_shows_each_range() {
+        let help = Args::command_with_ranges().render_long_help().to_string();
+        for (field, bounds) in RANGES {
+            let flag = format!("--{}", field.replace('_', "-"));
+            let at = help
+                .find(&format!("{flag} "))
+                .unwrap_or_else(|| panic!("{flag} in help"));
+            let entry = &help[at..];
+            let entry = &entry[..entry[2..].find("\n  -").map_or(entry.len(), |i| i + 2)];
+            let range = format!("[range: {}]", bounds.describe());
+            assert!(entry.contains(&range), "{flag}: {entry}");
+        }
     }
 
     #[test]
