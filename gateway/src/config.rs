@@ -367,7 +367,7 @@ pub struct Args {
 }
 
 impl Args {
-    /// The command line with each numeric flag's help ending in its range from [`RANGES`], so
+    /// The command line with each numeric flag's help ending in its range from `RANGES`, so
     /// `--help` and the docs table say what the resolver enforces.
     pub fn command_with_ranges() -> clap::Command {
         let mut cmd = <Args as clap::CommandFactory>::command();
