@@ -122,7 +122,7 @@ def main():
     proc = subprocess.Popen(
         [args.binary, "--sip-listen", gw, "--metrics-listen", "127.0.0.1:%d" % metrics_port,
          "--rtp-ports", "34000-34199", "--api-listen", api_addr, "--api-account-sid", ACCOUNT,
-         "--rtp-timeout", "0", "--log-format", "json"],
+         "--rtp-timeout", "off", "--log-format", "json"],
         env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         for _ in range(100):

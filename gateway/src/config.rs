@@ -166,8 +166,13 @@ pub enum UntrustedSip {
     Reject,
 }
 
-/// Command-line flags; each has an environment twin. Unset flags fall back to the file, then defaults.
-#[derive(Debug, Default, Parser)]
+/// Every setting, declared once: its flag (clap), the flag's `ONTIME_*` environment twin, and its
+/// TOML key (serde: the flag's name with underscores; unknown keys are errors). Flags and
+/// environment are read into one `Args`, the file into another, and the first laid over the
+/// second ([`Args::over`]); what is still unset takes the default. Secrets have no field: they
+/// come from the environment or a file named here, never a flag.
+#[derive(Debug, Default, Parser, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[command(
     name = "ontime-gateway",
     version,
@@ -176,6 +181,7 @@ pub enum UntrustedSip {
 pub struct Args {
     /// TOML configuration file (flags and environment override it).
     #[arg(long, env = "ONTIME_CONFIG")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
     /// SIP UDP listen address.
     #[arg(long, env = "ONTIME_SIP_LISTEN")]
@@ -197,7 +203,7 @@ pub struct Args {
     pub max_calls: Option<usize>,
     /// Trunk networks allowed to send INVITEs (repeatable; default loopback only).
     #[arg(long = "trunk-cidr", env = "ONTIME_TRUNK_CIDR", value_delimiter = ',')]
-    pub trunk_cidr: Vec<String>,
+    pub trunk_cidr: Option<Vec<String>>,
     /// CPU the real-time sender is pinned to (default: the last CPU of the affinity mask).
     #[arg(long, env = "ONTIME_SENDER_CORE")]
     pub sender_core: Option<usize>,
@@ -205,19 +211,19 @@ pub struct Args {
     #[arg(long, env = "ONTIME_RECORD")]
     pub record: Option<PathBuf>,
     /// Grace period for calls on SIGTERM before they are hung up (e.g. `30s`).
-    #[arg(long, env = "ONTIME_DRAIN_TIMEOUT")]
+    #[arg(long, env = "ONTIME_DRAIN_TIMEOUT", value_name = "DURATION")]
     pub drain_timeout: Option<String>,
-    /// No RTP from the caller for this long ends the call with BYE (e.g. `30s`).
-    #[arg(long, env = "ONTIME_RTP_TIMEOUT")]
+    /// No RTP from the caller for this long ends the call with BYE (e.g. `30s`); `off`: never.
+    #[arg(long, env = "ONTIME_RTP_TIMEOUT", value_name = "DURATION")]
     pub rtp_timeout: Option<String>,
     /// Longest call before the gateway hangs up (e.g. `1h`).
-    #[arg(long, env = "ONTIME_MAX_CALL_DURATION")]
+    #[arg(long, env = "ONTIME_MAX_CALL_DURATION", value_name = "DURATION")]
     pub max_call_duration: Option<String>,
     /// Silence after speech stops that ends a turn even if Smart Turn says incomplete (e.g. `2s`).
-    #[arg(long, env = "ONTIME_TURN_STOP_TIMEOUT")]
+    #[arg(long, env = "ONTIME_TURN_STOP_TIMEOUT", value_name = "DURATION")]
     pub turn_stop_timeout: Option<String>,
     /// Ring time before answering (180 first; e.g. `2s`); 0 answers at once.
-    #[arg(long, env = "ONTIME_ANSWER_DELAY")]
+    #[arg(long, env = "ONTIME_ANSWER_DELAY", value_name = "DURATION")]
     pub answer_delay: Option<String>,
     /// Log format.
     #[arg(long, env = "ONTIME_LOG_FORMAT", value_enum)]
@@ -243,7 +249,7 @@ pub struct Args {
     #[arg(long, env = "ONTIME_AGENT_UNREACHABLE", value_enum)]
     pub agent_unreachable: Option<AgentUnreachable>,
     /// Longest wait for a bot's WebSocket to open (e.g. `2s`).
-    #[arg(long, env = "ONTIME_WS_CONNECT_TIMEOUT")]
+    #[arg(long, env = "ONTIME_WS_CONNECT_TIMEOUT", value_name = "DURATION")]
     pub ws_connect_timeout: Option<String>,
     /// Bot messages longer than this many bytes are dropped and counted.
     #[arg(long, env = "ONTIME_WS_MAX_MESSAGE_BYTES")]
@@ -260,7 +266,7 @@ pub struct Args {
         env = "ONTIME_WS_CUSTOM_PARAMETER",
         value_delimiter = ','
     )]
-    pub ws_custom_parameter: Vec<String>,
+    pub ws_custom_parameter: Option<Vec<String>>,
     /// INVITE headers copied into the bot's `customParameters` (repeatable), e.g.
     /// `P-Asserted-Identity`; the key is the name as written here.
     #[arg(
@@ -268,7 +274,7 @@ pub struct Args {
         env = "ONTIME_WS_FORWARD_HEADER",
         value_delimiter = ','
     )]
-    pub ws_forward_header: Vec<String>,
+    pub ws_forward_header: Option<Vec<String>>,
     /// PEM file of extra CA certificates trusted for `wss://` bots (besides the system's).
     #[arg(long, env = "ONTIME_WS_CA_FILE")]
     pub ws_ca_file: Option<PathBuf>,
@@ -282,8 +288,9 @@ pub struct Args {
     /// `Server`/`User-Agent` header value (default `ontime-gateway`, no version; empty: none).
     #[arg(long, env = "ONTIME_SIP_SERVER_HEADER")]
     pub sip_server_header: Option<String>,
-    /// Interval of the interim call records written while a call is up (e.g. `60s`); 0: none.
-    #[arg(long, env = "ONTIME_INTERIM_RECORD_INTERVAL")]
+    /// Interval of the interim call records written while a call is up (e.g. `60s`); `off` or
+    /// 0: none.
+    #[arg(long, env = "ONTIME_INTERIM_RECORD_INTERVAL", value_name = "DURATION")]
     pub interim_record_interval: Option<String>,
     /// Listen address of the Twilio-compatible call-control API (off unless set). Its auth
     /// token comes from `ONTIME_API_AUTH_TOKEN` or `--api-auth-token-file`, never a flag.
@@ -319,7 +326,7 @@ pub struct Args {
     /// repeatable). The password comes from `ONTIME_REGISTER_PASSWORD` or
     /// `--register-password-file`, never a flag.
     #[arg(long = "register", env = "ONTIME_REGISTER", value_delimiter = ',')]
-    pub register: Vec<String>,
+    pub register: Option<Vec<String>>,
     /// Digest user name for the registrations (default: each URI's user part).
     #[arg(long, env = "ONTIME_REGISTER_USER")]
     pub register_user: Option<String>,
@@ -340,7 +347,7 @@ pub struct Args {
     /// Digest algorithms the trunk-auth challenges offer, in order (`SHA-256,MD5` by default;
     /// `MD5` alone for clients that answer only the first challenge).
     #[arg(long, env = "ONTIME_TRUNK_AUTH_ALGORITHMS", value_delimiter = ',')]
-    pub trunk_auth_algorithms: Vec<String>,
+    pub trunk_auth_algorithms: Option<Vec<String>>,
     /// Refuse new calls (503, OPTIONS 503, `/readyz` 503) while the measured headroom is
     /// below this many calls (default 1; 0: measure and report only). `--max-calls` stays a
     /// hard ceiling on top.
@@ -362,6 +369,102 @@ pub struct Args {
     /// bots, https callbacks), besides the system's.
     #[arg(long, env = "ONTIME_TLS_CA_FILE")]
     pub tls_ca_file: Option<PathBuf>,
+}
+
+impl Args {
+    /// The command line with each numeric flag's help ending in its range from `RANGES`, so
+    /// `--help` and the docs table say what the resolver enforces.
+    pub fn command_with_ranges() -> clap::Command {
+        let mut cmd = <Args as clap::CommandFactory>::command();
+        for (field, bounds) in RANGES {
+            let range = format!(" [range: {}]", bounds.describe());
+            cmd = cmd.mut_arg(*field, |arg| {
+                let help = arg.get_help().map(|h| format!("{h}{range}"));
+                let long = arg.get_long_help().map(|h| format!("{h}{range}"));
+                let arg = match help {
+                    Some(h) => arg.help(h),
+                    None => arg,
+                };
+                match long {
+                    Some(h) => arg.long_help(h),
+                    None => arg,
+                }
+            });
+        }
+        cmd
+    }
+
+    /// Flags and environment as [`Parser::parse`] reads them, `--help` showing the ranges;
+    /// exits with clap's message on a malformed command line.
+    pub fn parse_with_ranges() -> Args {
+        let matches = Args::command_with_ranges().get_matches();
+        <Args as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+
+    /// These settings over `under`'s: each one set here wins, each one unset falls back.
+    pub fn over(self, under: Args) -> Args {
+        macro_rules! each {
+            ($($field:ident),* $(,)?) => {
+                Args { $($field: self.$field.or(under.$field)),* }
+            };
+        }
+        each!(
+            config,
+            sip_listen,
+            public_ip,
+            rtp_ports,
+            metrics_listen,
+            agent,
+            max_calls,
+            trunk_cidr,
+            sender_core,
+            record,
+            drain_timeout,
+            rtp_timeout,
+            max_call_duration,
+            turn_stop_timeout,
+            answer_delay,
+            log_format,
+            ort_dylib_path,
+            models_dir,
+            stub_reply,
+            barge_in,
+            max_buffered_seconds,
+            agent_unreachable,
+            ws_connect_timeout,
+            ws_max_message_bytes,
+            ws_send_queue_frames,
+            ws_ontime_events,
+            ws_custom_parameter,
+            ws_forward_header,
+            ws_ca_file,
+            untrusted_sip,
+            sip_rate_limit,
+            sip_server_header,
+            interim_record_interval,
+            api_listen,
+            api_account_sid,
+            api_auth_token_file,
+            trunk_uri,
+            voice_url,
+            voice_twiml,
+            srtp,
+            symmetric_rtp,
+            register,
+            register_user,
+            register_password_file,
+            register_expires,
+            trunk_auth,
+            trunk_auth_password_file,
+            trunk_auth_algorithms,
+            admission_reserve,
+            sip_listen_tcp,
+            sip_listen_tls,
+            tls_cert,
+            tls_key,
+            tls_ca_file,
+        )
+    }
 }
 
 /// A secret from `file` (its field named in errors) or else the environment variable `env`.
@@ -450,65 +553,6 @@ impl FromStr for TrunkUri {
 /// The account SID bots are told when no API is configured (Twilio's shape, all zeros).
 pub const DEFAULT_ACCOUNT_SID: &str = "AC00000000000000000000000000000000";
 
-/// The TOML file: the same names as the flags, with underscores.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    sip_listen: Option<String>,
-    public_ip: Option<String>,
-    rtp_ports: Option<String>,
-    metrics_listen: Option<String>,
-    agent: Option<String>,
-    max_calls: Option<usize>,
-    trunk_cidr: Option<Vec<String>>,
-    sender_core: Option<usize>,
-    record: Option<PathBuf>,
-    drain_timeout: Option<String>,
-    rtp_timeout: Option<String>,
-    max_call_duration: Option<String>,
-    turn_stop_timeout: Option<String>,
-    answer_delay: Option<String>,
-    log_format: Option<LogFormat>,
-    ort_dylib_path: Option<PathBuf>,
-    models_dir: Option<PathBuf>,
-    stub_reply: Option<PathBuf>,
-    barge_in: Option<BargeIn>,
-    max_buffered_seconds: Option<f64>,
-    agent_unreachable: Option<AgentUnreachable>,
-    ws_connect_timeout: Option<String>,
-    ws_max_message_bytes: Option<usize>,
-    ws_send_queue_frames: Option<usize>,
-    ws_ontime_events: Option<bool>,
-    ws_custom_parameter: Option<Vec<String>>,
-    ws_forward_header: Option<Vec<String>>,
-    ws_ca_file: Option<PathBuf>,
-    untrusted_sip: Option<UntrustedSip>,
-    sip_rate_limit: Option<u32>,
-    sip_server_header: Option<String>,
-    api_listen: Option<String>,
-    api_account_sid: Option<String>,
-    api_auth_token_file: Option<PathBuf>,
-    trunk_uri: Option<String>,
-    voice_url: Option<String>,
-    voice_twiml: Option<PathBuf>,
-    srtp: Option<SrtpMode>,
-    symmetric_rtp: Option<bool>,
-    register: Option<Vec<String>>,
-    register_user: Option<String>,
-    register_password_file: Option<PathBuf>,
-    register_expires: Option<u64>,
-    trunk_auth: Option<String>,
-    trunk_auth_password_file: Option<PathBuf>,
-    trunk_auth_algorithms: Option<Vec<String>>,
-    admission_reserve: Option<usize>,
-    sip_listen_tcp: Option<String>,
-    sip_listen_tls: Option<String>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    tls_ca_file: Option<PathBuf>,
-    interim_record_interval: Option<String>,
-}
-
 /// The resolved configuration the gateway runs with.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -532,7 +576,7 @@ pub struct Config {
     pub record_dir: Option<PathBuf>,
     /// Drain grace period.
     pub drain_timeout: Duration,
-    /// RTP inactivity timeout (None: `rtp_timeout = 0`, never).
+    /// RTP inactivity timeout (None: `rtp_timeout = "off"`, never).
     pub rtp_timeout: Option<Duration>,
     /// Maximum call length.
     pub max_call_duration: Duration,
@@ -689,6 +733,289 @@ impl Default for Config {
     }
 }
 
+/// What a numeric setting accepts. Each setting's bounds are written once, in [`RANGES`]; the
+/// resolver checks flags, environment variables and TOML keys against the same entry, after they
+/// are merged, and a test holds the table in docs/gateway.md to it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Bounds {
+    /// A whole number, `min..=max`.
+    Count {
+        /// Smallest accepted.
+        min: u64,
+        /// Largest accepted.
+        max: u64,
+    },
+    /// A duration (`30`, `30s`, `500ms`, `1h`), `min..=max`.
+    Duration {
+        /// Shortest accepted.
+        min: Duration,
+        /// Longest accepted.
+        max: Duration,
+        /// How the setting is turned off, if it can be.
+        off: Off,
+    },
+    /// Seconds as a decimal number, `min..=max`.
+    Seconds {
+        /// Smallest accepted.
+        min: f64,
+        /// Largest accepted.
+        max: f64,
+    },
+}
+
+/// How a duration setting is turned off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Off {
+    /// It cannot be.
+    Never,
+    /// `off` only: `0` would read as "at once" and is refused.
+    Word,
+    /// `off` or `0` (a zero interval means nothing else).
+    WordOrZero,
+}
+
+const fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// The bounds of every numeric setting, by TOML key (the flag is the key with dashes).
+pub(crate) const RANGES: &[(&str, Bounds)] = &[
+    // Every call holds an RTP port pair (at most 32,767 in a port space) and its outgoing audio
+    // on the one sender thread; a core carries about a hundred (docs/capacity.md). Ten thousand
+    // leaves room for the largest host and refuses a typo.
+    (
+        "max_calls",
+        Bounds::Count {
+            min: 1,
+            max: 10_000,
+        },
+    ),
+    // 0 measures and reports only; a reserve above the largest admission limit refuses everything.
+    (
+        "admission_reserve",
+        Bounds::Count {
+            min: 0,
+            max: 10_000,
+        },
+    ),
+    // A Linux CPU set names at most 1,024 CPUs (CPU_SETSIZE).
+    ("sender_core", Bounds::Count { min: 0, max: 1_023 }),
+    // 0 hangs up at once on SIGTERM; a day is longer than the longest call.
+    (
+        "drain_timeout",
+        Bounds::Duration {
+            min: Duration::ZERO,
+            max: secs(86_400),
+            off: Off::Never,
+        },
+    ),
+    // `0` used to mean "never" and read as "at once"; `off` says it. Under a second a burst of
+    // loss would end calls; past an hour the longest-call limit is the one that matters.
+    (
+        "rtp_timeout",
+        Bounds::Duration {
+            min: secs(1),
+            max: secs(3_600),
+            off: Off::Word,
+        },
+    ),
+    // A day: trunks and billing systems cut calls long before; 0 would end every call at once.
+    (
+        "max_call_duration",
+        Bounds::Duration {
+            min: secs(1),
+            max: secs(86_400),
+            off: Off::Never,
+        },
+    ),
+    // Below 200 ms a pause for breath ends the turn whatever Smart Turn says (0 would make its
+    // verdict moot); past 30 s a caller who stopped talking hears nothing for half a minute.
+    (
+        "turn_stop_timeout",
+        Bounds::Duration {
+            min: Duration::from_millis(200),
+            max: secs(30),
+            off: Off::Never,
+        },
+    ),
+    // Ringing longer than a minute loses the caller; proxies give up on a ringing INVITE after
+    // Timer C (more than 3 min, RFC 3261 §16.6) and carriers' no-answer timers are shorter.
+    (
+        "answer_delay",
+        Bounds::Duration {
+            min: Duration::ZERO,
+            max: secs(60),
+            off: Off::Never,
+        },
+    ),
+    // The caller rings while the bot's socket opens: past 30 s no one is waiting.
+    (
+        "ws_connect_timeout",
+        Bounds::Duration {
+            min: Duration::from_millis(100),
+            max: secs(30),
+            off: Off::Never,
+        },
+    ),
+    // One record a second is already a lot of log per call; a day is the longest call.
+    (
+        "interim_record_interval",
+        Bounds::Duration {
+            min: secs(1),
+            max: secs(86_400),
+            off: Off::WordOrZero,
+        },
+    ),
+    // One 20 ms frame at least; an hour of queued bot audio is longer than a default call.
+    (
+        "max_buffered_seconds",
+        Bounds::Seconds {
+            min: 0.02,
+            max: 3_600.0,
+        },
+    ),
+    // A media message is about 300 bytes; 16 MiB of base64 µ-law is over 25 minutes of audio.
+    (
+        "ws_max_message_bytes",
+        Bounds::Count {
+            min: 1_024,
+            max: 16 << 20,
+        },
+    ),
+    // 3,000 frames are a minute of caller audio: a bot that far behind has lost the call.
+    ("ws_send_queue_frames", Bounds::Count { min: 1, max: 3_000 }),
+    // A trunk's SBC sends every call's SIP from one address: 100,000 messages a second is far
+    // above what one gateway's calls produce, and 0 would drop everything.
+    (
+        "sip_rate_limit",
+        Bounds::Count {
+            min: 1,
+            max: 100_000,
+        },
+    ),
+    // RFC 3261 §10.2.1.1 lets a registrar refuse under 60 s (423); a day is the usual ceiling.
+    (
+        "register_expires",
+        Bounds::Count {
+            min: 60,
+            max: 86_400,
+        },
+    ),
+];
+
+/// The bounds of `field`; every numeric setting has an entry (a test checks it).
+fn bounds(field: &'static str) -> Bounds {
+    RANGES
+        .iter()
+        .find(|(name, _)| *name == field)
+        .map(|(_, b)| *b)
+        .unwrap_or_else(|| panic!("no bounds for `{field}`: add it to RANGES"))
+}
+
+/// `d` as written in the docs: `0s`, `500ms`, `30s`, `5m`, `1h`.
+fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        "0s".into()
+    } else if ms.is_multiple_of(3_600_000) {
+        format!("{}h", ms / 3_600_000)
+    } else if ms.is_multiple_of(60_000) {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1_000) {
+        format!("{}s", ms / 1_000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+impl Bounds {
+    /// What the setting accepts, as the docs' range column and every range error say it.
+    pub(crate) fn describe(&self) -> String {
+        match *self {
+            Bounds::Count { min, max } => format!("{min}–{max}"),
+            Bounds::Seconds { min, max } => format!("{min}–{max}"),
+            Bounds::Duration { min, max, off } => {
+                let span = format!("{}–{}", format_duration(min), format_duration(max));
+                match off {
+                    Off::Never => span,
+                    Off::Word => format!("`off`, or {span}"),
+                    Off::WordOrZero => format!("`off` or `0`, or {span}"),
+                }
+            }
+        }
+    }
+}
+
+/// `value` if `field`'s bounds hold it.
+fn count<T: Copy + std::fmt::Display + TryInto<u64>>(
+    field: &'static str,
+    value: T,
+) -> Result<T, ConfigError> {
+    let b = bounds(field);
+    let Bounds::Count { min, max } = b else {
+        panic!("`{field}` is not a count");
+    };
+    let v: u64 = value.try_into().unwrap_or(u64::MAX);
+    if (min..=max).contains(&v) {
+        Ok(value)
+    } else {
+        Err(ConfigError::Invalid {
+            field,
+            reason: format!("{value} is outside {}", b.describe()),
+        })
+    }
+}
+
+/// `value` (decimal seconds) if `field`'s bounds hold it.
+fn seconds(field: &'static str, value: f64) -> Result<Duration, ConfigError> {
+    let b = bounds(field);
+    let Bounds::Seconds { min, max } = b else {
+        panic!("`{field}` is not in seconds");
+    };
+    // NaN is outside every range; the bounds keep `from_secs_f64` from panicking on overflow.
+    if (min..=max).contains(&value) {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        Err(ConfigError::Invalid {
+            field,
+            reason: format!("{value} is outside {}", b.describe()),
+        })
+    }
+}
+
+/// `value` parsed as a duration within `field`'s bounds; `None` when it turns the setting off.
+fn duration(field: &'static str, value: &str) -> Result<Option<Duration>, ConfigError> {
+    let b = bounds(field);
+    let Bounds::Duration { min, max, off } = b else {
+        panic!("`{field}` is not a duration");
+    };
+    let trimmed = value.trim();
+    if off != Off::Never && trimmed == "off" {
+        return Ok(None);
+    }
+    let d = parse_duration(field, value)?;
+    if off == Off::WordOrZero && d.is_zero() {
+        return Ok(None);
+    }
+    if (min..=max).contains(&d) {
+        return Ok(Some(d));
+    }
+    let hint = if off == Off::Word && d.is_zero() {
+        " (`off` turns it off)"
+    } else {
+        ""
+    };
+    Err(ConfigError::Invalid {
+        field,
+        reason: format!("`{trimmed}` is outside {}{hint}", b.describe()),
+    })
+}
+
+/// `field`'s duration where it cannot be turned off.
+fn duration_on(field: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    Ok(duration(field, value)?.expect("ok: only settings that can be off give None"))
+}
+
 fn parse<T: FromStr>(field: &'static str, value: &str) -> Result<T, ConfigError>
 where
     T::Err: std::fmt::Display,
@@ -724,7 +1051,16 @@ fn parse_cidr(field: &'static str, value: &str) -> Result<IpNet, ConfigError> {
             "`{value}`: prefix length {prefix} is longer than {max}, the most for {family}"
         )));
     }
-    IpNet::new(ip, prefix).map_err(|e| invalid(format!("`{value}`: {e}")))
+    let net = IpNet::new(ip, prefix).map_err(|e| invalid(format!("`{value}`: {e}")))?;
+    // `10.0.0.1/8` is either a typo for the network or for one address; trusting the whole /8
+    // on a guess is the wrong way to fail.
+    if net.addr() != net.network() {
+        return Err(invalid(format!(
+            "`{value}` has host bits set: write the network, `{}`, or one address, `{ip}`",
+            net.trunc()
+        )));
+    }
+    Ok(net)
 }
 
 fn parse_duration(field: &'static str, value: &str) -> Result<Duration, ConfigError> {
@@ -747,23 +1083,19 @@ impl Config {
                     path: path.clone(),
                     source,
                 })?;
-                toml::from_str::<FileConfig>(&text).map_err(|e| ConfigError::Toml {
+                toml::from_str::<Args>(&text).map_err(|e| ConfigError::Toml {
                     path: path.clone(),
                     message: e.to_string(),
                 })?
             }
-            None => FileConfig::default(),
+            None => Args::default(),
         };
+        let a = args.over(file);
         let mut c = Config::default();
-        macro_rules! pick {
-            ($name:ident) => {
-                args.$name.clone().or(file.$name.clone())
-            };
+        if let Some(v) = &a.sip_listen {
+            c.sip_listen = parse("sip_listen", v)?;
         }
-        if let Some(v) = pick!(sip_listen) {
-            c.sip_listen = parse("sip_listen", &v)?;
-        }
-        c.public_ip = match pick!(public_ip) {
+        c.public_ip = match a.public_ip.clone() {
             Some(v) => parse("public_ip", &v)?,
             None => c.sip_listen.ip(),
         };
@@ -773,36 +1105,25 @@ impl Config {
                 reason: "must be set to a routable address when sip_listen is a wildcard".into(),
             });
         }
-        if let Some(v) = pick!(rtp_ports) {
-            c.rtp_ports = parse("rtp_ports", &v)?;
+        if let Some(v) = &a.rtp_ports {
+            c.rtp_ports = parse("rtp_ports", v)?;
         }
-        if let Some(v) = pick!(metrics_listen) {
-            c.metrics_listen = parse("metrics_listen", &v)?;
+        if let Some(v) = &a.metrics_listen {
+            c.metrics_listen = parse("metrics_listen", v)?;
         }
-        if let Some(v) = pick!(agent) {
-            c.agent = parse("agent", &v)?;
+        if let Some(v) = &a.agent {
+            c.agent = parse("agent", v)?;
         }
-        if let Some(v) = pick!(max_calls) {
-            if v == 0 {
-                return Err(ConfigError::Invalid {
-                    field: "max_calls",
-                    reason: "must be at least 1".into(),
-                });
-            }
-            c.max_calls = v;
+        if let Some(v) = a.max_calls {
+            c.max_calls = count("max_calls", v)?;
         }
-        let cidrs = if args.trunk_cidr.is_empty() {
-            file.trunk_cidr.clone()
-        } else {
-            Some(args.trunk_cidr.clone())
-        };
-        if let Some(list) = cidrs {
+        if let Some(list) = &a.trunk_cidr {
             c.trunk_cidrs = list
                 .iter()
                 .map(|v| parse_cidr("trunk_cidr", v))
                 .collect::<Result<_, _>>()?;
         }
-        c.sender_core = pick!(sender_core);
+        c.sender_core = a.sender_core.map(|v| count("sender_core", v)).transpose()?;
         if let Some(core) = c.sender_core {
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
             if core >= cpus.max(1) * 64 {
@@ -812,31 +1133,23 @@ impl Config {
                 });
             }
         }
-        c.record_dir = pick!(record);
-        if let Some(v) = pick!(drain_timeout) {
-            c.drain_timeout = parse_duration("drain_timeout", &v)?;
+        c.record_dir = a.record.clone();
+        if let Some(v) = &a.drain_timeout {
+            c.drain_timeout = duration_on("drain_timeout", v)?;
         }
-        if let Some(v) = pick!(rtp_timeout) {
-            // 0 turns the timeout off (it does not hang up every call at once).
-            c.rtp_timeout = Some(parse_duration("rtp_timeout", &v)?).filter(|t| !t.is_zero());
+        if let Some(v) = &a.rtp_timeout {
+            c.rtp_timeout = duration("rtp_timeout", v)?;
         }
-        if let Some(v) = pick!(interim_record_interval) {
-            c.interim_record_interval =
-                Some(parse_duration("interim_record_interval", &v)?).filter(|t| !t.is_zero());
+        if let Some(v) = &a.interim_record_interval {
+            c.interim_record_interval = duration("interim_record_interval", v)?;
         }
-        if let Some(v) = args.untrusted_sip.or(file.untrusted_sip) {
+        if let Some(v) = a.untrusted_sip {
             c.untrusted_sip = v;
         }
-        if let Some(v) = pick!(sip_rate_limit) {
-            if v == 0 {
-                return Err(ConfigError::Invalid {
-                    field: "sip_rate_limit",
-                    reason: "must be at least 1 message per second".into(),
-                });
-            }
-            c.sip_rate_limit = v;
+        if let Some(v) = a.sip_rate_limit {
+            c.sip_rate_limit = count("sip_rate_limit", v)?;
         }
-        if let Some(v) = pick!(sip_server_header) {
+        if let Some(v) = a.sip_server_header.clone() {
             let v = v.trim().to_string();
             if v.chars().any(|ch| ch.is_control()) {
                 return Err(ConfigError::Invalid {
@@ -846,73 +1159,46 @@ impl Config {
             }
             c.sip_server_header = (!v.is_empty()).then_some(v);
         }
-        if let Some(v) = pick!(max_call_duration) {
-            c.max_call_duration = parse_duration("max_call_duration", &v)?;
+        if let Some(v) = &a.max_call_duration {
+            c.max_call_duration = duration_on("max_call_duration", v)?;
         }
-        if let Some(v) = pick!(turn_stop_timeout) {
-            c.turn_stop_timeout = parse_duration("turn_stop_timeout", &v)?;
+        if let Some(v) = &a.turn_stop_timeout {
+            c.turn_stop_timeout = duration_on("turn_stop_timeout", v)?;
         }
-        if let Some(v) = pick!(answer_delay) {
-            c.answer_delay = parse_duration("answer_delay", &v)?;
+        if let Some(v) = &a.answer_delay {
+            c.answer_delay = duration_on("answer_delay", v)?;
         }
-        if let Some(v) = args.log_format.or(file.log_format) {
+        if let Some(v) = a.log_format {
             c.log_format = v;
         }
-        c.ort_dylib_path = pick!(ort_dylib_path);
-        c.models_dir = pick!(models_dir);
-        c.stub_reply = pick!(stub_reply);
-        if let Some(v) = args.barge_in.or(file.barge_in) {
+        c.ort_dylib_path = a.ort_dylib_path.clone();
+        c.models_dir = a.models_dir.clone();
+        c.stub_reply = a.stub_reply.clone();
+        if let Some(v) = a.barge_in {
             c.barge_in = v;
         }
-        if let Some(v) = pick!(max_buffered_seconds) {
-            // At least one frame; at most a day (Duration::from_secs_f64 panics on overflow).
-            if !(0.02..=86_400.0).contains(&v) {
-                return Err(ConfigError::Invalid {
-                    field: "max_buffered_seconds",
-                    reason: format!("{v} is outside 0.02..=86400 seconds"),
-                });
-            }
-            c.max_buffered = Duration::from_secs_f64(v);
+        if let Some(v) = a.max_buffered_seconds {
+            c.max_buffered = seconds("max_buffered_seconds", v)?;
         }
-        if let Some(v) = args.agent_unreachable.or(file.agent_unreachable) {
+        if let Some(v) = a.agent_unreachable {
             c.agent_unreachable = v;
         }
-        if let Some(v) = pick!(ws_connect_timeout) {
-            c.ws_connect_timeout = parse_duration("ws_connect_timeout", &v)?;
-            if c.ws_connect_timeout.is_zero() {
-                return Err(ConfigError::Invalid {
-                    field: "ws_connect_timeout",
-                    reason: "must be more than 0".into(),
-                });
-            }
+        if let Some(v) = &a.ws_connect_timeout {
+            c.ws_connect_timeout = duration_on("ws_connect_timeout", v)?;
         }
-        if let Some(v) = pick!(ws_max_message_bytes) {
-            if v < 1024 {
-                return Err(ConfigError::Invalid {
-                    field: "ws_max_message_bytes",
-                    reason: format!("{v} is below 1024 (a single media frame needs ~300)"),
-                });
-            }
-            c.ws_max_message_bytes = v;
+        if let Some(v) = a.ws_max_message_bytes {
+            c.ws_max_message_bytes = count("ws_max_message_bytes", v)?;
         }
-        if let Some(v) = pick!(ws_send_queue_frames) {
-            if v == 0 {
-                return Err(ConfigError::Invalid {
-                    field: "ws_send_queue_frames",
-                    reason: "must be at least 1".into(),
-                });
-            }
-            c.ws_send_queue_frames = v;
+        if let Some(v) = a.ws_send_queue_frames {
+            c.ws_send_queue_frames = count("ws_send_queue_frames", v)?;
         }
-        if let Some(v) = pick!(ws_ontime_events) {
+        if let Some(v) = a.ws_ontime_events {
             c.ws_ontime_events = v;
         }
-        let custom = if args.ws_custom_parameter.is_empty() {
-            file.ws_custom_parameter.clone()
-        } else {
-            Some(args.ws_custom_parameter.clone())
-        };
-        if let Some(list) = custom {
+        if let Some(v) = a.symmetric_rtp {
+            c.symmetric_rtp = v;
+        }
+        if let Some(list) = &a.ws_custom_parameter {
             c.ws_custom_parameters = list
                 .iter()
                 .map(|kv| match kv.split_once('=') {
@@ -926,12 +1212,7 @@ impl Config {
                 })
                 .collect::<Result<_, _>>()?;
         }
-        let forward = if args.ws_forward_header.is_empty() {
-            file.ws_forward_header.clone()
-        } else {
-            Some(args.ws_forward_header.clone())
-        };
-        if let Some(list) = forward {
+        if let Some(list) = a.ws_forward_header.clone() {
             for name in &list {
                 // RFC 3261 §25.1: a header name is a token.
                 let token = |ch: char| ch.is_ascii_alphanumeric() || "-.!%*_+`'~".contains(ch);
@@ -944,40 +1225,28 @@ impl Config {
             }
             c.ws_forward_headers = list;
         }
-        c.ws_ca_file = pick!(ws_ca_file);
-        c.resolve_call_control(&args, &file)?;
-        c.resolve_transports(&args, &file)?;
+        c.ws_ca_file = a.ws_ca_file.clone();
+        c.resolve_call_control(&a)?;
+        c.resolve_transports(&a)?;
         Ok(c)
     }
 
     /// The SIP transports and TLS files.
-    fn resolve_transports(&mut self, args: &Args, file: &FileConfig) -> Result<(), ConfigError> {
+    fn resolve_transports(&mut self, a: &Args) -> Result<(), ConfigError> {
         let c = self;
-        macro_rules! pick {
-            ($name:ident) => {
-                args.$name.clone().or(file.$name.clone())
-            };
+        if let Some(v) = &a.sip_listen_tcp {
+            c.sip_listen_tcp = Some(parse("sip_listen_tcp", v)?);
         }
-        if let Some(v) = pick!(sip_listen_tcp) {
-            c.sip_listen_tcp = Some(parse("sip_listen_tcp", &v)?);
+        if let Some(v) = &a.sip_listen_tls {
+            c.sip_listen_tls = Some(parse("sip_listen_tls", v)?);
         }
-        if let Some(v) = pick!(sip_listen_tls) {
-            c.sip_listen_tls = Some(parse("sip_listen_tls", &v)?);
+        if let Some(v) = a.admission_reserve {
+            c.admission_reserve = count("admission_reserve", v)?;
         }
-        if let Some(v) = pick!(admission_reserve) {
-            c.admission_reserve = v;
-        }
-        if let Some(v) = args.srtp.or(file.srtp) {
+        if let Some(v) = a.srtp {
             c.srtp = v.policy();
         }
-        if let Some(v) = pick!(symmetric_rtp) {
-            c.symmetric_rtp = v;
-        }
-        let register = if args.register.is_empty() {
-            file.register.clone().unwrap_or_default()
-        } else {
-            args.register.clone()
-        };
+        let register = a.register.clone().unwrap_or_default();
         for uri in &register {
             crate::resolve::SipTarget::parse(uri).map_err(|reason| ConfigError::Invalid {
                 field: "register",
@@ -985,10 +1254,10 @@ impl Config {
             })?;
         }
         c.register = register;
-        c.register_user = pick!(register_user);
+        c.register_user = a.register_user.clone();
         c.register_password = secret(
             "register_password_file",
-            pick!(register_password_file),
+            a.register_password_file.clone(),
             "ONTIME_REGISTER_PASSWORD",
         )?;
         if !c.register.is_empty() && c.register_password.is_none() {
@@ -999,19 +1268,13 @@ impl Config {
                     .into(),
             });
         }
-        if let Some(v) = pick!(register_expires) {
-            if !(60..=86_400).contains(&v) {
-                return Err(ConfigError::Invalid {
-                    field: "register_expires",
-                    reason: format!("{v} is outside 60..=86400 seconds"),
-                });
-            }
-            c.register_expires = Duration::from_secs(v);
+        if let Some(v) = a.register_expires {
+            c.register_expires = Duration::from_secs(count("register_expires", v)?);
         }
-        if let Some(user) = pick!(trunk_auth) {
+        if let Some(user) = a.trunk_auth.clone() {
             let password = secret(
                 "trunk_auth_password_file",
-                pick!(trunk_auth_password_file),
+                a.trunk_auth_password_file.clone(),
                 "ONTIME_TRUNK_AUTH_PASSWORD",
             )?
             .ok_or_else(|| ConfigError::Invalid {
@@ -1022,12 +1285,7 @@ impl Config {
             })?;
             c.trunk_auth = Some((user, password));
         }
-        let algorithms = if args.trunk_auth_algorithms.is_empty() {
-            file.trunk_auth_algorithms.clone()
-        } else {
-            Some(args.trunk_auth_algorithms.clone())
-        };
-        if let Some(list) = algorithms {
+        if let Some(list) = &a.trunk_auth_algorithms {
             c.trunk_auth_algorithms = list
                 .iter()
                 .map(|a| match ontime_sip::digest::Algorithm::parse(a.trim()) {
@@ -1048,9 +1306,9 @@ impl Config {
                 });
             }
         }
-        c.tls_cert = pick!(tls_cert);
-        c.tls_key = pick!(tls_key);
-        c.tls_ca_file = pick!(tls_ca_file).or(c.ws_ca_file.clone());
+        c.tls_cert = a.tls_cert.clone();
+        c.tls_key = a.tls_key.clone();
+        c.tls_ca_file = a.tls_ca_file.clone().or(c.ws_ca_file.clone());
         if c.sip_listen_tls.is_some() {
             for (field, value) in [("tls_cert", &c.tls_cert), ("tls_key", &c.tls_key)] {
                 if value.is_none() {
@@ -1065,17 +1323,12 @@ impl Config {
     }
 
     /// The call-control fields: API, trunk, voice webhook.
-    fn resolve_call_control(&mut self, args: &Args, file: &FileConfig) -> Result<(), ConfigError> {
+    fn resolve_call_control(&mut self, a: &Args) -> Result<(), ConfigError> {
         let c = self;
-        macro_rules! pick {
-            ($name:ident) => {
-                args.$name.clone().or(file.$name.clone())
-            };
+        if let Some(v) = &a.api_listen {
+            c.api_listen = Some(parse("api_listen", v)?);
         }
-        if let Some(v) = pick!(api_listen) {
-            c.api_listen = Some(parse("api_listen", &v)?);
-        }
-        if let Some(v) = pick!(api_account_sid) {
+        if let Some(v) = a.api_account_sid.clone() {
             let v = v.trim();
             let ok = v.len() == 34
                 && v.starts_with("AC")
@@ -1090,7 +1343,7 @@ impl Config {
         }
         c.api_auth_token = secret(
             "api_auth_token_file",
-            pick!(api_auth_token_file),
+            a.api_auth_token_file.clone(),
             "ONTIME_API_AUTH_TOKEN",
         )?;
         if c.api_listen.is_some() && c.api_auth_token.is_none() {
@@ -1101,10 +1354,10 @@ impl Config {
                     .into(),
             });
         }
-        if let Some(v) = pick!(trunk_uri) {
-            c.trunk_uri = Some(parse("trunk_uri", &v)?);
+        if let Some(v) = &a.trunk_uri {
+            c.trunk_uri = Some(parse("trunk_uri", v)?);
         }
-        if let Some(v) = pick!(voice_url) {
+        if let Some(v) = a.voice_url.clone() {
             if !(v.starts_with("http://") || v.starts_with("https://")) {
                 return Err(ConfigError::Invalid {
                     field: "voice_url",
@@ -1113,7 +1366,7 @@ impl Config {
             }
             c.voice_url = Some(v);
         }
-        if let Some(path) = pick!(voice_twiml) {
+        if let Some(path) = a.voice_twiml.clone() {
             if c.voice_url.is_some() {
                 return Err(ConfigError::Invalid {
                     field: "voice_twiml",
@@ -1212,7 +1465,7 @@ mod tests {
         assert_eq!(c.rtp_timeout, Some(Duration::from_secs(30)));
         let c = Config::resolve(args(&[
             "--rtp-timeout",
-            "0",
+            "off",
             "--untrusted-sip",
             "reject",
             "--sip-server-header",
@@ -1221,7 +1474,7 @@ mod tests {
             "0",
         ]))
         .unwrap();
-        assert_eq!(c.rtp_timeout, None, "0 turns the RTP timeout off");
+        assert_eq!(c.rtp_timeout, None, "`off` turns the RTP timeout off");
         assert_eq!(c.untrusted_sip, UntrustedSip::Reject);
         assert_eq!(c.sip_server_header, None);
         assert_eq!(c.interim_record_interval, None);
@@ -1361,5 +1614,269 @@ mod tests {
         let c = Config::resolve(args(&["--config", file, "--symmetric-rtp", "false"])).unwrap();
         assert!(!c.symmetric_rtp);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_naming_the_field() {
+        for (list, want) in [
+            (
+                &["--max-calls", "99999999999"][..],
+                "config field `max_calls`: 99999999999 is outside 1–10000",
+            ),
+            (
+                &["--max-call-duration", "99999999999h"],
+                "config field `max_call_duration`: `99999999999h` is outside 1s–24h",
+            ),
+            (
+                &["--rtp-timeout", "0"],
+                "config field `rtp_timeout`: `0` is outside `off`, or 1s–1h (`off` turns it off)",
+            ),
+            (
+                &["--turn-stop-timeout", "0"],
+                "config field `turn_stop_timeout`: `0` is outside 200ms–30s",
+            ),
+            (
+                &["--answer-delay", "1h"],
+                "config field `answer_delay`: `1h` is outside 0s–1m",
+            ),
+            (
+                &["--trunk-cidr", "10.0.0.1/8"],
+                "config field `trunk_cidr`: `10.0.0.1/8` has host bits set: write the network, \
+                 `10.0.0.0/8`, or one address, `10.0.0.1`",
+            ),
+            (
+                &["--max-calls", "0"],
+                "config field `max_calls`: 0 is outside 1–10000",
+            ),
+            (
+                &["--max-buffered-seconds", "NaN"],
+                "config field `max_buffered_seconds`: NaN is outside 0.02–3600",
+            ),
+            (
+                &["--register-expires", "30"],
+                "config field `register_expires`: 30 is outside 60–86400",
+            ),
+        ] {
+            assert_eq!(err(list), want, "{list:?}");
+        }
+        // The bounds themselves are accepted, and `off` is how the RTP timeout is turned off.
+        let c = Config::resolve(args(&[
+            "--max-calls",
+            "10000",
+            "--answer-delay",
+            "60s",
+            "--turn-stop-timeout",
+            "200ms",
+            "--max-call-duration",
+            "24h",
+            "--trunk-cidr",
+            "10.0.0.0/8,2001:db8::/32,192.0.2.7",
+        ]))
+        .unwrap();
+        assert_eq!(c.max_calls, 10_000);
+        assert_eq!(c.answer_delay, Duration::from_secs(60));
+        assert_eq!(c.turn_stop_timeout, Duration::from_millis(200));
+        assert_eq!(c.max_call_duration, Duration::from_secs(86_400));
+        assert_eq!(c.trunk_cidrs.len(), 3);
+        let c = Config::resolve(args(&["--interim-record-interval", "off"])).unwrap();
+        assert_eq!(c.interim_record_interval, None);
+    }
+
+    #[test]
+    fn lists_from_the_file_hold_unless_a_flag_replaces_them() {
+        let dir = std::env::temp_dir().join(format!("ontime-cfg-list-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("gw.toml");
+        let path = f.to_str().unwrap();
+        std::fs::write(&f, "trunk_cidr = [\"10.0.0.0/8\"]\n").unwrap();
+        let c = Config::resolve(args(&["--config", path])).unwrap();
+        assert_eq!(c.trunk_cidrs, vec![IpNet::from_str("10.0.0.0/8").unwrap()]);
+        let c = Config::resolve(args(&["--config", path, "--trunk-cidr", "192.0.2.0/24"])).unwrap();
+        assert_eq!(
+            c.trunk_cidrs,
+            vec![IpNet::from_str("192.0.2.0/24").unwrap()]
+        );
+        // An empty list is a list: no trunk network, not the loopback default.
+        std::fs::write(&f, "trunk_cidr = []\n").unwrap();
+        let c = Config::resolve(args(&["--config", path])).unwrap();
+        assert!(c.trunk_cidrs.is_empty());
+        // `config` is a flag only: a file does not name another file.
+        std::fs::write(&f, "config = \"other.toml\"\n").unwrap();
+        let e = Config::resolve(args(&["--config", path])).unwrap_err();
+        assert!(e.to_string().contains("unknown field `config`"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_toml_key_meets_the_same_range_as_its_flag() {
+        let dir = std::env::temp_dir().join(format!("ontime-cfg-range-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("gw.toml");
+        std::fs::write(&f, "answer_delay = \"1h\"\nmax_calls = 99999999999\n").unwrap();
+        let e = Config::resolve(args(&["--config", f.to_str().unwrap()])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config field `max_calls`: 99999999999 is outside 1–10000"
+        );
+        std::fs::write(&f, "answer_delay = \"1h\"\n").unwrap();
+        let e = Config::resolve(args(&["--config", f.to_str().unwrap()])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config field `answer_delay`: `1h` is outside 0s–1m"
+        );
+        std::fs::write(&f, "trunk_cidr = [\"10.0.0.1/8\"]\n").unwrap();
+        let e = Config::resolve(args(&["--config", f.to_str().unwrap()])).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("config field `trunk_cidr`: `10.0.0.1/8` has host bits set"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The rows of the settings table in docs/gateway.md: (flags, env names, range cell).
+    fn docs_rows() -> Vec<(Vec<String>, Vec<String>, String)> {
+        // Read at run time: a packaged crate has no docs/ to include.
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/gateway.md"),
+        )
+        .expect("docs/gateway.md");
+        let section = &text[text
+            .find("## Configuration")
+            .expect("a Configuration section")..];
+        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+        let words = |cell: &str, prefixes: &[&str]| -> Vec<String> {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|w| prefixes.iter().any(|p| w.starts_with(p)))
+                .map(str::to_string)
+                .collect()
+        };
+        section
+            .lines()
+            .filter(|l| l.starts_with("| `--") || l.starts_with("| — |"))
+            .map(|l| {
+                let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+                assert_eq!(cells.len(), 5, "five cells in {l}");
+                (
+                    words(cells[0], &["--"]),
+                    words(cells[1], &["ONTIME_", "ORT_"]),
+                    cells[3].to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn help_shows_each_range() {
+        let help = Args::command_with_ranges().render_long_help().to_string();
+        for (field, bounds) in RANGES {
+            let flag = format!("--{}", field.replace('_', "-"));
+            let at = help
+                .find(&format!("{flag} "))
+                .unwrap_or_else(|| panic!("{flag} in help"));
+            let entry = &help[at..];
+            let entry = &entry[..entry[2..].find("\n  -").map_or(entry.len(), |i| i + 2)];
+            let range = format!("[range: {}]", bounds.describe());
+            assert!(entry.contains(&range), "{flag}: {entry}");
+        }
+    }
+
+    #[test]
+    fn docs_table_matches_the_flags() {
+        use clap::CommandFactory;
+        use std::any::TypeId;
+        let rows = docs_rows();
+        let row = |flag: &str| {
+            rows.iter()
+                .find(|(flags, _, _)| flags.iter().any(|f| f == flag))
+                .unwrap_or_else(|| panic!("{flag} has no row in docs/gateway.md's settings table"))
+        };
+        let cmd = Args::command();
+        let mut flags = Vec::new();
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            let flag = format!("--{long}");
+            let (_, envs, range) = row(&flag);
+            let env = arg.get_env().expect("every flag has an environment twin");
+            assert!(
+                envs.iter().any(|e| env == e.as_str()),
+                "{flag}: docs name {envs:?}, the flag reads {env:?}"
+            );
+            let field = long.replace('-', "_");
+            let bounds = RANGES.iter().find(|(name, _)| *name == field);
+            let parser = arg.get_value_parser().type_id();
+            let numeric = [
+                TypeId::of::<usize>(),
+                TypeId::of::<u32>(),
+                TypeId::of::<u64>(),
+                TypeId::of::<f64>(),
+            ]
+            .iter()
+            .any(|t| parser == *t);
+            let is_duration = arg
+                .get_value_names()
+                .is_some_and(|names| names.iter().any(|n| n == "DURATION"));
+            match bounds {
+                Some((_, b)) => assert_eq!(range, &b.describe(), "{flag}'s range in the docs"),
+                None => {
+                    assert!(
+                        !numeric && !is_duration,
+                        "{flag} is a number or a duration without an entry in RANGES"
+                    );
+                    if field != "rtp_ports" {
+                        assert_eq!(range, "—", "{flag} has a range in the docs, none in RANGES");
+                    }
+                }
+            }
+            flags.push(flag);
+        }
+        for (name, b) in RANGES {
+            let flag = format!("--{}", name.replace('_', "-"));
+            assert!(
+                flags.contains(&flag),
+                "RANGES names {name}, which is no flag"
+            );
+            if matches!(b, Bounds::Duration { .. }) {
+                let arg = cmd
+                    .get_arguments()
+                    .find(|a| a.get_long() == Some(&flag[2..]))
+                    .unwrap();
+                assert_eq!(
+                    arg.get_value_names().map(|n| n[0].as_str()),
+                    Some("DURATION"),
+                    "{flag} is a duration"
+                );
+            }
+        }
+        for (documented, _, _) in &rows {
+            for flag in documented {
+                assert!(flags.contains(flag), "docs list {flag}, which is no flag");
+            }
+        }
+        // The TOML keys are the flags with underscores (`--config` aside): serde lists the keys
+        // it knows when it meets one it does not.
+        let e = toml::from_str::<Args>("no_such_key = 1")
+            .unwrap_err()
+            .to_string();
+        let listed = &e[e.find("expected one of").expect("serde lists the keys")..];
+        let mut keys: Vec<String> = listed
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect();
+        let mut want: Vec<String> = flags
+            .iter()
+            .filter(|f| *f != "--config")
+            .map(|f| f[2..].replace('-', "_"))
+            .collect();
+        keys.sort();
+        want.sort();
+        assert_eq!(keys, want, "TOML keys and flags differ");
     }
 }

@@ -5,7 +5,6 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Parser;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use ontime_gateway::metrics::{histogram_buckets, HistogramMatch};
 use ontime_gateway::{
@@ -17,7 +16,7 @@ fn main() -> ExitCode {
     // one inference never fans out over every core and starves the sender; ONNX Runtime's
     // telemetry is off (it would look up and post to Microsoft's collector).
     ontime_inference::prepare_process_environment();
-    let config = match Config::resolve(Args::parse()) {
+    let config = match Config::resolve(Args::parse_with_ranges()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("ontime-gateway: {e}");

@@ -353,7 +353,7 @@ fn kamailio_sends_new_calls_to_the_gateway_with_headroom() {
     }
     // `tight` needs more measured headroom than any machine has: it stands for a pod loaded
     // near its limit, without loading it.
-    let tight = start_gateway_alive(&["--admission-reserve", "1000000"]);
+    let tight = start_gateway_alive(&["--admission-reserve", "10000"]);
     let roomy = start_gateway(&["--admission-reserve", "1"]);
     // Its own OPTIONS answer says why: 503 and the headroom it measured.
     let probe = common::uac::RawUac::new("127.0.0.1", tight.sip);

@@ -142,6 +142,56 @@ fn timer_j_answers_retransmitted_requests_for_64_t1() {
 }
 
 #[test]
+fn only_transactions_still_waited_on_are_unsettled() {
+    let mut net = Net::new();
+    // An OPTIONS: the UAC waits for its answer; once answered, both sides' transactions only
+    // absorb retransmissions (Timers K and J) and are settled.
+    net.uac
+        .send_options("sip:10.0.0.2", addr(UAS_ADDR), Transport::Udp, net.now)
+        .unwrap();
+    assert_eq!(net.uac.unsettled_transactions(), 1);
+    net.pump();
+    assert_eq!(
+        (
+            net.uac.active_transactions(),
+            net.uac.unsettled_transactions()
+        ),
+        (1, 0)
+    );
+    assert_eq!(
+        (
+            net.uas.active_transactions(),
+            net.uas.unsettled_transactions()
+        ),
+        (1, 0)
+    );
+    // A refused INVITE whose ACKs are lost: the UAS resends its 486 until the ACK, so its
+    // transaction is unsettled until Timer H gives up.
+    net.drop = Box::new(|from_uac, line| from_uac && line.starts_with("ACK"));
+    net.place_call();
+    let inc = net.incoming();
+    assert_eq!(
+        net.uas.unsettled_transactions(),
+        1,
+        "an INVITE not answered yet"
+    );
+    net.uas.reject(inc.call, 486, &[], net.now).unwrap();
+    net.run_until(secs(10.0));
+    assert_eq!(
+        net.uas.unsettled_transactions(),
+        1,
+        "a 486 not acknowledged"
+    );
+    assert_eq!(
+        net.uac.unsettled_transactions(),
+        0,
+        "the UAC has its answer"
+    );
+    net.run_until(secs(40.0));
+    assert_eq!(net.uas.unsettled_transactions(), 0);
+}
+
+#[test]
 fn timer_g_retransmits_the_final_response_and_timer_h_gives_up() {
     let mut net = Net::new();
     net.drop = Box::new(|from_uac, line| from_uac && line.starts_with("ACK"));

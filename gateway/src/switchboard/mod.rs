@@ -436,19 +436,18 @@ impl Switchboard {
         }
     }
 
-    /// A drain was asked for, every call has ended, and retransmissions have been absorbed:
-    /// the driver may stop. A call that ended less than [`LINGER`] ago may still see its BYE or
-    /// 200 retransmitted, so the switchboard stays until its transactions are done or LINGER
-    /// has passed; with no call ended that recently there is nothing to absorb (a transaction
-    /// left by an OPTIONS ping is not worth holding the port for: a restarted gateway must be
-    /// able to bind it at once).
+    /// A drain was asked for, every call has ended, and nothing is left to settle: the driver
+    /// may stop. A transaction still unsettled (our BYE unanswered, a refusal unacknowledged)
+    /// holds the switchboard up to [`LINGER`] after the last call ended, so it is still
+    /// answered; transactions that only absorb retransmissions of what is answered (Timer J
+    /// keeps an answered OPTIONS 32 s) do not hold the SIP port: a restart must bind it at once.
     pub(crate) fn is_finished(&self, now: Instant) -> bool {
         if self.drain.is_none()
             || !(self.calls.is_empty() && self.pending.is_empty() && self.dialing.is_empty())
         {
             return false;
         }
-        self.endpoint.active_transactions() == 0
+        self.endpoint.unsettled_transactions() == 0
             || self
                 .last_call_ended
                 .is_none_or(|at| now.saturating_duration_since(at) >= LINGER)

@@ -506,9 +506,25 @@ fn a_drain_refuses_new_calls_hangs_up_at_its_deadline_and_lingers_after_the_last
     let cdr = h.done[0].ended.as_ref().expect("an end record");
     assert_eq!(cdr.cause, Some(EndCause::Drained));
     assert!(!h.live.contains_key(&call));
-    // Its BYE's transaction is still open: stay to absorb retransmissions, at most LINGER.
+    // Its BYE answered, nothing is left to settle: done at once.
+    assert!(h.board.is_finished(h.now));
+}
+
+/// A refusal whose ACK never comes stays unsettled (its 503 is retransmitted): a drained
+/// switchboard waits for it at most LINGER after the last call ended.
+#[test]
+fn a_drain_lingers_for_an_unacknowledged_refusal_at_most_linger() {
+    let mut h = Harness::new(Harness::config());
+    h.drop = Box::new(|from_gateway, line| !from_gateway && line.starts_with("ACK"));
+    h.board.drain(h.now + Duration::from_secs(30), h.now);
+    h.pump();
+    h.call_in();
+    assert_eq!(h.count(true, "SIP/2.0 503"), 1, "{:#?}", h.lines());
+    assert!(!h.board.is_finished(h.now), "the refusal is unsettled");
+    h.advance(LINGER - ms(1));
+    assert!(h.count(true, "SIP/2.0 503") > 1, "{:#?}", h.lines());
     assert!(!h.board.is_finished(h.now));
-    h.advance(LINGER);
+    h.advance(ms(1));
     assert!(h.board.is_finished(h.now));
 }
 
@@ -526,7 +542,7 @@ fn a_drain_with_no_call_finishes_at_once() {
         )
         .unwrap();
     h.pump();
-    assert!(h.board.endpoint().active_transactions() > 0);
+    assert_eq!(h.board.endpoint().active_transactions(), 1);
     h.board.drain(h.now + Duration::from_secs(30), h.now);
     assert!(h.board.is_finished(h.now));
 }

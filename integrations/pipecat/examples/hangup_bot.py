@@ -27,7 +27,7 @@ Each finished call appends one JSON line to ``--record FILE`` (the SIDs it used,
 audio started and when the bot ended its pipeline).
 
     TWILIO_AUTH_TOKEN=... python hangup_bot.py --port 8766 --api-base-url http://127.0.0.1:8080
-    ontime-gateway --agent ws://127.0.0.1:8766/media-stream --api-listen 127.0.0.1:8080 ...
+    target/release/ontime-gateway --agent ws://127.0.0.1:8766/media-stream --api-listen 127.0.0.1:8080 ...
 """
 
 import argparse

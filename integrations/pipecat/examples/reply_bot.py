@@ -25,7 +25,7 @@ Each finished call appends one JSON line to ``--record FILE``: what the bot saw 
 turns, replies, interruptions, ontime events, the start message's custom parameters).
 
     python reply_bot.py --port 8765 --turn own --record /tmp/bot.jsonl
-    ontime-gateway --agent ws://127.0.0.1:8765/media-stream
+    target/release/ontime-gateway --agent ws://127.0.0.1:8765/media-stream
 """
 
 import argparse

@@ -31,7 +31,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::build::{self, h};
-use crate::message::{parse_message, Framing, ParseError, MAGIC_COOKIE};
+use crate::message::{parse_message, Framing, Method, ParseError, MAGIC_COOKIE};
 
 mod auth;
 mod config;
@@ -58,7 +58,7 @@ pub use stats::{EndpointStats, MessageCounts, MessageKind};
 use dialog::{session_interval, Call, DialogMatch};
 use register::Registration;
 use stats::Direction;
-use transaction::{ClientTx, ServerKey, ServerTx};
+use transaction::{ClientState, ClientTx, ServerKey, ServerState, ServerTx};
 
 /// Methods this UA serves (RFC 3261 §20.5 Allow).
 const ALLOW: &str = "INVITE, ACK, BYE, CANCEL, OPTIONS, UPDATE, INFO, NOTIFY";
@@ -187,6 +187,30 @@ impl Endpoint {
     /// Transactions alive (client and server), for tests and metrics.
     pub fn active_transactions(&self) -> usize {
         self.client.len() + self.server.len()
+    }
+
+    /// Transactions whose outcome a peer or we still wait for: our requests without a final
+    /// response, the peer's requests not answered yet, and an INVITE refused whose ACK has not
+    /// come (we resend the refusal until it does). Every other transaction only absorbs
+    /// retransmissions of what is settled (Timers D, I, J, K and L, up to 64·T1 on UDP): a
+    /// process that is leaving waits for these, not for those, and a retransmission meeting
+    /// its closed port is one whose answer was already sent.
+    pub fn unsettled_transactions(&self) -> usize {
+        let client = self
+            .client
+            .values()
+            .filter(|tx| matches!(tx.state, ClientState::Calling | ClientState::Proceeding))
+            .count();
+        let server = self
+            .server
+            .values()
+            .filter(|tx| match tx.state {
+                ServerState::Proceeding => true,
+                ServerState::Completed => tx.method == Method::Invite,
+                ServerState::Confirmed | ServerState::Accepted => false,
+            })
+            .count();
+        client + server
     }
 
     /// Server transactions held in `budget` (at most its limit in [`crate::Limits`]).

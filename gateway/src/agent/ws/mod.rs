@@ -92,6 +92,19 @@ const CLOSE_MARK: &str = "ontime-bot-closed";
 
 /// The user part of a SIP URI (`sip:+15551230000@trunk` → `+15551230000`), the "number" bots
 /// written for Twilio read from `from_number`/`to_number`.
+/// The `customParameters` every call's `start` carries before the configured ones: Twilio's
+/// names (From, To, CallId) and the ones pipecat's runner reads for the numbers. docs/agents.md
+/// lists them; a test holds the list to this.
+fn call_parameters(info: &CallInfo) -> Vec<(String, String)> {
+    vec![
+        ("From".to_string(), info.from.clone()),
+        ("To".to_string(), info.to.clone()),
+        ("CallId".to_string(), info.call_id.clone()),
+        ("from_number".to_string(), number_of(&info.from)),
+        ("to_number".to_string(), number_of(&info.to)),
+    ]
+}
+
 fn number_of(uri: &str) -> String {
     let rest = uri
         .trim()
@@ -310,14 +323,7 @@ impl Agent for WsAgent {
         };
         let (media_tx, media_rx) = mpsc::channel(self.config.send_queue_frames.max(1));
         let (control_tx, control_rx) = mpsc::unbounded_channel();
-        // Twilio's names (From, To, CallId) and the ones pipecat's runner reads for the numbers.
-        let mut custom = vec![
-            ("From".to_string(), info.from.clone()),
-            ("To".to_string(), info.to.clone()),
-            ("CallId".to_string(), info.call_id.clone()),
-            ("from_number".to_string(), number_of(&info.from)),
-            ("to_number".to_string(), number_of(&info.to)),
-        ];
+        let mut custom = call_parameters(info);
         custom.extend(self.config.custom_parameters.iter().cloned());
         for name in &self.config.forward_headers {
             if let Some((_, v)) = info
@@ -695,6 +701,44 @@ mod tests {
         assert_eq!(number_of("<sips:alice@example.com;transport=tls>"), "alice");
         assert_eq!(number_of("tel:+4930123"), "+4930123");
         assert_eq!(number_of("sip:bot@127.0.0.1:5060"), "bot");
+    }
+
+    #[test]
+    fn the_documented_custom_parameters_are_the_ones_sent() {
+        let info = CallInfo {
+            call_id: "a84b4c76e66710".into(),
+            call_sid: String::new(),
+            account_sid: String::new(),
+            direction: ontime_twilio::Direction::Inbound,
+            transport: ontime_sip::Transport::Udp,
+            from: "sip:+15551230000@trunk.example.com".into(),
+            to: "sip:bot@gw".into(),
+            sip_headers: Vec::new(),
+        };
+        let sent: Vec<String> = call_parameters(&info).into_iter().map(|(k, _)| k).collect();
+        // docs/agents.md's table: the rows whose key is one literal name are the fixed keys.
+        // Read at run time: a packaged crate has no docs/ to include.
+        let docs = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/agents.md"),
+        )
+        .expect("docs/agents.md");
+        let table = &docs[docs.find("- `customParameters` holds").expect("the list")..];
+        let documented: Vec<String> = table
+            .lines()
+            .skip(1)
+            .map(str::trim)
+            .take_while(|l| l.is_empty() || l.starts_with('|'))
+            .filter_map(|l| {
+                let key = l.trim_start_matches('|').split(" | ").next()?.trim();
+                let name = key.strip_prefix('`')?.strip_suffix('`')?;
+                (!name.contains('`') && name != "key").then(|| name.to_string())
+            })
+            .collect();
+        assert_eq!(documented, sent, "docs/agents.md vs the start message");
+        assert_eq!(
+            call_parameters(&info)[3],
+            ("from_number".to_string(), "+15551230000".to_string())
+        );
     }
 
     #[test]
