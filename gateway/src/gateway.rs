@@ -468,6 +468,8 @@ impl Gateway {
                         calls: slots.active(),
                         admitted: slots.admitted(),
                         inference_cpu: Duration::from_nanos(inference.model_cpu_ns),
+                        turn_cpu: Duration::from_nanos(inference.turn_cpu_ns),
+                        turn_runs: inference.turn_runs,
                         process_cpu: ontime_inference::process_cpu_time(),
                         queue_wait: Duration::from_nanos(inference.queue_wait_ns),
                         queue_waits: inference.queue_waits,
@@ -532,10 +534,6 @@ fn headroom_limits(pool: &PoolConfig) -> HeadroomLimits {
     limits_for(pool.quota, cpus, pool.budget_reserve)
 }
 
-/// CPU of one Smart Turn run under a small quota on the reference VM (docs/inference.md, *CPU
-/// budget*: 60–70 ms), for [`limits_for`].
-const SMART_TURN_RUN_CPU: Duration = Duration::from_millis(60);
-
 /// [`headroom_limits`] for a given quota and CPU count.
 fn limits_for(
     quota: Option<ontime_inference::CpuQuota>,
@@ -554,7 +552,9 @@ fn limits_for(
                 // 60 ms: p99 queue wait
                 // 500 ms at 32 calls with 16 % of a core used, docs/capacity.md). Only the
                 // allowance's fraction of a run counts as room for calls.
-                let burst = (a.as_secs_f64() / SMART_TURN_RUN_CPU.as_secs_f64()).min(1.0);
+                let burst = (a.as_secs_f64()
+                    / crate::admission::headroom::PRIOR_TURN_RUN.as_secs_f64())
+                .min(1.0);
                 burst * a.as_secs_f64() / q.period.as_secs_f64()
             }),
         None => 1.0,

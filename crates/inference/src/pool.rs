@@ -113,6 +113,8 @@ struct Shared {
     early_ends: AtomicU64,
     /// CPU time of model runs, ns (the admission estimate reads its rate).
     model_cpu_ns: AtomicU64,
+    /// CPU time of Smart Turn runs alone, ns (the admission estimate's service time).
+    turn_cpu_ns: AtomicU64,
     /// Queue waits of the jobs run, summed (ns) and counted.
     queue_wait_ns: AtomicU64,
     queue_waits: AtomicU64,
@@ -147,6 +149,8 @@ pub struct PoolStats {
     pub early_ends: u64,
     /// CPU time the models have used on the inference thread so far, in ns.
     pub model_cpu_ns: u64,
+    /// Of it, Smart Turn's (its runs are the long jobs a turn's verdict waits behind).
+    pub turn_cpu_ns: u64,
     /// Time jobs waited in the queue before their run, summed, in ns.
     pub queue_wait_ns: u64,
     /// Jobs whose wait is in `queue_wait_ns`.
@@ -190,6 +194,7 @@ impl Shared {
             speculative_skipped: self.speculative_skipped.load(Ordering::Relaxed),
             early_ends: self.early_ends.load(Ordering::Relaxed),
             model_cpu_ns: self.model_cpu_ns.load(Ordering::Relaxed),
+            turn_cpu_ns: self.turn_cpu_ns.load(Ordering::Relaxed),
             queue_wait_ns: self.queue_wait_ns.load(Ordering::Relaxed),
             queue_waits: self.queue_waits.load(Ordering::Relaxed),
         }
@@ -1022,6 +1027,9 @@ impl Worker {
         histogram!(RUN_SECONDS, "model" => MODEL_TURN).record(run_wall.as_secs_f64());
         counter!(JOBS_TOTAL, "model" => MODEL_TURN).increment(1);
         self.shared.turn_runs.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .turn_cpu_ns
+            .fetch_add(cpu.as_nanos() as u64, Ordering::Relaxed);
         let probability = match result {
             Ok(p) => p,
             Err(e) => {

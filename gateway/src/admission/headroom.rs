@@ -9,6 +9,16 @@
 //! and a warning sign that the thread or the container is already saturated (queue wait,
 //! lateness, throttling) says "no more" whatever the arithmetic says.
 //!
+//! How full the thread may be is a queueing question, not a fixed share. A turn's verdict waits
+//! behind the jobs ahead of it, and that wait grows like ρ/(1−ρ) with the thread's utilisation ρ
+//! long before the thread is full (Pollaczek–Khinchine: the mean wait of an M/G/1 queue is
+//! ρ·E[S²]/(2·E[S]·(1−ρ)), and the long jobs here are Smart Turn runs of S ≈ 60 ms). The
+//! extra p95 turn latency is modelled as `wait_factor · S · ρ/(1−ρ)` and kept within
+//! `queueing_budget`, which gives the utilisation calls may fill:
+//! ρ* = B / (B + k·S), capped at `target_utilisation`. With the measured Smart Turn service time
+//! S = 60 ms, k = 2.4 and B = 200 ms, ρ* = 0.58 (a linear 0.75 admitted 128 calls at 0.746
+//! utilisation and p95 720 ms where the bound was 540; docs/capacity.md).
+//!
 //! A call's cost is learned from *settled* calls only. In its first seconds a call costs the
 //! VAD and little else; its first Smart Turn runs come with its caller's first turns. Measured
 //! over a ramp of new calls, the cost per call came out a fraction of what the same calls cost
@@ -41,6 +51,11 @@ pub struct Sample {
     pub queue_waits: u64,
     /// The sender's late ticks so far.
     pub late_ticks: u64,
+    /// Smart Turn's share of `inference_cpu`, and its runs so far: its mean run is the long
+    /// service time turns queue behind.
+    pub turn_cpu: Duration,
+    /// See `turn_cpu`.
+    pub turn_runs: u64,
     /// The cgroup's CFS periods and throttled periods so far (0 without a quota).
     pub periods: u64,
     /// See `periods`.
@@ -55,9 +70,18 @@ pub struct HeadroomLimits {
     pub inference_cores: f64,
     /// CPU the whole process may use, in cores (its CPU affinity, or its quota if smaller).
     pub process_cores: f64,
-    /// The share of `inference_cores` calls may fill: the rest absorbs bursts of turns, so
-    /// queue waits stay short.
+    /// The most of `inference_cores` calls may fill, whatever the queue model allows.
     pub target_utilisation: f64,
+    /// Extra p95 turn latency the inference queue may add at the admitted load (the load
+    /// harness's ok rule allows 300 ms over the first step's median; a single call's p95 sits
+    /// about 60 ms over its median already, and the rest is margin).
+    pub queueing_budget: Duration,
+    /// p95 queueing delay per unit of `S·ρ/(1−ρ)` (calibrated on the reference VM: 420 ms of
+    /// extra p95 at ρ = 0.746 with S = 60 ms gives 2.4; an exponential wait's p95 is 3× its
+    /// mean, and a turn's verdict may wait for two runs, speculative and final).
+    pub wait_factor: f64,
+    /// Smart Turn's CPU per run before one has been measured.
+    pub prior_turn_run: Duration,
     /// Mean queue wait over a window above which no call is added.
     pub max_queue_wait: Duration,
     /// Throttled share of CFS periods above which no call is added.
@@ -74,6 +98,9 @@ impl Default for HeadroomLimits {
             inference_cores: 1.0,
             process_cores: 1.0,
             target_utilisation: 0.75,
+            queueing_budget: Duration::from_millis(200),
+            wait_factor: 2.4,
+            prior_turn_run: PRIOR_TURN_RUN,
             // A turn's verdict waiting 100 ms on average already eats most of the latency
             // margin the ok rule leaves.
             max_queue_wait: Duration::from_millis(100),
@@ -98,6 +125,10 @@ pub struct Estimate {
     pub limited_by: Option<&'static str>,
 }
 
+/// CPU of one Smart Turn run on the reference VM (docs/inference.md, *CPU budget*: 60–70 ms),
+/// before the gateway has measured its own.
+pub const PRIOR_TURN_RUN: Duration = Duration::from_millis(60);
+
 /// Smooths the measured cost per call over readings.
 #[derive(Debug)]
 pub struct HeadroomEstimator {
@@ -114,6 +145,8 @@ pub struct HeadroomEstimator {
     /// the metrics): charged once, not per call, or one call measured alone would look like
     /// a call costing the whole idle gateway (0.023 core instead of 0.006 here).
     idle_process: Option<f64>,
+    /// Smart Turn's CPU per run, in seconds (smoothed).
+    turn_run: Option<f64>,
 }
 
 fn smooth(previous: Option<f64>, sample: f64) -> f64 {
@@ -150,6 +183,22 @@ impl HeadroomEstimator {
             cost: None,
             process_cost: None,
             idle_process: None,
+            turn_run: None,
+        }
+    }
+
+    /// The utilisation calls may fill: where the modelled queueing delay of a turn's verdict
+    /// reaches the budget, at most `target_utilisation` (module docs).
+    pub fn utilisation_limit(&self) -> f64 {
+        let service = self
+            .turn_run
+            .unwrap_or(self.limits.prior_turn_run.as_secs_f64());
+        let budget = self.limits.queueing_budget.as_secs_f64();
+        let queueing = budget / (budget + self.limits.wait_factor * service);
+        if queueing.is_finite() {
+            queueing.clamp(0.0, self.limits.target_utilisation)
+        } else {
+            self.limits.target_utilisation
         }
     }
 
@@ -215,6 +264,11 @@ impl HeadroomEstimator {
             } else if s.calls == 0 && p.calls == 0 {
                 self.idle_process = Some(smooth(self.idle_process, process_share));
             }
+            let runs = s.turn_runs.saturating_sub(p.turn_runs);
+            if runs > 0 {
+                let run = s.turn_cpu.saturating_sub(p.turn_cpu).as_secs_f64() / runs as f64;
+                self.turn_run = Some(smooth(self.turn_run, run));
+            }
             let waits = s.queue_waits.saturating_sub(p.queue_waits);
             if waits > 0 {
                 let mean = s.queue_wait.saturating_sub(p.queue_wait) / waits as u32;
@@ -244,9 +298,10 @@ impl HeadroomEstimator {
                 limited_by: Some(w),
             };
         }
+        let utilisation = self.utilisation_limit();
         let fits = |cores: f64, idle: f64, cost: Option<f64>, prior: f64| {
             let cost = cost.unwrap_or(prior).max(1e-6);
-            let n = ((cores * self.limits.target_utilisation - idle).max(0.0) / cost).floor();
+            let n = ((cores * utilisation - idle).max(0.0) / cost).floor();
             if n.is_finite() {
                 n.min(1e6) as usize
             } else {
@@ -279,6 +334,15 @@ impl HeadroomEstimator {
 mod tests {
     use super::*;
 
+    /// The CPU arithmetic alone: a queueing budget so large that `target_utilisation` (0.75)
+    /// is the limit.
+    fn cpu_only() -> HeadroomLimits {
+        HeadroomLimits {
+            queueing_budget: Duration::from_secs(1_000_000),
+            ..HeadroomLimits::default()
+        }
+    }
+
     fn sample(t0: Instant, secs: u64, calls: usize, cpu_ms: u64) -> Sample {
         Sample {
             at: t0 + Duration::from_secs(secs),
@@ -291,6 +355,8 @@ mod tests {
             queue_wait: Duration::ZERO,
             queue_waits: 0,
             late_ticks: 0,
+            turn_cpu: Duration::ZERO,
+            turn_runs: 0,
             periods: 0,
             throttled: 0,
         }
@@ -299,7 +365,7 @@ mod tests {
     #[test]
     fn capacity_follows_the_measured_cost_per_call() {
         let t0 = Instant::now();
-        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        let mut e = HeadroomEstimator::new(cpu_only());
         // No call measured yet: the priors (0.005 core of inference, 0.007 of the process)
         // give 150 and 107 calls on 0.75 of a core; the process fills first.
         assert_eq!(e.update(sample(t0, 0, 0, 0)).calls, 107);
@@ -322,7 +388,7 @@ mod tests {
 
     #[test]
     fn the_prior_is_what_the_first_reading_gives_an_idle_gateway() {
-        let e = HeadroomEstimator::new(HeadroomLimits::default());
+        let e = HeadroomEstimator::new(cpu_only());
         assert_eq!(
             e.prior(),
             Estimate {
@@ -330,7 +396,7 @@ mod tests {
                 limited_by: None
             }
         );
-        let mut measured = HeadroomEstimator::new(HeadroomLimits::default());
+        let mut measured = HeadroomEstimator::new(cpu_only());
         assert_eq!(measured.update(sample(Instant::now(), 0, 0, 0)), e.prior());
     }
 
@@ -342,7 +408,7 @@ mod tests {
     #[test]
     fn a_ramp_of_new_calls_is_charged_the_prior_until_they_settle() {
         let t0 = Instant::now();
-        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        let mut e = HeadroomEstimator::new(cpu_only());
         assert_eq!(e.update(sample(t0, 0, 0, 0)).calls, 107);
         // 13 calls a second, each costing 0.001 core before its caller's first turn: measured
         // so, 0.75 / 0.001 would fit 750. Charged the prior, 107 fit.
@@ -354,7 +420,7 @@ mod tests {
     #[test]
     fn new_calls_are_charged_the_settled_cost_not_their_first_seconds() {
         let t0 = Instant::now();
-        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        let mut e = HeadroomEstimator::new(cpu_only());
         e.update(admitted(sample(t0, 0, 20, 0), 20));
         // 20 settled calls at 0.01 core each: 75 fit, 55 more.
         assert_eq!(e.update(admitted(sample(t0, 1, 20, 200), 20)).calls, 55);
@@ -381,7 +447,7 @@ mod tests {
     #[test]
     fn few_calls_do_not_set_the_cost() {
         let t0 = Instant::now();
-        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        let mut e = HeadroomEstimator::new(cpu_only());
         e.update(sample(t0, 0, 1, 0));
         // One call alone: 0.02 core (a VAD batch of one costs nearly what a batch of ten
         // does). Taken as the cost, 37 would fit; below 16 calls the prior stands: 107.
@@ -394,7 +460,7 @@ mod tests {
     #[test]
     fn the_idle_gateway_is_charged_once_not_per_call() {
         let t0 = Instant::now();
-        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        let mut e = HeadroomEstimator::new(cpu_only());
         // No call: the process idles at 0.02 core (no model runs).
         let idle = |secs| {
             let mut s = sample(t0, secs, 0, 0);
@@ -418,7 +484,7 @@ mod tests {
     #[test]
     fn the_process_fills_its_cores_before_the_inference_thread_does() {
         let t0 = Instant::now();
-        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        let mut e = HeadroomEstimator::new(cpu_only());
         e.update(sample(t0, 0, 20, 0));
         // 20 calls: inference 0.2 core, the whole process 0.5 (sender, tokio): on one core
         // the process is the limit, 0.75 / 0.025 = 30 calls, 10 more.
@@ -447,7 +513,7 @@ mod tests {
                 }),
             ),
         ] {
-            let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+            let mut e = HeadroomEstimator::new(cpu_only());
             e.update(sample(t0, 0, 20, 0));
             let mut s = sample(t0, 1, 20, 200);
             tweak(&mut s);
@@ -472,7 +538,7 @@ mod tests {
     #[test]
     fn waits_below_the_limit_and_short_windows_change_nothing() {
         let t0 = Instant::now();
-        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        let mut e = HeadroomEstimator::new(cpu_only());
         e.update(sample(t0, 0, 10, 0));
         let mut s = sample(t0, 1, 10, 100);
         s.queue_wait = Duration::from_millis(20 * 40);
@@ -483,5 +549,85 @@ mod tests {
         soon.at += Duration::from_millis(100);
         soon.late_ticks = 5;
         assert_eq!(e.update(soon).limited_by, None);
+    }
+}
+
+#[cfg(test)]
+mod queue_model_tests {
+    use super::*;
+
+    fn reading(t0: Instant, secs: u64, calls: usize, cpu_ms: u64, turns: (u64, u64)) -> Sample {
+        Sample {
+            at: t0 + Duration::from_secs(secs),
+            calls,
+            admitted: 0,
+            inference_cpu: Duration::from_millis(cpu_ms),
+            process_cpu: Duration::from_millis(cpu_ms),
+            queue_wait: Duration::ZERO,
+            queue_waits: 0,
+            late_ticks: 0,
+            turn_cpu: Duration::from_millis(turns.0),
+            turn_runs: turns.1,
+            periods: 0,
+            throttled: 0,
+        }
+    }
+
+    /// The prior Smart Turn run (60 ms) with the default budget and factor: ρ* = 0.2 / (0.2 +
+    /// 2.4 · 0.06) = 0.5814, below the 0.75 cap.
+    #[test]
+    fn the_utilisation_limit_comes_from_the_queueing_budget() {
+        let e = HeadroomEstimator::new(HeadroomLimits::default());
+        assert!((e.utilisation_limit() - 0.2 / 0.344).abs() < 1e-9);
+        // An idle gateway: 0.5814 of a core at the priors (0.005 and 0.007 a call) is 83
+        // calls by the process, 116 by the thread; the process fills first.
+        assert_eq!(e.prior().calls, 83);
+        // A budget large enough leaves the cap.
+        let loose = HeadroomEstimator::new(HeadroomLimits {
+            queueing_budget: Duration::from_secs(100),
+            ..HeadroomLimits::default()
+        });
+        assert_eq!(loose.utilisation_limit(), 0.75);
+    }
+
+    /// The load that broke the bound: 64 settled calls at 0.415 of a core (0.0065 a call). The
+    /// linear rule (0.75) would take the gateway to 115 calls, 51 more; the queue model stops at
+    /// 0.5814 / 0.0065 = 89 calls, 25 more.
+    #[test]
+    fn sixty_four_calls_at_forty_percent_leave_room_for_twenty_five_not_fifty_one() {
+        let t0 = Instant::now();
+        let run = |limits: HeadroomLimits| {
+            let mut e = HeadroomEstimator::new(limits);
+            e.update(reading(t0, 0, 64, 0, (0, 0)));
+            // 0.415 s of model CPU a second; Smart Turn ran 4 times at 60 ms each.
+            e.update(reading(t0, 1, 64, 415, (240, 4))).calls
+        };
+        let no_process_limit = |l: HeadroomLimits| HeadroomLimits {
+            process_cores: 100.0,
+            ..l
+        };
+        assert_eq!(run(no_process_limit(HeadroomLimits::default())), 25);
+        let linear = HeadroomLimits {
+            queueing_budget: Duration::from_secs(1_000_000),
+            ..HeadroomLimits::default()
+        };
+        assert_eq!(run(no_process_limit(linear)), 51);
+    }
+
+    /// Longer Smart Turn runs (a slower CPU) mean longer waits at the same utilisation: the
+    /// measured service time lowers the limit. 120 ms runs: ρ* = 0.2 / (0.2 + 0.288) = 0.41.
+    #[test]
+    fn a_slower_smart_turn_lowers_the_utilisation_calls_may_fill() {
+        let t0 = Instant::now();
+        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        e.update(reading(t0, 0, 0, 0, (0, 0)));
+        // Two runs (a test call's turns, say), and nothing else of the process measured.
+        let mut r = reading(t0, 1, 0, 240, (240, 2));
+        r.process_cpu = Duration::ZERO;
+        e.update(r);
+        assert!((e.utilisation_limit() - 0.2 / 0.488).abs() < 1e-9);
+        // Fewer than 16 calls measured: the cost per call is still the prior, so the limit
+        // alone moved the capacity: 0.4098 / 0.007 = 58 calls.
+        assert_eq!(e.prior().calls, 58);
     }
 }
