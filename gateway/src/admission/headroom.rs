@@ -550,27 +550,12 @@ mod tests {
         soon.late_ticks = 5;
         assert_eq!(e.update(soon).limited_by, None);
     }
-}
 
-#[cfg(test)]
-mod queue_model_tests {
-    use super::*;
-
-    fn reading(t0: Instant, secs: u64, calls: usize, cpu_ms: u64, turns: (u64, u64)) -> Sample {
-        Sample {
-            at: t0 + Duration::from_secs(secs),
-            calls,
-            admitted: 0,
-            inference_cpu: Duration::from_millis(cpu_ms),
-            process_cpu: Duration::from_millis(cpu_ms),
-            queue_wait: Duration::ZERO,
-            queue_waits: 0,
-            late_ticks: 0,
-            turn_cpu: Duration::from_millis(turns.0),
-            turn_runs: turns.1,
-            periods: 0,
-            throttled: 0,
-        }
+    /// `s` with Smart Turn's CPU (ms) and runs so far.
+    fn with_turns(mut s: Sample, turn_cpu_ms: u64, turn_runs: u64) -> Sample {
+        s.turn_cpu = Duration::from_millis(turn_cpu_ms);
+        s.turn_runs = turn_runs;
+        s
     }
 
     /// The prior Smart Turn run (60 ms) with the default budget and factor: ρ* = 0.2 / (0.2 +
@@ -598,9 +583,9 @@ mod queue_model_tests {
         let t0 = Instant::now();
         let run = |limits: HeadroomLimits| {
             let mut e = HeadroomEstimator::new(limits);
-            e.update(reading(t0, 0, 64, 0, (0, 0)));
+            e.update(with_turns(sample(t0, 0, 64, 0), 0, 0));
             // 0.415 s of model CPU a second; Smart Turn ran 4 times at 60 ms each.
-            e.update(reading(t0, 1, 64, 415, (240, 4))).calls
+            e.update(with_turns(sample(t0, 1, 64, 415), 240, 4)).calls
         };
         let no_process_limit = |l: HeadroomLimits| HeadroomLimits {
             process_cores: 100.0,
@@ -620,9 +605,9 @@ mod queue_model_tests {
     fn a_slower_smart_turn_lowers_the_utilisation_calls_may_fill() {
         let t0 = Instant::now();
         let mut e = HeadroomEstimator::new(HeadroomLimits::default());
-        e.update(reading(t0, 0, 0, 0, (0, 0)));
+        e.update(with_turns(sample(t0, 0, 0, 0), 0, 0));
         // Two runs (a test call's turns, say), and nothing else of the process measured.
-        let mut r = reading(t0, 1, 0, 240, (240, 2));
+        let mut r = with_turns(sample(t0, 1, 0, 240), 240, 2);
         r.process_cpu = Duration::ZERO;
         e.update(r);
         assert!((e.utilisation_limit() - 0.2 / 0.488).abs() < 1e-9);
