@@ -37,7 +37,7 @@ use crate::speech::{
 };
 use crate::thread_cpu::thread_cpu_time;
 use crate::turn::{SmartTurn, TurnAudioBuffer};
-use crate::vad::{SileroVad, VadStream};
+use crate::vad::{is_quiet_chunk, SileroVad, VadStream};
 use crate::{Error, Result};
 
 /// A call's identity inside the pool.
@@ -103,6 +103,7 @@ struct Shared {
     deferrals: AtomicU64,
     vad_batches: AtomicU64,
     vad_chunks: AtomicU64,
+    vad_guarded: AtomicU64,
     turn_runs: AtomicU64,
     dropped_samples: AtomicU64,
     errors: AtomicU64,
@@ -129,8 +130,11 @@ pub struct PoolStats {
     pub budget_deferrals: u64,
     /// Batched VAD runs.
     pub vad_batches: u64,
-    /// VAD chunks processed (sum of batch sizes).
+    /// VAD chunks decided: the rows of every batch plus the chunks the quiet guard decided.
     pub vad_chunks: u64,
+    /// Of them, chunks the quiet guard called non-speech without a model run
+    /// (`PoolConfig::vad_quiet_peak`).
+    pub vad_guarded: u64,
     /// Smart Turn inferences.
     pub turn_runs: u64,
     /// Samples dropped because a call's backlog exceeded 8 s (the thread could not keep up).
@@ -185,6 +189,7 @@ impl Shared {
             budget_deferrals: self.deferrals.load(Ordering::Relaxed),
             vad_batches: self.vad_batches.load(Ordering::Relaxed),
             vad_chunks: self.vad_chunks.load(Ordering::Relaxed),
+            vad_guarded: self.vad_guarded.load(Ordering::Relaxed),
             turn_runs: self.turn_runs.load(Ordering::Relaxed),
             dropped_samples: self.dropped_samples.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
@@ -567,6 +572,9 @@ struct Worker {
     origin: Instant,
     estimates: CostEstimates,
     batch_ids: Vec<u64>,
+    /// Per entry of `batch_ids`: its row in the model batch, or `None` for a chunk the quiet
+    /// guard decides.
+    batch_rows: Vec<Option<usize>>,
     chunk_f32: Vec<f32>,
     chunk_i16: Vec<i16>,
     deferred_until: Option<Instant>,
@@ -605,6 +613,7 @@ impl Worker {
                 turn: Duration::from_millis(80),
             },
             batch_ids: Vec::with_capacity(config.max_vad_batch),
+            batch_rows: Vec::with_capacity(config.max_vad_batch),
             chunk_f32: vec![0.0; VAD_CHUNK_SAMPLES * config.max_vad_batch],
             chunk_i16: vec![0; VAD_CHUNK_SAMPLES],
             deferred_until: None,
@@ -737,6 +746,7 @@ impl Worker {
         let speculate_chunks = self.config.turn.speculate_after.map(chunks_for);
         let early = self.early_end_rule();
         self.batch_ids.clear();
+        self.batch_rows.clear();
         let max = self.config.max_vad_batch;
         // Oldest backlog first, so no call starves when more than a batch are ready.
         let mut ready: Vec<(Instant, u64)> = self
@@ -746,16 +756,56 @@ impl Worker {
             .map(|(&id, s)| (s.oldest_arrival().unwrap_or_else(Instant::now), id))
             .collect();
         ready.sort_unstable();
-        self.batch_ids
-            .extend(ready.iter().take(max).map(|&(_, id)| id));
-        let b = self.batch_ids.len();
-        if b == 0 {
+        let mut b = 0;
+        for &(_, id) in &ready {
+            let Some(slot) = self.calls.get(&id) else {
+                continue;
+            };
+            // Only while quiet: in any other state a quiet chunk's probability decides
+            // something (a start being confirmed, a stop being counted), so the model judges it.
+            let guarded = self.config.vad_quiet_peak.is_some_and(|peak| {
+                slot.detector.state() == SpeechState::Quiet
+                    && is_quiet_chunk(slot.pending.range(..VAD_CHUNK_SAMPLES).copied(), peak)
+            });
+            if guarded {
+                self.batch_ids.push(id);
+                self.batch_rows.push(None);
+            } else if b < max {
+                self.batch_ids.push(id);
+                self.batch_rows.push(Some(b));
+                b += 1;
+            }
+        }
+        if self.batch_ids.is_empty() {
             return;
         }
         let estimated = self.estimates.vad_per_chunk * b as u32;
-        if !self.budget_allows(estimated) {
-            return;
+        if b > 0 && !self.budget_allows(estimated) {
+            // The guarded chunks cost no model time: decide them now, the batch waits.
+            self.keep_only_guarded();
+            b = 0;
         }
+        if b > 0 && !self.run_vad_model(b, &ready) {
+            self.keep_only_guarded();
+        }
+        self.decide_chunks(stop_chunks, speculate_chunks, early);
+    }
+
+    /// Leaves only the guarded chunks in the batch being decided (the model rows did not run).
+    fn keep_only_guarded(&mut self) {
+        let rows = &self.batch_rows;
+        let mut k = 0;
+        self.batch_ids.retain(|_| {
+            let keep = rows[k].is_none();
+            k += 1;
+            keep
+        });
+        self.batch_rows.retain(Option::is_none);
+    }
+
+    /// Runs Silero on the `b` model rows of the batch being decided; false when it failed (the
+    /// rows' chunks are then dropped or left pending, and only the guarded ones are decided).
+    fn run_vad_model(&mut self, b: usize, ready: &[(Instant, u64)]) -> bool {
         let started = Instant::now();
         let cpu_before = thread_cpu_time();
         let waited = ready.first().map_or(Duration::ZERO, |&(oldest, _)| {
@@ -765,7 +815,10 @@ impl Worker {
             histogram!(QUEUE_WAIT_SECONDS, "model" => MODEL_VAD).record(waited.as_secs_f64());
         }
         self.vad.begin_batch(b);
-        for (i, id) in self.batch_ids.iter().enumerate() {
+        for (id, row) in self.batch_ids.iter().zip(&self.batch_rows) {
+            let Some(i) = *row else {
+                continue;
+            };
             // ok: ids were just collected from `calls` on this thread.
             let Some(slot) = self.calls.get(id) else {
                 continue;
@@ -777,20 +830,23 @@ impl Worker {
             if let Err(e) = self.vad.set_row(i, &slot.vad, chunk) {
                 tracing::error!(error = %e, "VAD batch assembly failed");
                 self.shared.errors.fetch_add(1, Ordering::Relaxed);
-                return;
+                return false;
             }
         }
         if let Err(e) = self.vad.run() {
             tracing::error!(error = %e, batch = b, "Silero VAD run failed");
             self.shared.errors.fetch_add(1, Ordering::Relaxed);
             // Drop the chunks so a bad input cannot wedge the loop.
-            for id in &self.batch_ids {
+            for (id, row) in self.batch_ids.iter().zip(&self.batch_rows) {
+                if row.is_none() {
+                    continue;
+                }
                 if let Some(slot) = self.calls.get_mut(id) {
                     slot.pending.drain(..VAD_CHUNK_SAMPLES);
                     slot.consumed_samples += VAD_CHUNK_SAMPLES as u64;
                 }
             }
-            return;
+            return false;
         }
         let run_wall = started.elapsed();
         let cpu = thread_cpu_time().saturating_sub(cpu_before);
@@ -800,17 +856,41 @@ impl Worker {
         histogram!(RUN_SECONDS, "model" => MODEL_VAD).record(run_wall.as_secs_f64());
         counter!(JOBS_TOTAL, "model" => MODEL_VAD).increment(b as u64);
         self.shared.vad_batches.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Decides every chunk of the batch: a model row by its probability, a guarded chunk as
+    /// non-speech; then each call's speech, turn and speculation rules.
+    fn decide_chunks(
+        &mut self,
+        stop_chunks: u32,
+        speculate_chunks: Option<u32>,
+        early: Option<(f32, u32)>,
+    ) {
+        let guarded = self.batch_rows.iter().filter(|r| r.is_none()).count();
         self.shared
             .vad_chunks
-            .fetch_add(b as u64, Ordering::Relaxed);
-        for i in 0..b {
-            let id = self.batch_ids[i];
+            .fetch_add(self.batch_ids.len() as u64, Ordering::Relaxed);
+        self.shared
+            .vad_guarded
+            .fetch_add(guarded as u64, Ordering::Relaxed);
+        for k in 0..self.batch_ids.len() {
+            let id = self.batch_ids[k];
             let Some(slot) = self.calls.get_mut(&id) else {
                 continue;
             };
-            let p = match self.vad.finish_row(i, &mut slot.vad) {
-                Ok(p) => p,
-                Err(_) => continue,
+            let p = match self.batch_rows[k] {
+                Some(i) => match self.vad.finish_row(i, &mut slot.vad) {
+                    Ok(p) => p,
+                    Err(_) => continue,
+                },
+                None => {
+                    let chunk = slot.pending.range(..VAD_CHUNK_SAMPLES).copied();
+                    self.chunk_i16.clear();
+                    self.chunk_i16.extend(chunk);
+                    slot.vad.skip_quiet(&self.chunk_i16);
+                    0.0
+                }
             };
             self.chunk_i16.clear();
             self.chunk_i16

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use ort::environment::Environment;
-use ort::session::builder::GraphOptimizationLevel;
+use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::session::Session;
 
 use crate::{Error, Result};
@@ -58,6 +58,14 @@ pub fn one_thread_session(env: &Environment, model: &Path, what: &'static str) -
             env_var: crate::config::MODELS_DIR_ENV,
         });
     }
+    one_thread_builder(env)?
+        .commit_from_file(model)
+        .map_err(Error::ort(what))
+}
+
+/// The options of [`one_thread_session`] before a model is loaded (the `session_options`
+/// example measures variants on top of them).
+pub fn one_thread_builder(env: &Environment) -> Result<SessionBuilder> {
     Session::builder(env)
         .map_err(Error::ort("creating session options"))?
         .with_intra_threads(1)
@@ -71,7 +79,5 @@ pub fn one_thread_session(env: &Environment, model: &Path, what: &'static str) -
         .with_inter_op_spinning(false)
         .map_err(Error::ort("session.inter_op.allow_spinning"))?
         .with_optimization_level(GraphOptimizationLevel::All)
-        .map_err(Error::ort("optimisation level"))?
-        .commit_from_file(model)
-        .map_err(Error::ort(what))
+        .map_err(Error::ort("optimisation level"))
 }

@@ -44,6 +44,36 @@ impl VadStream {
     pub fn reset(&mut self) {
         *self = Self::default();
     }
+
+    /// Stands in for a model run on a chunk the quiet guard decides without the model
+    /// ([`is_quiet_chunk`]): the context becomes the chunk's last 32 samples, so the next model
+    /// run sees the real audio before it; the recurrent state stays the one the last run left.
+    /// Neither keeping nor zeroing the state reproduces the model's own decisions: the state
+    /// carries the history of the quiet it did not see, and on `tests/quiet_guard.rs` both moved
+    /// onsets by more than a chunk (keeping it moved fewer on the labelled set, 9 turns of 208
+    /// against 12), which is why the guard is off by default.
+    pub fn skip_quiet(&mut self, chunk: &[i16]) {
+        let tail = &chunk[chunk.len().saturating_sub(VAD_CONTEXT_SAMPLES)..];
+        self.context = [0.0; VAD_CONTEXT_SAMPLES];
+        pcm_to_f32(tail, &mut self.context[VAD_CONTEXT_SAMPLES - tail.len()..]);
+    }
+}
+
+/// Peak magnitude (of 32767) below which the quiet guard may decide a chunk without the model:
+/// 64, about −54 dBFS, the load harness's voiced threshold. Line noise at −72 dBFS RMS and
+/// G.711's idle codes stay below it; the first 32 ms of any audible onset do not.
+pub const QUIET_PEAK: i16 = 64;
+
+/// True when every sample of `pcm` is below `peak` in magnitude: a chunk the quiet guard
+/// treats as non-speech without running Silero (the pool only does so while its call is
+/// quiet, `PoolConfig::vad_quiet_peak`). Peak, not energy: one audible sample is enough to
+/// send the chunk to the model, so a soft onset's first chunk is never skipped.
+pub fn is_quiet_chunk<I>(pcm: I, peak: i16) -> bool
+where
+    I: IntoIterator<Item = i16>,
+{
+    pcm.into_iter()
+        .all(|s| s.unsigned_abs() < peak.unsigned_abs())
 }
 
 /// Converts 16-bit PCM to the model's f32 scale (x / 32768), as pipecat and silero do.

@@ -1,0 +1,194 @@
+//! Thread CPU per model run under ONNX Runtime session options: the options the pool uses
+//! (`runtime::one_thread_session`) against variants, on the same fixed inputs, with the largest
+//! output difference from the pool's options. Silero VAD at batch sizes 1, 8 and 64 (states
+//! carried run to run, as the pool does), and Smart Turn on one turn's features.
+//!
+//! ```text
+//! cargo run --release -p ontime-inference --example session_options [-- RUNS]
+//! ```
+//! RUNS (default 300) VAD runs per batch size and RUNS / 15 Smart Turn runs, after 20 (2) warm-up
+//! runs; a few seconds per variant on one core. CPU = `CLOCK_THREAD_CPUTIME_ID` of this thread
+//! (the session runs on the caller's thread with one intra-op thread).
+
+use std::path::Path;
+
+use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
+use ort::session::Session;
+use ort::value::TensorRef;
+
+use ontime_inference::resample::upsample_2x;
+use ontime_inference::speech::{VAD_CHUNK_SAMPLES, VAD_CONTEXT_SAMPLES};
+use ontime_inference::vad::{VAD_ROW, VAD_STATE};
+use ontime_inference::{runtime, thread_cpu_time, ModelPaths, SmartTurn};
+
+type Tune = fn(SessionBuilder) -> Result<SessionBuilder, String>;
+
+/// The pool's options (`runtime::one_thread_session`), then the variants measured against them.
+const VARIANTS: [(&str, Tune); 6] = [
+    (
+        "pool (1 thread, sequential, no spinning, all optimisations)",
+        Ok,
+    ),
+    ("+ denormals flushed to zero", |b| {
+        b.with_flush_to_zero().map_err(|e| e.to_string())
+    }),
+    ("+ memory pattern off", |b| {
+        b.with_memory_pattern(false).map_err(|e| e.to_string())
+    }),
+    ("+ QDQ clean-up", |b| {
+        b.with_qdq_cleanup().map_err(|e| e.to_string())
+    }),
+    ("+ QDQ propagation off", |b| {
+        b.with_quant_qdq(false).map_err(|e| e.to_string())
+    }),
+    ("optimisation level 1 instead of all", |b| {
+        b.with_optimization_level(GraphOptimizationLevel::Level1)
+            .map_err(|e| e.to_string())
+    }),
+];
+
+fn read_wav(path: &Path) -> Vec<i16> {
+    let mut r = hound::WavReader::open(path).expect("fixture WAV");
+    r.samples::<i16>().map(|s| s.expect("sample")).collect()
+}
+
+/// Runs `runs` batches of `b` rows (row i reads chunk (run·b + i) of the recording, states
+/// carried per row); returns µs of thread CPU per run and every probability, in order.
+fn vad_runs(session: &mut Session, pcm: &[f32], b: usize, runs: usize) -> (f64, Vec<f32>) {
+    let chunks = pcm.len() / VAD_CHUNK_SAMPLES - 1;
+    let mut input = vec![0.0f32; b * VAD_ROW];
+    let mut state = vec![0.0f32; b * VAD_STATE];
+    let sr = [8000i64];
+    let mut probs = Vec::with_capacity(runs * b);
+    let mut cpu = std::time::Duration::ZERO;
+    for run in 0..runs + 20 {
+        for i in 0..b {
+            let c = (run * b + i) % chunks;
+            let start = (c + 1) * VAD_CHUNK_SAMPLES - VAD_CONTEXT_SAMPLES;
+            input[i * VAD_ROW..(i + 1) * VAD_ROW].copy_from_slice(&pcm[start..start + VAD_ROW]);
+        }
+        let before = thread_cpu_time();
+        let input_t = TensorRef::from_array_view(([b, VAD_ROW], &input[..])).expect("input");
+        let state_t = TensorRef::from_array_view(([2, b, 128], &state[..])).expect("state");
+        let sr_t = TensorRef::from_array_view(((), &sr[..])).expect("sr");
+        let outputs = session
+            .run(ort::inputs![input_t, state_t, sr_t])
+            .expect("VAD run");
+        let (_, p) = outputs["output"]
+            .try_extract_tensor::<f32>()
+            .expect("output");
+        let (_, s) = outputs["stateN"]
+            .try_extract_tensor::<f32>()
+            .expect("stateN");
+        if run >= 20 {
+            probs.extend_from_slice(p);
+        }
+        state.copy_from_slice(s);
+        drop(outputs);
+        if run >= 20 {
+            cpu += thread_cpu_time().saturating_sub(before);
+        }
+    }
+    (cpu.as_secs_f64() * 1e6 / runs as f64, probs)
+}
+
+fn turn_runs(session: &mut Session, features: &[f32], runs: usize) -> (f64, f32) {
+    let mut cpu = std::time::Duration::ZERO;
+    let mut last = f32::NAN;
+    for run in 0..runs + 2 {
+        let before = thread_cpu_time();
+        let outputs = session
+            .run(ort::inputs![TensorRef::from_array_view((
+                [1, 80, 800],
+                features
+            ))
+            .expect("features")])
+            .expect("Smart Turn run");
+        let (_, p) = outputs["logits"]
+            .try_extract_tensor::<f32>()
+            .expect("logits");
+        last = p[0];
+        drop(outputs);
+        if run >= 2 {
+            cpu += thread_cpu_time().saturating_sub(before);
+        }
+    }
+    (cpu.as_secs_f64() * 1e3 / runs as f64, last)
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| f64::from((x - y).abs()))
+        .fold(0.0, f64::max)
+}
+
+fn main() {
+    let runs: usize = std::env::args()
+        .nth(1)
+        .map(|a| a.parse().expect("RUNS is a number"))
+        .unwrap_or(300);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let paths = ModelPaths::from_env_or(root.join(".cache/models"));
+    if let Err(e) = paths.check() {
+        eprintln!("{e}");
+        std::process::exit(2);
+    }
+    let env = runtime::load_runtime(&paths.ort_dylib).expect("runtime");
+    let pcm16 = read_wav(&root.join("fixtures/speech/book_table_8k.wav"));
+    let pcm: Vec<f32> = pcm16.iter().map(|&s| f32::from(s) / 32768.0).collect();
+    let mut up = Vec::new();
+    upsample_2x(&pcm, &mut up);
+    let features = SmartTurn::load(&env, &paths.smart_turn)
+        .expect("Smart Turn")
+        .features_of(&up);
+    let turn_n = (runs / 15).max(2);
+    println!(
+        "| options | VAD B = 1 (µs / run) | B = 8 | B = 64 | max |Δp| VAD | Smart Turn (ms / run) | |Δp| turn |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let mut base: Option<(Vec<Vec<f32>>, f32)> = None;
+    for (name, tune) in VARIANTS {
+        let build = |model: &Path| -> Result<Session, String> {
+            let pool = runtime::one_thread_builder(&env).expect("session options");
+            tune(pool)?
+                .commit_from_file(model)
+                .map_err(|e| e.to_string())
+        };
+        let mut vad = match build(&paths.silero_vad) {
+            Ok(s) => s,
+            Err(e) => {
+                println!("| {name} | not built: {e} | | | | | |");
+                continue;
+            }
+        };
+        let mut cells = Vec::new();
+        let mut all = Vec::new();
+        for b in [1usize, 8, 64] {
+            let (us, probs) = vad_runs(&mut vad, &pcm, b, runs);
+            cells.push(format!("{us:.1}"));
+            all.push(probs);
+        }
+        let mut turn = build(&paths.smart_turn).expect("Smart Turn session");
+        let (ms, p) = turn_runs(&mut turn, &features, turn_n);
+        let (dv, dt) = match &base {
+            Some((probs, p0)) => (
+                probs
+                    .iter()
+                    .zip(&all)
+                    .map(|(a, b)| max_diff(a, b))
+                    .fold(0.0, f64::max),
+                f64::from((p - p0).abs()),
+            ),
+            None => (0.0, 0.0),
+        };
+        println!(
+            "| {name} | {} | {} | {} | {dv:.1e} | {ms:.2} | {dt:.1e} |",
+            cells[0], cells[1], cells[2]
+        );
+        if base.is_none() {
+            base = Some((all, p));
+        }
+    }
+}
