@@ -613,18 +613,20 @@ mod tests {
     use super::*;
     use crate::agent::StubAgent;
     use crate::config::Args;
-    use clap::Parser;
 
-    fn config(args: &[&str]) -> Config {
-        let mut v = vec!["ontime-gateway"];
-        v.extend_from_slice(args);
-        Config::resolve(Args::parse_from(v)).unwrap()
+    // Settings are filled in code, as an embedder without the `cli` feature does; a flag lands in
+    // the same `Args` field.
+    fn config(args: Args) -> Config {
+        Config::resolve(args).unwrap()
     }
 
     #[test]
     fn the_models_dir_flag_wins_over_the_environment() {
         // The test script exports ONTIME_MODELS_DIR; the flag must still decide.
-        let c = config(&["--models-dir", "/opt/flag-models"]);
+        let c = config(Args {
+            models_dir: Some("/opt/flag-models".into()),
+            ..Args::default()
+        });
         let paths = model_paths(&c);
         assert!(
             paths.silero_vad.starts_with("/opt/flag-models"),
@@ -634,12 +636,11 @@ mod tests {
             paths.smart_turn.starts_with("/opt/flag-models"),
             "{paths:?}"
         );
-        let c = config(&[
-            "--models-dir",
-            "/opt/flag-models",
-            "--ort-dylib-path",
-            "/lib/ort.so",
-        ]);
+        let c = config(Args {
+            models_dir: Some("/opt/flag-models".into()),
+            ort_dylib_path: Some("/lib/ort.so".into()),
+            ..Args::default()
+        });
         assert_eq!(model_paths(&c).ort_dylib, PathBuf::from("/lib/ort.so"));
     }
 
@@ -687,7 +688,10 @@ mod tests {
 
     #[tokio::test]
     async fn an_unwritable_record_folder_stops_the_start() {
-        let c = config(&["--record", "/proc/ontime-cannot-record-here"]);
+        let c = config(Args {
+            record: Some("/proc/ontime-cannot-record-here".into()),
+            ..Args::default()
+        });
         let err = Gateway::builder(c)
             .agent(Arc::new(StubAgent::built_in().unwrap()))
             .bind()
