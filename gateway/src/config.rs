@@ -577,7 +577,7 @@ impl FromStr for TrunkUri {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         use std::net::ToSocketAddrs;
-        let t = crate::resolve::SipTarget::parse(s)?;
+        let t = crate::resolve::SipTarget::parse(s).map_err(|e| e.to_string())?;
         let port = t.port.unwrap_or(t.default_port());
         // Resolved once at start-up by the system resolver (A/AAAA): a trunk URI names the
         // proxy itself. Registrars get RFC 3263's SRV lookup (`resolve`).
@@ -1301,9 +1301,9 @@ impl Config {
         }
         let register = a.register.clone().unwrap_or_default();
         for uri in &register {
-            crate::resolve::SipTarget::parse(uri).map_err(|reason| ConfigError::Invalid {
+            crate::resolve::SipTarget::parse(uri).map_err(|e| ConfigError::Invalid {
                 field: "register",
-                reason,
+                reason: e.to_string(),
             })?;
         }
         c.register = register;

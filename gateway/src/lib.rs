@@ -52,6 +52,7 @@ pub use config::{
 pub use gateway::{Bound, Error, Gateway, GatewayBuilder, MetricsRenderer, DEFAULT_MODELS_DIR};
 pub use records::cdr::{CallDetailRecord, EndCause, RecordKind};
 pub use records::recording::Track;
+pub use resolve::ResolveError;
 pub use tls::TlsError;
 
 /// The Twilio-compatible surface the gateway serves (TwiML, the Calls resource, `CallControl`,
