@@ -9,6 +9,16 @@ export ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$root/.cache/models/libonnxruntime.so.1.
 export ONTIME_MODELS_DIR=${ONTIME_MODELS_DIR:-$root/.cache/models}
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The library without its default `cli` feature builds and pulls none of the binary's stack (the
+# command line, log output, the Prometheus exporter): what an embedder's build compiles.
+cargo clippy -p ontime-gateway --no-default-features -- -D warnings
+cli_only=$(cargo tree -p ontime-gateway --no-default-features -e normal --prefix none \
+    | grep -E '^(clap|tracing-subscriber|metrics-exporter-prometheus) ' | sort -u || true)
+if [ -n "$cli_only" ]; then
+  echo "ontime-gateway --no-default-features depends on the binary's crates:" >&2
+  echo "$cli_only" >&2
+  exit 1
+fi
 # Every crate stays publishable: package them all and build each from its .crate, through cargo's
 # local overlay registry (path dependencies resolve to the packages being built).
 # Cargo extracts those overlay packages under $CARGO_HOME/registry/src/-<hash of the overlay path>/

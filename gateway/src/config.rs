@@ -1,12 +1,15 @@
 //! Gateway configuration: defaults, then a TOML file (`--config`), then environment variables and
 //! flags (clap; each flag has an `ONTIME_*` twin). Every error names the field it is about.
+//!
+//! `Args` is the one schema for all three. Its clap derive and attributes sit behind the `cli`
+//! feature (`cfg_attr`), so a library build without `cli` keeps the same fields and TOML keys and
+//! needs no clap: an embedder fills `Args` in code or from a file and resolves it the same way.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use clap::Parser;
 use ipnet::IpNet;
 use serde::Deserialize;
 
@@ -74,7 +77,8 @@ impl FromStr for PortRange {
 }
 
 /// Log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -111,7 +115,8 @@ impl FromStr for AgentKind {
 }
 
 /// Who stops the agent's audio when the caller talks over it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum BargeIn {
     /// The gateway clears queued agent audio the moment local VAD hears the caller, and tells
@@ -122,7 +127,8 @@ pub enum BargeIn {
 }
 
 /// What a call gets when its agent's bot cannot be reached at call start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum AgentUnreachable {
     /// 503 (with Retry-After) before answering, so the trunk can route elsewhere.
@@ -132,7 +138,8 @@ pub enum AgentUnreachable {
 }
 
 /// Whether call media is SRTP (RFC 3711, keyed by SDES in the SDP).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum SrtpMode {
     /// Plain RTP only; SRTP offers get 488 with a Warning.
@@ -156,7 +163,8 @@ impl SrtpMode {
 }
 
 /// What SIP from outside the trunk networks gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum UntrustedSip {
     /// Nothing: dropped before any transaction exists, counted (the default: a public SIP port
@@ -171,209 +179,253 @@ pub enum UntrustedSip {
 /// environment are read into one `Args`, the file into another, and the first laid over the
 /// second ([`Args::over`]); what is still unset takes the default. Secrets have no field: they
 /// come from the environment or a file named here, never a flag.
-#[derive(Debug, Default, Parser, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::Parser))]
 #[serde(deny_unknown_fields)]
-#[command(
-    name = "ontime-gateway",
-    version,
-    about = "SIP/RTP gateway for AI voice bots that keeps outgoing audio on time"
+#[cfg_attr(
+    feature = "cli",
+    command(
+        name = "ontime-gateway",
+        version,
+        about = "SIP/RTP gateway for AI voice bots that keeps outgoing audio on time"
+    )
 )]
 pub struct Args {
     /// TOML configuration file (flags and environment override it).
-    #[arg(long, env = "ONTIME_CONFIG")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_CONFIG"))]
     #[serde(skip)]
     pub config: Option<PathBuf>,
     /// SIP UDP listen address.
-    #[arg(long, env = "ONTIME_SIP_LISTEN")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_SIP_LISTEN"))]
     pub sip_listen: Option<String>,
     /// IP written into SDP `c=` and Contact (default: the SIP listen IP).
-    #[arg(long, env = "ONTIME_PUBLIC_IP")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_PUBLIC_IP"))]
     pub public_ip: Option<String>,
     /// RTP port range FIRST-LAST (even ports RTP, odd RTCP).
-    #[arg(long, env = "ONTIME_RTP_PORTS")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_RTP_PORTS"))]
     pub rtp_ports: Option<String>,
     /// Prometheus /metrics, /healthz and /readyz listen address.
-    #[arg(long, env = "ONTIME_METRICS_LISTEN")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_METRICS_LISTEN"))]
     pub metrics_listen: Option<String>,
     /// `stub` or a ws:// URL.
-    #[arg(long, env = "ONTIME_AGENT")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_AGENT"))]
     pub agent: Option<String>,
     /// Calls admitted at once; above it INVITEs get 503 with Retry-After.
-    #[arg(long, env = "ONTIME_MAX_CALLS")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_MAX_CALLS"))]
     pub max_calls: Option<usize>,
     /// Trunk networks allowed to send INVITEs (repeatable; default loopback only).
-    #[arg(long = "trunk-cidr", env = "ONTIME_TRUNK_CIDR", value_delimiter = ',')]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "trunk-cidr", env = "ONTIME_TRUNK_CIDR", value_delimiter = ',')
+    )]
     pub trunk_cidr: Option<Vec<String>>,
     /// CPU the real-time sender is pinned to (default: the last CPU of the affinity mask).
-    #[arg(long, env = "ONTIME_SENDER_CORE")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_SENDER_CORE"))]
     pub sender_core: Option<usize>,
     /// Record both directions of every call as WAV files into this folder.
-    #[arg(long, env = "ONTIME_RECORD")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_RECORD"))]
     pub record: Option<PathBuf>,
     /// Grace period for calls on SIGTERM before they are hung up (e.g. `30s`).
-    #[arg(long, env = "ONTIME_DRAIN_TIMEOUT", value_name = "DURATION")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "ONTIME_DRAIN_TIMEOUT", value_name = "DURATION")
+    )]
     pub drain_timeout: Option<String>,
     /// No RTP from the caller for this long ends the call with BYE (e.g. `30s`); `off`: never.
-    #[arg(long, env = "ONTIME_RTP_TIMEOUT", value_name = "DURATION")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "ONTIME_RTP_TIMEOUT", value_name = "DURATION")
+    )]
     pub rtp_timeout: Option<String>,
     /// Longest call before the gateway hangs up (e.g. `1h`).
-    #[arg(long, env = "ONTIME_MAX_CALL_DURATION", value_name = "DURATION")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "ONTIME_MAX_CALL_DURATION", value_name = "DURATION")
+    )]
     pub max_call_duration: Option<String>,
     /// Silence after speech stops that ends a turn even if Smart Turn says incomplete (e.g. `2s`).
-    #[arg(long, env = "ONTIME_TURN_STOP_TIMEOUT", value_name = "DURATION")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "ONTIME_TURN_STOP_TIMEOUT", value_name = "DURATION")
+    )]
     pub turn_stop_timeout: Option<String>,
     /// Ring time before answering (180 first; e.g. `2s`); 0 answers at once.
-    #[arg(long, env = "ONTIME_ANSWER_DELAY", value_name = "DURATION")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "ONTIME_ANSWER_DELAY", value_name = "DURATION")
+    )]
     pub answer_delay: Option<String>,
     /// Log format.
-    #[arg(long, env = "ONTIME_LOG_FORMAT", value_enum)]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_LOG_FORMAT", value_enum))]
     pub log_format: Option<LogFormat>,
     /// ONNX Runtime shared library (libonnxruntime.so).
-    #[arg(long, env = "ORT_DYLIB_PATH")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ORT_DYLIB_PATH"))]
     pub ort_dylib_path: Option<PathBuf>,
     /// Folder holding silero_vad.onnx and smart-turn-v3.2-cpu.onnx.
-    #[arg(long, env = "ONTIME_MODELS_DIR")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_MODELS_DIR"))]
     pub models_dir: Option<PathBuf>,
     /// WAV (8 kHz mono 16-bit) the stub agent replies with (default: the built-in reply).
-    #[arg(long, env = "ONTIME_STUB_REPLY")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_STUB_REPLY"))]
     pub stub_reply: Option<PathBuf>,
     /// Barge-in: `local` clears queued agent audio when the caller speaks; `bot` leaves it to
     /// the bot's `clear`.
-    #[arg(long, env = "ONTIME_BARGE_IN", value_enum)]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_BARGE_IN", value_enum))]
     pub barge_in: Option<BargeIn>,
     /// Most agent audio queued per call, in seconds; beyond it the oldest is dropped.
-    #[arg(long, env = "ONTIME_MAX_BUFFERED_SECONDS")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_MAX_BUFFERED_SECONDS"))]
     pub max_buffered_seconds: Option<f64>,
     /// Bot unreachable at call start: `reject` (503 before answering) or `fallback` (answer,
     /// play the fallback message, hang up).
-    #[arg(long, env = "ONTIME_AGENT_UNREACHABLE", value_enum)]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "ONTIME_AGENT_UNREACHABLE", value_enum)
+    )]
     pub agent_unreachable: Option<AgentUnreachable>,
     /// Longest wait for a bot's WebSocket to open (e.g. `2s`).
-    #[arg(long, env = "ONTIME_WS_CONNECT_TIMEOUT", value_name = "DURATION")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "ONTIME_WS_CONNECT_TIMEOUT", value_name = "DURATION")
+    )]
     pub ws_connect_timeout: Option<String>,
     /// Bot messages longer than this many bytes are dropped and counted.
-    #[arg(long, env = "ONTIME_WS_MAX_MESSAGE_BYTES")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_WS_MAX_MESSAGE_BYTES"))]
     pub ws_max_message_bytes: Option<usize>,
     /// Caller frames (20 ms each) queued for a slow bot before new ones are dropped.
-    #[arg(long, env = "ONTIME_WS_SEND_QUEUE_FRAMES")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_WS_SEND_QUEUE_FRAMES"))]
     pub ws_send_queue_frames: Option<usize>,
     /// Send ontime's own events (speech started/stopped, turn ended, barge-in) to the bot.
-    #[arg(long, env = "ONTIME_WS_ONTIME_EVENTS")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_WS_ONTIME_EVENTS"))]
     pub ws_ontime_events: Option<bool>,
     /// Extra `customParameters` in the bot's `start` message, KEY=VALUE (repeatable).
-    #[arg(
-        long = "ws-custom-parameter",
-        env = "ONTIME_WS_CUSTOM_PARAMETER",
-        value_delimiter = ','
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "ws-custom-parameter",
+            env = "ONTIME_WS_CUSTOM_PARAMETER",
+            value_delimiter = ','
+        )
     )]
     pub ws_custom_parameter: Option<Vec<String>>,
     /// INVITE headers copied into the bot's `customParameters` (repeatable), e.g.
     /// `P-Asserted-Identity`; the key is the name as written here.
-    #[arg(
-        long = "ws-forward-header",
-        env = "ONTIME_WS_FORWARD_HEADER",
-        value_delimiter = ','
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "ws-forward-header",
+            env = "ONTIME_WS_FORWARD_HEADER",
+            value_delimiter = ','
+        )
     )]
     pub ws_forward_header: Option<Vec<String>>,
     /// PEM file of extra CA certificates trusted for `wss://` bots (besides the system's).
-    #[arg(long, env = "ONTIME_WS_CA_FILE")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_WS_CA_FILE"))]
     pub ws_ca_file: Option<PathBuf>,
     /// SIP from outside the trunk networks: `drop` (silently, the default) or `reject`
     /// (one stateless 403 per request, rate-limited).
-    #[arg(long, env = "ONTIME_UNTRUSTED_SIP", value_enum)]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_UNTRUSTED_SIP", value_enum))]
     pub untrusted_sip: Option<UntrustedSip>,
     /// Messages per second one trusted source may send before the excess is dropped.
-    #[arg(long, env = "ONTIME_SIP_RATE_LIMIT")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_SIP_RATE_LIMIT"))]
     pub sip_rate_limit: Option<u32>,
     /// `Server`/`User-Agent` header value (default `ontime-gateway`, no version; empty: none).
-    #[arg(long, env = "ONTIME_SIP_SERVER_HEADER")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_SIP_SERVER_HEADER"))]
     pub sip_server_header: Option<String>,
     /// Interval of the interim call records written while a call is up (e.g. `60s`); `off` or
     /// 0: none.
-    #[arg(long, env = "ONTIME_INTERIM_RECORD_INTERVAL", value_name = "DURATION")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "ONTIME_INTERIM_RECORD_INTERVAL", value_name = "DURATION")
+    )]
     pub interim_record_interval: Option<String>,
     /// Listen address of the Twilio-compatible call-control API (off unless set). Its auth
     /// token comes from `ONTIME_API_AUTH_TOKEN` or `--api-auth-token-file`, never a flag.
-    #[arg(long, env = "ONTIME_API_LISTEN")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_API_LISTEN"))]
     pub api_listen: Option<String>,
     /// The API's account SID (`AC` and 32 hex digits): the Basic-auth user, the `{AccountSid}`
     /// of every API path and the `accountSid` bots are told.
-    #[arg(long, env = "ONTIME_API_ACCOUNT_SID")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_API_ACCOUNT_SID"))]
     pub api_account_sid: Option<String>,
     /// File holding the API's auth token (instead of `ONTIME_API_AUTH_TOKEN`).
-    #[arg(long, env = "ONTIME_API_AUTH_TOKEN_FILE")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_API_AUTH_TOKEN_FILE"))]
     pub api_auth_token_file: Option<PathBuf>,
     /// SIP URI of the provider or SBC that outbound calls (the API's dial-out) go through,
     /// e.g. `sip:192.0.2.1:5060`.
-    #[arg(long, env = "ONTIME_TRUNK_URI")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_TRUNK_URI"))]
     pub trunk_uri: Option<String>,
     /// Voice webhook: each inbound call is POSTed here (Twilio's parameters) and runs the TwiML
     /// it answers with (`<Connect><Stream>` to a bot, `<Reject>`, `<Dial>`...).
-    #[arg(long, env = "ONTIME_VOICE_URL")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_VOICE_URL"))]
     pub voice_url: Option<String>,
     /// TwiML file every inbound call runs (instead of `--voice-url`).
-    #[arg(long, env = "ONTIME_VOICE_TWIML")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_VOICE_TWIML"))]
     pub voice_twiml: Option<PathBuf>,
     /// SRTP for call media: `off`, `optional` (the default: answer in kind) or `required`.
-    #[arg(long, env = "ONTIME_SRTP", value_enum)]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_SRTP", value_enum))]
     pub srtp: Option<SrtpMode>,
     /// Symmetric RTP, `true` or `false` (the default): latch each call's media to the first
     /// address that sends it a run of valid RTP, whatever its SDP said (trunks behind NAT whose
     /// SDP names a private address). Off, only the SDP's IP is heard.
-    #[arg(long, env = "ONTIME_SYMMETRIC_RTP")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_SYMMETRIC_RTP"))]
     pub symmetric_rtp: Option<bool>,
     /// Register with this registrar as this address of record (`sip:user@provider`;
     /// repeatable). The password comes from `ONTIME_REGISTER_PASSWORD` or
     /// `--register-password-file`, never a flag.
-    #[arg(long = "register", env = "ONTIME_REGISTER", value_delimiter = ',')]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "register", env = "ONTIME_REGISTER", value_delimiter = ',')
+    )]
     pub register: Option<Vec<String>>,
     /// Digest user name for the registrations (default: each URI's user part).
-    #[arg(long, env = "ONTIME_REGISTER_USER")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_REGISTER_USER"))]
     pub register_user: Option<String>,
     /// File holding the registration password (instead of `ONTIME_REGISTER_PASSWORD`).
-    #[arg(long, env = "ONTIME_REGISTER_PASSWORD_FILE")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_REGISTER_PASSWORD_FILE"))]
     pub register_password_file: Option<PathBuf>,
     /// Registration expiry to ask for, in seconds (re-registered at half what is granted).
-    #[arg(long, env = "ONTIME_REGISTER_EXPIRES")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_REGISTER_EXPIRES"))]
     pub register_expires: Option<u64>,
     /// Challenge INVITEs with digest authentication for this user (on top of the trunk
     /// networks); its password from `ONTIME_TRUNK_AUTH_PASSWORD` or
     /// `--trunk-auth-password-file`.
-    #[arg(long, env = "ONTIME_TRUNK_AUTH")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_TRUNK_AUTH"))]
     pub trunk_auth: Option<String>,
     /// File holding the trunk-auth password.
-    #[arg(long, env = "ONTIME_TRUNK_AUTH_PASSWORD_FILE")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_TRUNK_AUTH_PASSWORD_FILE"))]
     pub trunk_auth_password_file: Option<PathBuf>,
     /// Digest algorithms the trunk-auth challenges offer, in order (`SHA-256,MD5` by default;
     /// `MD5` alone for clients that answer only the first challenge).
-    #[arg(long, env = "ONTIME_TRUNK_AUTH_ALGORITHMS", value_delimiter = ',')]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "ONTIME_TRUNK_AUTH_ALGORITHMS", value_delimiter = ',')
+    )]
     pub trunk_auth_algorithms: Option<Vec<String>>,
     /// Refuse new calls (503, OPTIONS 503, `/readyz` 503) while the measured headroom is
     /// below this many calls (default 1; 0: measure and report only). `--max-calls` stays a
     /// hard ceiling on top.
-    #[arg(long, env = "ONTIME_ADMISSION_RESERVE")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_ADMISSION_RESERVE"))]
     pub admission_reserve: Option<usize>,
     /// SIP over TCP listen address (off unless set).
-    #[arg(long, env = "ONTIME_SIP_LISTEN_TCP")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_SIP_LISTEN_TCP"))]
     pub sip_listen_tcp: Option<String>,
     /// SIP over TLS listen address (off unless set; needs `--tls-cert` and `--tls-key`).
-    #[arg(long, env = "ONTIME_SIP_LISTEN_TLS")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_SIP_LISTEN_TLS"))]
     pub sip_listen_tls: Option<String>,
     /// PEM certificate chain the SIP TLS listener presents.
-    #[arg(long, env = "ONTIME_TLS_CERT")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_TLS_CERT"))]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of `--tls-cert`.
-    #[arg(long, env = "ONTIME_TLS_KEY")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_TLS_KEY"))]
     pub tls_key: Option<PathBuf>,
     /// PEM file of extra CA certificates trusted for TLS we originate (SIP over TLS, `wss://`
     /// bots, https callbacks), besides the system's.
-    #[arg(long, env = "ONTIME_TLS_CA_FILE")]
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_TLS_CA_FILE"))]
     pub tls_ca_file: Option<PathBuf>,
 }
 
 impl Args {
     /// The command line with each numeric flag's help ending in its range from `RANGES`, so
     /// `--help` and the docs table say what the resolver enforces.
+    #[cfg(feature = "cli")]
     pub fn command_with_ranges() -> clap::Command {
         let mut cmd = <Args as clap::CommandFactory>::command();
         for (field, bounds) in RANGES {
@@ -394,8 +446,9 @@ impl Args {
         cmd
     }
 
-    /// Flags and environment as [`Parser::parse`] reads them, `--help` showing the ranges;
+    /// Flags and environment as `clap::Parser::parse` reads them, `--help` showing the ranges;
     /// exits with clap's message on a malformed command line.
+    #[cfg(feature = "cli")]
     pub fn parse_with_ranges() -> Args {
         let matches = Args::command_with_ranges().get_matches();
         <Args as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
@@ -524,7 +577,7 @@ impl FromStr for TrunkUri {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         use std::net::ToSocketAddrs;
-        let t = crate::resolve::SipTarget::parse(s)?;
+        let t = crate::resolve::SipTarget::parse(s).map_err(|e| e.to_string())?;
         let port = t.port.unwrap_or(t.default_port());
         // Resolved once at start-up by the system resolver (A/AAAA): a trunk URI names the
         // proxy itself. Registrars get RFC 3263's SRV lookup (`resolve`).
@@ -1248,9 +1301,9 @@ impl Config {
         }
         let register = a.register.clone().unwrap_or_default();
         for uri in &register {
-            crate::resolve::SipTarget::parse(uri).map_err(|reason| ConfigError::Invalid {
+            crate::resolve::SipTarget::parse(uri).map_err(|e| ConfigError::Invalid {
                 field: "register",
-                reason,
+                reason: e.to_string(),
             })?;
         }
         c.register = register;
@@ -1388,9 +1441,35 @@ impl Config {
     }
 }
 
+/// What an embedder without the `cli` feature has: `Args` built in code or read from TOML.
 #[cfg(test)]
+mod without_cli {
+    use super::*;
+
+    #[test]
+    fn args_from_code_and_toml_resolve_without_clap() {
+        let args = Args {
+            max_calls: Some(7),
+            ..Args::default()
+        };
+        assert_eq!(Config::resolve(args).unwrap().max_calls, 7);
+        let file: Args = toml::from_str("max_calls = 9\nrtp_timeout = \"off\"").unwrap();
+        let c = Config::resolve(file).unwrap();
+        assert_eq!((c.max_calls, c.rtp_timeout), (9, None));
+        let e = Config::resolve(Args {
+            max_calls: Some(0),
+            ..Args::default()
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("`max_calls`"), "{e}");
+    }
+}
+
+// The flag tests parse command lines, which needs the `cli` feature's clap derive.
+#[cfg(all(test, feature = "cli"))]
 mod tests {
     use super::*;
+    use clap::Parser;
 
     fn args(list: &[&str]) -> Args {
         let mut v = vec!["ontime-gateway"];

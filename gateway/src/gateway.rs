@@ -66,17 +66,23 @@ pub enum Error {
     #[error("no agent: call GatewayBuilder::agent")]
     NoAgent,
     /// A registrar (`register`) cannot be resolved.
-    #[error("config field `register`: {0}")]
-    Register(String),
+    #[error("config field `register`: {aor}: {source}")]
+    Register {
+        /// The address of record whose registrar it is.
+        aor: String,
+        /// Why its URI names no address.
+        source: crate::resolve::ResolveError,
+    },
     /// A TLS file or setting cannot be used.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
-    /// The call-control API's HTTP client could not be built (TLS roots).
-    #[error("call-control API: {0}")]
-    Api(String),
+    /// The HTTP client for TwiML fetches and status callbacks could not be built (its TLS
+    /// roots: `tls_ca_file`).
+    #[error("call-control API's HTTP client: {0}")]
+    Api(#[source] crate::tls::TlsError),
     /// The `voice_twiml` document is not TwiML ontime runs.
     #[error("config field `voice_twiml`: {0}")]
-    VoiceTwiml(String),
+    VoiceTwiml(#[source] ontime_twilio::TwimlError),
 }
 
 /// Renders the metrics the host's recorder collected (Prometheus text) for `/metrics`.
@@ -112,13 +118,15 @@ async fn resolve_registrations(
 ) -> Result<Vec<crate::sip_driver::Registration>, Error> {
     let mut out = Vec::new();
     for aor in &config.register {
-        let target = crate::resolve::SipTarget::parse(aor).map_err(Error::Register)?;
+        let register = |source| Error::Register {
+            aor: aor.clone(),
+            source,
+        };
+        let target = crate::resolve::SipTarget::parse(aor).map_err(register)?;
         let (destination, transport) = match &config.trunk_uri {
             Some(trunk) => (trunk.addr, trunk.transport),
             None => (
-                crate::resolve::resolve(&target)
-                    .await
-                    .map_err(|e| Error::Register(format!("{aor}: {e}")))?,
+                crate::resolve::resolve(&target).await.map_err(register)?,
                 target.transport,
             ),
         };
@@ -331,8 +339,7 @@ impl Gateway {
         let (sip_tx, sip_rx) = mpsc::unbounded_channel();
         let (registry_tx, registry_rx) = mpsc::unbounded_channel();
         let admit_slots = slots.clone();
-        let callbacks =
-            crate::api::wiring::callbacks(&config).map_err(|e| Error::Api(e.to_string()))?;
+        let callbacks = crate::api::wiring::callbacks(&config).map_err(Error::Api)?;
         let registry = Arc::new(CallRegistry::new(
             config.api_account_sid.clone(),
             registry_tx,
@@ -494,14 +501,10 @@ impl Gateway {
     }
 }
 
-/// Where the runtime and models are: `models_dir` (the flag, or its `ONTIME_MODELS_DIR` twin as
-/// clap resolved it) wins; without it the inference crate's environment lookup, then the default
-/// folder. `ort_dylib_path` (flag or `ORT_DYLIB_PATH`) names the runtime library on its own.
 /// The voice route of inbound calls from the configuration.
 fn voice_route(config: &Config, callbacks: &crate::api::Callbacks) -> Result<VoiceRoute, Error> {
     if let Some(text) = &config.voice_twiml {
-        let verbs =
-            ontime_twilio::parse_twiml(text).map_err(|e| Error::VoiceTwiml(e.to_string()))?;
+        let verbs = ontime_twilio::parse_twiml(text).map_err(Error::VoiceTwiml)?;
         return Ok(VoiceRoute::Twiml(Arc::new(verbs)));
     }
     if let Some(url) = &config.voice_url {
@@ -577,6 +580,9 @@ fn budget_reserve_for(q: ontime_inference::CpuQuota) -> Duration {
     (q.quota / 5).clamp(Duration::from_millis(5), Duration::from_millis(20))
 }
 
+/// Where the runtime and models are: `models_dir` (the flag, or its `ONTIME_MODELS_DIR` twin, or the
+/// field an embedder set) wins; without it the inference crate's environment lookup, then the default
+/// folder. `ort_dylib_path` (flag or `ORT_DYLIB_PATH`) names the runtime library on its own.
 fn model_paths(config: &Config) -> ModelPaths {
     let mut paths = match &config.models_dir {
         Some(dir) => ModelPaths::in_dir(dir.clone()),
@@ -613,18 +619,20 @@ mod tests {
     use super::*;
     use crate::agent::StubAgent;
     use crate::config::Args;
-    use clap::Parser;
 
-    fn config(args: &[&str]) -> Config {
-        let mut v = vec!["ontime-gateway"];
-        v.extend_from_slice(args);
-        Config::resolve(Args::parse_from(v)).unwrap()
+    // Settings are filled in code, as an embedder without the `cli` feature does; a flag lands in
+    // the same `Args` field.
+    fn config(args: Args) -> Config {
+        Config::resolve(args).unwrap()
     }
 
     #[test]
     fn the_models_dir_flag_wins_over_the_environment() {
         // The test script exports ONTIME_MODELS_DIR; the flag must still decide.
-        let c = config(&["--models-dir", "/opt/flag-models"]);
+        let c = config(Args {
+            models_dir: Some("/opt/flag-models".into()),
+            ..Args::default()
+        });
         let paths = model_paths(&c);
         assert!(
             paths.silero_vad.starts_with("/opt/flag-models"),
@@ -634,12 +642,11 @@ mod tests {
             paths.smart_turn.starts_with("/opt/flag-models"),
             "{paths:?}"
         );
-        let c = config(&[
-            "--models-dir",
-            "/opt/flag-models",
-            "--ort-dylib-path",
-            "/lib/ort.so",
-        ]);
+        let c = config(Args {
+            models_dir: Some("/opt/flag-models".into()),
+            ort_dylib_path: Some("/lib/ort.so".into()),
+            ..Args::default()
+        });
         assert_eq!(model_paths(&c).ort_dylib, PathBuf::from("/lib/ort.so"));
     }
 
@@ -686,8 +693,56 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn start_errors_name_the_field_and_keep_their_typed_source() {
+        use std::error::Error as _;
+        // `Config::resolve` refuses this URI already; a `Config` built in code reaches here.
+        let mut c = config(Args::default());
+        c.register = vec!["sip:alice@host:notaport".into()];
+        let err = resolve_registrations(&c)
+            .await
+            .expect_err("the port is no number");
+        assert!(
+            err.to_string().starts_with(
+                "config field `register`: sip:alice@host:notaport: `sip:alice@host:notaport`: port"
+            ),
+            "{err}"
+        );
+        let source = err.source().expect("a source");
+        assert!(matches!(
+            source.downcast_ref::<crate::resolve::ResolveError>(),
+            Some(crate::resolve::ResolveError::Port { .. })
+        ));
+        assert!(source.source().is_some(), "the ParseIntError under it");
+
+        let dir = std::env::temp_dir().join(format!("ontime-twiml-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("voice.xml");
+        std::fs::write(&file, "<Response><NoSuchVerb/></Response>").unwrap();
+        let c = config(Args {
+            voice_twiml: Some(file),
+            ..Args::default()
+        });
+        let callbacks = crate::api::wiring::callbacks(&c).unwrap();
+        let err = voice_route(&c, &callbacks)
+            .err()
+            .expect("not TwiML ontime runs");
+        assert!(
+            err.to_string().starts_with("config field `voice_twiml`: "),
+            "{err}"
+        );
+        assert!(err
+            .source()
+            .and_then(|s| s.downcast_ref::<ontime_twilio::TwimlError>())
+            .is_some());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
     async fn an_unwritable_record_folder_stops_the_start() {
-        let c = config(&["--record", "/proc/ontime-cannot-record-here"]);
+        let c = config(Args {
+            record: Some("/proc/ontime-cannot-record-here".into()),
+            ..Args::default()
+        });
         let err = Gateway::builder(c)
             .agent(Arc::new(StubAgent::built_in().unwrap()))
             .bind()

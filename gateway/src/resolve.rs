@@ -10,6 +10,56 @@ use hickory_resolver::proto::rr::RData;
 use hickory_resolver::TokioResolver;
 use ontime_sip::Transport;
 
+/// Why a SIP URI names no address to send to.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResolveError {
+    /// The URI is not a `sip:` or `sips:` URI, or its host, port or transport is malformed.
+    #[error("`{uri}`: {reason}")]
+    Uri {
+        /// The URI as given.
+        uri: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The URI's port is not a number.
+    #[error("`{uri}`: port `{port}` is not a number")]
+    Port {
+        /// The URI as given.
+        uri: String,
+        /// The port as written.
+        port: String,
+        /// The parse error.
+        source: std::num::ParseIntError,
+    },
+    /// The URI asks for a transport other than UDP, TCP or TLS.
+    #[error("`{uri}`: transport `{transport}` is not udp, tcp or tls")]
+    Transport {
+        /// The URI as given.
+        uri: String,
+        /// The transport as written.
+        transport: String,
+    },
+    /// The system's DNS configuration cannot be read.
+    #[error("DNS resolver: {0}")]
+    // Boxed: the resolver's error type is a dependency's, kept out of the public API.
+    Resolver(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The host's A/AAAA lookup failed.
+    #[error("{host}: {source}")]
+    Lookup {
+        /// The host looked up (the SRV target, or the URI's host).
+        host: String,
+        /// The resolver's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The host has no address.
+    #[error("{host}: no address")]
+    NoAddress {
+        /// The host looked up.
+        host: String,
+    },
+}
+
 /// A SIP URI's host part, port and transport (`sip:user@host:port;transport=tcp`, or
 /// `sips:` for TLS).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,14 +74,18 @@ pub struct SipTarget {
 
 impl SipTarget {
     /// Read a `sip:`/`sips:` URI (user part and other parameters ignored).
-    pub fn parse(uri: &str) -> Result<SipTarget, String> {
+    pub fn parse(uri: &str) -> Result<SipTarget, ResolveError> {
         let uri = uri.trim().trim_start_matches('<').trim_end_matches('>');
+        let bad = |reason| ResolveError::Uri {
+            uri: uri.to_string(),
+            reason,
+        };
         let (secure, rest) = if let Some(r) = uri.strip_prefix("sips:") {
             (true, r)
         } else if let Some(r) = uri.strip_prefix("sip:") {
             (false, r)
         } else {
-            return Err(format!("`{uri}` is not a sip: or sips: URI"));
+            return Err(bad("not a sip: or sips: URI"));
         };
         let mut parts = rest.split(';');
         let hostport = parts.next().unwrap_or("");
@@ -48,9 +102,10 @@ impl SipTarget {
                     "tcp" if !secure => Transport::Tcp,
                     "tls" | "tcp" => Transport::Tls,
                     other => {
-                        return Err(format!(
-                            "`{uri}`: transport `{other}` is not udp, tcp or tls"
-                        ))
+                        return Err(ResolveError::Transport {
+                            uri: uri.to_string(),
+                            transport: other.to_string(),
+                        })
                     }
                 };
             }
@@ -58,7 +113,7 @@ impl SipTarget {
         let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
             let (h, rest) = v6
                 .split_once(']')
-                .ok_or_else(|| format!("`{uri}`: unterminated IPv6 literal"))?;
+                .ok_or_else(|| bad("unterminated IPv6 literal"))?;
             (h, rest.strip_prefix(':'))
         } else {
             match hostport.rsplit_once(':') {
@@ -67,13 +122,14 @@ impl SipTarget {
             }
         };
         if host.is_empty() {
-            return Err(format!("`{uri}` has no host"));
+            return Err(bad("no host"));
         }
         let port = match port {
-            Some(p) => Some(
-                p.parse::<u16>()
-                    .map_err(|_| format!("`{uri}`: port `{p}` is not a number"))?,
-            ),
+            Some(p) => Some(p.parse::<u16>().map_err(|source| ResolveError::Port {
+                uri: uri.to_string(),
+                port: p.to_string(),
+                source,
+            })?),
             None => None,
         };
         Ok(SipTarget {
@@ -104,7 +160,7 @@ impl SipTarget {
 }
 
 /// Resolve `target` to the address its requests go to.
-pub async fn resolve(target: &SipTarget) -> Result<SocketAddr, String> {
+pub async fn resolve(target: &SipTarget) -> Result<SocketAddr, ResolveError> {
     if let Ok(ip) = target.host.parse::<IpAddr>() {
         return Ok(SocketAddr::new(
             ip,
@@ -112,9 +168,9 @@ pub async fn resolve(target: &SipTarget) -> Result<SocketAddr, String> {
         ));
     }
     let resolver = TokioResolver::builder_tokio()
-        .map_err(|e| format!("DNS resolver: {e}"))?
+        .map_err(|e| ResolveError::Resolver(e.into()))?
         .build()
-        .map_err(|e| format!("DNS resolver: {e}"))?;
+        .map_err(|e| ResolveError::Resolver(e.into()))?;
     let (host, port) = match target.port {
         Some(p) => (target.host.clone(), p),
         None => match resolver.srv_lookup(target.srv_name()).await {
@@ -145,11 +201,14 @@ pub async fn resolve(target: &SipTarget) -> Result<SocketAddr, String> {
     let ips = resolver
         .lookup_ip(host.as_str())
         .await
-        .map_err(|e| format!("{host}: {e}"))?;
+        .map_err(|e| ResolveError::Lookup {
+            host: host.clone(),
+            source: e.into(),
+        })?;
     ips.iter()
         .next()
         .map(|ip| SocketAddr::new(ip, port))
-        .ok_or_else(|| format!("{host}: no address"))
+        .ok_or(ResolveError::NoAddress { host })
 }
 
 #[cfg(test)]

@@ -14,15 +14,33 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TlsError {
-    /// A PEM file could not be read or holds nothing usable.
-    #[error("config field `{field}`: {path}: {reason}")]
-    File {
+    /// A PEM file could not be read or parsed (the message never shows its contents).
+    #[error("config field `{field}`: {path}: {source}")]
+    Pem {
         /// The config field naming the file.
         field: &'static str,
         /// The file.
         path: PathBuf,
         /// What was wrong.
-        reason: String,
+        source: rustls_pki_types::pem::Error,
+    },
+    /// A certificate file holds no PEM certificate.
+    #[error("config field `{field}`: {path}: no PEM certificate in it")]
+    NoCertificate {
+        /// The config field naming the file.
+        field: &'static str,
+        /// The file.
+        path: PathBuf,
+    },
+    /// A CA certificate cannot be trusted (rustls refused it as a root).
+    #[error("config field `{field}`: {path}: {source}")]
+    Certificate {
+        /// The config field naming the file.
+        field: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// rustls' reason.
+        source: rustls::Error,
     },
     /// rustls refused the configuration (e.g. a key that does not match the certificate).
     #[error("TLS configuration: {0}")]
@@ -33,17 +51,20 @@ fn certificates(
     field: &'static str,
     path: &Path,
 ) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let file_err = |reason: String| TlsError::File {
+    let pem = |source| TlsError::Pem {
         field,
         path: path.to_path_buf(),
-        reason,
+        source,
     };
     let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| file_err(e.to_string()))?
+        .map_err(pem)?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| file_err(e.to_string()))?;
+        .map_err(pem)?;
     if certs.is_empty() {
-        return Err(file_err("no PEM certificate in it".into()));
+        return Err(TlsError::NoCertificate {
+            field,
+            path: path.to_path_buf(),
+        });
     }
     Ok(certs)
 }
@@ -51,11 +72,10 @@ fn certificates(
 /// The server side of the SIP TLS listener: this certificate chain and key.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
     let chain = certificates("tls_cert", cert)?;
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::File {
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|source| TlsError::Pem {
         field: "tls_key",
         path: key.to_path_buf(),
-        // The message says what is wrong with the file, never its contents.
-        reason: e.to_string(),
+        source,
     })?;
     let config = ServerConfig::builder_with_provider(Arc::new(default_provider()))
         .with_safe_default_protocol_versions()?
@@ -76,10 +96,10 @@ pub fn client_config(extra_ca: Option<&Path>) -> Result<Arc<ClientConfig>, TlsEr
     let (_added, _ignored) = roots.add_parsable_certificates(native.certs);
     if let Some(path) = extra_ca {
         for cert in certificates("tls_ca_file", path)? {
-            roots.add(cert).map_err(|e| TlsError::File {
+            roots.add(cert).map_err(|source| TlsError::Certificate {
                 field: "tls_ca_file",
                 path: path.to_path_buf(),
-                reason: e.to_string(),
+                source,
             })?;
         }
     }

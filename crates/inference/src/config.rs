@@ -7,10 +7,7 @@ use crate::budget::CpuQuota;
 use crate::speech::VadParams;
 use crate::{Error, Result};
 
-/// The environment variable naming the ONNX Runtime shared library.
-pub const ORT_DYLIB_ENV: &str = "ORT_DYLIB_PATH";
-/// The environment variable naming the folder holding the models (and, by default, the runtime).
-pub const MODELS_DIR_ENV: &str = "ONTIME_MODELS_DIR";
+pub use crate::env_vars::{MODELS_DIR_ENV, ORT_DYLIB_ENV};
 /// File name of the ONNX Runtime library fetched by `scripts/fetch-models.sh`.
 pub const ORT_DYLIB_FILE: &str = "libonnxruntime.so.1.31.1";
 /// File name of the Silero VAD model (silero-vad 6.2.3 wheel).

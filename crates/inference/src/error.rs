@@ -81,10 +81,10 @@ impl Error {
 
 /// The variables that can point at a missing file, each named once.
 fn override_hint(env_var: &str) -> String {
-    if env_var == crate::config::MODELS_DIR_ENV {
+    if env_var == crate::env_vars::MODELS_DIR_ENV {
         env_var.to_string()
     } else {
-        format!("{env_var} or {}", crate::config::MODELS_DIR_ENV)
+        format!("{env_var} or {}", crate::env_vars::MODELS_DIR_ENV)
     }
 }
 
@@ -97,7 +97,7 @@ mod tests {
         let model = Error::MissingFile {
             what: "Silero VAD model",
             path: "/m/silero_vad.onnx".into(),
-            env_var: crate::config::MODELS_DIR_ENV,
+            env_var: crate::env_vars::MODELS_DIR_ENV,
         };
         assert_eq!(
             model.to_string(),
@@ -106,7 +106,7 @@ mod tests {
         let lib = Error::MissingFile {
             what: "ONNX Runtime library",
             path: "/m/libonnxruntime.so".into(),
-            env_var: crate::config::ORT_DYLIB_ENV,
+            env_var: crate::env_vars::ORT_DYLIB_ENV,
         };
         assert_eq!(
             lib.to_string(),

@@ -35,6 +35,7 @@ struct ReadmeDoctests;
 
 pub mod budget;
 pub mod config;
+mod env_vars;
 mod error;
 pub mod features;
 mod math_threads;

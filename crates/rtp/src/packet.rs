@@ -9,71 +9,13 @@
 use rtp::header::Header;
 use webrtc_util::marshal::Marshal;
 
+// The error types live in `error`, a leaf every module may use; the re-export keeps the
+// `packet::RtpError` path.
+pub use crate::error::RtpError;
 use crate::{Error, Result, RTP_HEADER_BYTES, TIMESTAMP_STEP};
 
 /// RTP version carried in every packet (RFC 3550 §5.1).
 pub const RTP_VERSION: u8 = 2;
-
-/// Why an RTP packet was rejected. [`RtpError::reason`] gives a fixed metric label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RtpError {
-    /// Shorter than the 12-byte fixed header.
-    #[error("RTP packet of {len} bytes is shorter than the 12-byte fixed header")]
-    TooShort {
-        /// Bytes received.
-        len: usize,
-    },
-    /// Version field is not 2.
-    #[error("RTP version {version}, expected 2")]
-    Version {
-        /// Version found.
-        version: u8,
-    },
-    /// The CSRC list runs past the end of the packet.
-    #[error("RTP CSRC count {count} needs {needed} header bytes, packet has {len}")]
-    Csrc {
-        /// CSRC count (CC field).
-        count: u8,
-        /// Bytes the fixed header and CSRC list need.
-        needed: usize,
-        /// Bytes received.
-        len: usize,
-    },
-    /// The header extension runs past the end of the packet.
-    #[error("RTP header extension needs {needed} bytes, packet has {len}")]
-    Extension {
-        /// Bytes the header and extension need.
-        needed: usize,
-        /// Bytes received.
-        len: usize,
-    },
-    /// The padding count is zero or larger than the bytes after the header.
-    #[error("RTP padding count {padding} invalid with {available} bytes after the header")]
-    Padding {
-        /// Padding count from the last byte.
-        padding: u8,
-        /// Bytes after the header (payload and padding).
-        available: usize,
-    },
-}
-
-impl RtpError {
-    /// Every label [`RtpError::reason`] can return (to register the metric's series at zero).
-    pub const REASONS: &'static [&'static str] =
-        &["too_short", "version", "csrc", "extension", "padding"];
-
-    /// A short, fixed label for `rtp_invalid_packets_total{reason}`.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            RtpError::TooShort { .. } => "too_short",
-            RtpError::Version { .. } => "version",
-            RtpError::Csrc { .. } => "csrc",
-            RtpError::Extension { .. } => "extension",
-            RtpError::Padding { .. } => "padding",
-        }
-    }
-}
 
 /// An RTP header extension (RFC 3550 §5.3.1): profile word and raw data, not interpreted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,6 +28,8 @@ use ontime_twilio::{
 };
 use tokio::sync::Semaphore;
 
+use crate::tls::TlsError;
+
 const FORM: &str = "application/x-www-form-urlencoded";
 const AGENT: &str = concat!("ontime-gateway/", env!("CARGO_PKG_VERSION"));
 
@@ -90,15 +92,6 @@ pub enum FetchError {
     Twiml(#[from] TwimlError),
 }
 
-/// Why the client could not be built.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum CallbackError {
-    /// TLS could not be set up.
-    #[error("TLS setup failed: {0}")]
-    Tls(String),
-}
-
 type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// The client for TwiML fetches and status callbacks. Cheap to clone (shared inside).
@@ -149,7 +142,7 @@ impl Callbacks {
     pub fn with_config(
         auth_token: impl Into<String>,
         config: CallbackConfig,
-    ) -> Result<Callbacks, CallbackError> {
+    ) -> Result<Callbacks, TlsError> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
@@ -172,7 +165,7 @@ impl Callbacks {
                 tracing::warn!(error = %e, "no system root certificates: https:// callbacks will fail");
                 let tls = rustls::ClientConfig::builder_with_provider(provider)
                     .with_safe_default_protocol_versions()
-                    .map_err(|e| CallbackError::Tls(e.to_string()))?
+                    .map_err(TlsError::Rustls)?
                     .with_root_certificates(rustls::RootCertStore::empty())
                     .with_no_client_auth();
                 hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls)

@@ -13,7 +13,7 @@ mod http;
 #[cfg(test)]
 mod test_support;
 
-pub(crate) use callback::{CallbackConfig, CallbackError, Callbacks, StatusReporter};
+pub(crate) use callback::{CallbackConfig, Callbacks, StatusReporter};
 pub(crate) use http::{serve, ApiState};
 
 /// The gateway's side of the API: bind and serve it, build its callback client.
@@ -28,13 +28,12 @@ pub(crate) mod wiring {
 
     /// The callback client of the gateway: signs with the API's auth token (empty without an
     /// API: voice-webhook fetches then carry a signature nobody can check).
-    pub(crate) fn callbacks(config: &Config) -> Result<Callbacks, super::CallbackError> {
+    pub(crate) fn callbacks(config: &Config) -> Result<Callbacks, crate::tls::TlsError> {
         let token = config
             .api_auth_token
             .as_ref()
             .map_or(String::new(), |t| t.expose().to_string());
-        let tls = crate::tls::client_config(config.tls_ca_file.as_deref())
-            .map_err(|e| super::CallbackError::Tls(e.to_string()))?;
+        let tls = crate::tls::client_config(config.tls_ca_file.as_deref())?;
         Callbacks::with_config(
             token,
             super::CallbackConfig {

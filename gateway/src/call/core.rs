@@ -416,11 +416,6 @@ impl CallCore {
         }
     }
 
-    /// The call has ended ([`CallOutput::Ended`] was emitted).
-    pub fn is_ended(&self) -> bool {
-        self.phase == Phase::Ended
-    }
-
     /// The inbound jitter buffer's current depth (for `ontime_jitter_depth_seconds`).
     pub fn jitter_depth(&self) -> Duration {
         self.inbound.jitter().depth()
@@ -468,7 +463,8 @@ impl CallCore {
         self.rtcp.use_symmetric_rtp();
     }
 
-    /// Whether the call's media is SRTP.
+    /// Whether the call's media is SRTP (the tests' view; the driver learns it from the SDP).
+    #[cfg(test)]
     pub fn is_srtp(&self) -> bool {
         self.srtp.is_some()
     }

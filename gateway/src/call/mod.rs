@@ -8,16 +8,18 @@ pub(crate) mod program;
 mod rtcp;
 mod stats;
 
-pub use self::core::{
-    AgentNotice, CallCommand, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest, BURST,
-    HANGUP_WAIT, PREBUFFER, REPLY_GAP,
+// Crate-private: the call core is the gateway's machinery, not its embedding surface (that is
+// `Gateway`, `Agent` and `Config`), so it can change without a semver break.
+#[cfg(test)]
+pub(crate) use self::core::AgentNotice;
+pub(crate) use self::core::{
+    CallCommand, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest,
 };
-pub use outbound::StreamTotals;
-pub use program::TransferOutcome;
-pub use stats::{CallStats, PeerReport, Tally};
+pub(crate) use program::TransferOutcome;
+pub(crate) use stats::CallStats;
 
 /// A fresh call SID in Twilio's shape (`CA` and 32 hex digits).
-pub fn new_call_sid() -> String {
+pub(crate) fn new_call_sid() -> String {
     format!("CA{:032x}", rand::random::<u128>())
 }
 

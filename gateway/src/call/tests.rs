@@ -14,10 +14,11 @@ use ontime_sender::{
 use ontime_sip::{Codec, Direction, NegotiatedMedia};
 use ontime_twilio::{DialTarget, Verb};
 
+use super::core::HANGUP_WAIT;
 use super::program::{REASON_NORMAL_CLEARING, TRANSFER_WAIT};
 use super::{
     AgentNotice, CallCommand, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest,
-    TransferOutcome, HANGUP_WAIT,
+    TransferOutcome,
 };
 use crate::agent::{AgentAction, CallInfo, TransferResult};
 use crate::config::BargeIn;

@@ -129,7 +129,7 @@ const SIP_METHODS: &[&str] = &[
 ];
 
 /// Describe every gateway metric and register it at zero.
-pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
+pub(crate) fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
     describe_gauge!(CALLS_ACTIVE, Unit::Count, "Calls in progress.");
     gauge!(CALLS_ACTIVE).set(0.0);
     describe_counter!(CALLS_TOTAL, Unit::Count, "Calls ended, by result.");
@@ -387,7 +387,7 @@ pub fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
 /// `ontime_jitter_depth_seconds`: each call adds its inbound jitter-buffer depth through a
 /// [`JitterDepthShare`]; [`JitterDepthGauge::publish`] sets the gauge to the mean over calls.
 #[derive(Debug, Default)]
-pub struct JitterDepthGauge {
+pub(crate) struct JitterDepthGauge {
     sum_us: std::sync::atomic::AtomicI64,
     calls: std::sync::atomic::AtomicI64,
 }
@@ -422,7 +422,7 @@ impl JitterDepthGauge {
 
 /// One call's part of [`JitterDepthGauge`].
 #[derive(Debug)]
-pub struct JitterDepthShare {
+pub(crate) struct JitterDepthShare {
     gauge: std::sync::Arc<JitterDepthGauge>,
     us: i64,
 }

@@ -31,7 +31,7 @@ pub const CONNECT_BUCKETS_SECONDS: &[f64] = &[
 ];
 
 /// Describe every WebSocket-agent metric and register it at zero.
-pub fn describe_ws_metrics(sent_events: &[&'static str]) {
+pub(crate) fn describe_ws_metrics(sent_events: &[&'static str]) {
     describe_counter!(
         WS_MESSAGES_SENT_TOTAL,
         Unit::Count,
