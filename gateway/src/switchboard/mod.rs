@@ -128,6 +128,8 @@ struct LiveCall {
 #[derive(Debug, Clone, Copy)]
 struct Drain {
     hung_up: bool,
+    /// Since when no call is left (the linger runs from there).
+    idle_since: Option<Instant>,
 }
 
 /// The switchboard.
@@ -153,8 +155,6 @@ pub(crate) struct Switchboard {
     advertised_headroom: Option<usize>,
     timers: Timers,
     drain: Option<Drain>,
-    /// When the last call (of any kind) ended: retransmissions may follow for [`LINGER`].
-    last_call_ended: Option<Instant>,
     transmits: VecDeque<Transmit>,
     actions: VecDeque<Action>,
 }
@@ -234,7 +234,6 @@ impl Switchboard {
             advertised_headroom: None,
             timers: Timers::default(),
             drain: None,
-            last_call_ended: None,
             transmits: VecDeque::new(),
             actions: VecDeque::new(),
         };
@@ -402,7 +401,10 @@ impl Switchboard {
         if self.drain.is_some() {
             return;
         }
-        self.drain = Some(Drain { hung_up: false });
+        self.drain = Some(Drain {
+            hung_up: false,
+            idle_since: None,
+        });
         self.timers.set(deadline, Timer::DrainDeadline);
         self.slots.stop_accepting();
         self.endpoint.set_accepting(false);
@@ -437,20 +439,22 @@ impl Switchboard {
     }
 
     /// A drain was asked for, every call has ended, and nothing is left to settle: the driver
-    /// may stop. A transaction still unsettled (our BYE unanswered, a refusal unacknowledged)
-    /// holds the switchboard up to [`LINGER`] after the last call ended, so it is still
-    /// answered; transactions that only absorb retransmissions of what is answered (Timer J
-    /// keeps an answered OPTIONS 32 s) do not hold the SIP port: a restart must bind it at once.
-    pub(crate) fn is_finished(&self, now: Instant) -> bool {
-        if self.drain.is_none()
-            || !(self.calls.is_empty() && self.pending.is_empty() && self.dialing.is_empty())
-        {
+    /// may stop. A transaction still unsettled (our BYE or un-REGISTER unanswered, a refusal
+    /// unacknowledged) holds the switchboard up to [`LINGER`] after it became idle, so it is
+    /// still answered; transactions that only absorb retransmissions of what is answered
+    /// (Timer J keeps an answered OPTIONS 32 s) do not hold the SIP port: a restart must bind
+    /// it at once.
+    pub(crate) fn is_finished(&mut self, now: Instant) -> bool {
+        let Some(drain) = self.drain.as_mut() else {
+            return false;
+        };
+        if !(self.calls.is_empty() && self.pending.is_empty() && self.dialing.is_empty()) {
+            drain.idle_since = None;
             return false;
         }
+        let since = *drain.idle_since.get_or_insert(now);
         self.endpoint.unsettled_transactions() == 0
-            || self
-                .last_call_ended
-                .is_none_or(|at| now.saturating_duration_since(at) >= LINGER)
+            || now.saturating_duration_since(since) >= LINGER
     }
 
     /// Calls answered and not ended.
@@ -645,7 +649,6 @@ impl Switchboard {
                 }
             }
             Event::Ended { call, reason } => {
-                self.last_call_ended = Some(now);
                 if let Some(p) = self.dialing.remove(&call) {
                     self.end_unanswered_outbound(p, reason);
                 } else if let Some(p) = self.pending.remove(&call) {
