@@ -255,8 +255,17 @@ impl HeadroomEstimator {
             let settled = (calls - young).max(0.0);
             let process_share = s.process_cpu.saturating_sub(p.process_cpu).as_secs_f64() / secs;
             // Charged to the settled calls alone: the young ones cost less, so this errs on
-            // the side of refusing, by at most a third (a quarter of the calls young).
-            if p.calls > 0 && young <= MAX_YOUNG_SHARE * calls && settled >= MIN_MEASURED_CALLS {
+            // the side of refusing, by at most a third (a quarter of the calls young). A window
+            // in which many calls ended says nothing of a call's cost either: the average of
+            // its two counts charges its CPU to calls that were gone for most of it (64 calls
+            // hanging up in one window halved the cost per call, and the next ramp of 128 was
+            // admitted whole against a capacity of 103).
+            let ended = p.calls.saturating_sub(s.calls) as f64;
+            if p.calls > 0
+                && young <= MAX_YOUNG_SHARE * calls
+                && ended <= MAX_YOUNG_SHARE * calls
+                && settled >= MIN_MEASURED_CALLS
+            {
                 self.cost = Some(smooth(self.cost, share / settled));
                 let idle = self.idle_process.unwrap_or(0.0);
                 let per_call = (process_share - idle).max(0.0) / settled;
@@ -614,5 +623,21 @@ mod tests {
         // Fewer than 16 calls measured: the cost per call is still the prior, so the limit
         // alone moved the capacity: 0.4098 / 0.007 = 58 calls.
         assert_eq!(e.prior().calls, 58);
+    }
+
+    /// Calls hanging up leave the cost alone: 64 settled calls at 0.4 of a core, then a window
+    /// in which all of them end (0.05 of a core spent) and an idle one; the capacity stays what
+    /// the 64 measured.
+    #[test]
+    fn a_window_of_hang_ups_does_not_lower_the_cost_per_call() {
+        let t0 = Instant::now();
+        let mut e = HeadroomEstimator::new(cpu_only());
+        e.update(sample(t0, 0, 64, 0));
+        e.update(sample(t0, 1, 64, 400));
+        let cost = e.cost_per_call().unwrap();
+        assert!((cost - 0.4 / 64.0).abs() < 1e-12);
+        e.update(sample(t0, 2, 0, 450));
+        e.update(sample(t0, 3, 0, 450));
+        assert_eq!(e.cost_per_call(), Some(cost));
     }
 }
