@@ -9,25 +9,22 @@
 //! and a warning sign that the thread or the container is already saturated (queue wait,
 //! lateness, throttling) says "no more" whatever the arithmetic says.
 //!
-//! How full the thread may be is a queueing question, not a fixed share. A turn's verdict waits
-//! behind the jobs ahead of it, and that wait grows like ρ/(1−ρ) with the thread's utilisation ρ
-//! long before the thread is full (Pollaczek–Khinchine: the mean wait of an M/G/1 queue is
-//! ρ·E[S²]/(2·E[S]·(1−ρ)), and the long jobs here are Smart Turn runs of S ≈ 60 ms). The
-//! extra p95 turn latency is modelled as `wait_factor · S · ρ/(1−ρ)` and kept within
-//! `queueing_budget`, which gives the utilisation calls may fill:
-//! ρ* = B / (B + k·S), capped at `target_utilisation`. With the measured Smart Turn service time
-//! S = 60 ms, k = 2.4 and B = 200 ms, ρ* = 0.58 (a linear 0.75 admitted 128 calls at 0.746
-//! utilisation and p95 720 ms where the bound was 540; docs/capacity.md).
+//! How full the gateway may be is a queueing question, not a fixed share. A turn's verdict waits
+//! behind the jobs ahead of it, and that wait grows like ρ/(1−ρ) with the utilisation ρ long
+//! before the CPU is full (Pollaczek–Khinchine: the mean wait of an M/G/1 queue is
+//! ρ·E[S²]/(2·E[S]·(1−ρ)); the long jobs here are Smart Turn runs of S ≈ 30–60 ms). The extra
+//! p95 turn latency is modelled as `wait_factor · S · ρ/(1−ρ)` and kept within
+//! `queueing_budget`, which gives the utilisation calls may fill: ρ* = B / (B + k·S), capped at
+//! `target_utilisation`. On a dedicated core every thread of the gateway shares the core, so ρ
+//! is the process's as much as the inference thread's, and the same ρ* bounds both.
 //!
-//! A call's cost is learned from *settled* calls only. In its first seconds a call costs the
-//! VAD and little else; its first Smart Turn runs come with its caller's first turns. Measured
-//! over a ramp of new calls, the cost per call came out a fraction of what the same calls cost
-//! a few seconds later, so the estimate ran ahead and admitted calls the inference thread then
-//! could not serve (under a 0.5-CPU quota: queue waits of 2 s). So a window in which more than
-//! a quarter of the calls are younger than [`SETTLE`] does not update the cost, and every call,
-//! new or not, is charged the settled cost (the prior until one was measured, and while fewer
-//! than [`MIN_MEASURED_CALLS`] calls are up: a few calls cost more each than many).
-
+//! Calibrated on the reference VM (docs/capacity.md, 2026-12-01, dedicated core, steps 1, 64,
+//! 128): the extra p95 over the first step's was 80 ms at ρ = 0.54, 300 ms at 0.73 and 400 ms at
+//! 0.83 (process utilisation), i.e. k·S = 67–113 ms with Smart Turn runs measured at 27 ms:
+//! k = 4.2 takes the worst. With B = 250 ms (the harness allows 300 ms over the first step's
+//! median, whose own p95 is some 40–50 ms above it), ρ* = 0.69 at S = 27 ms, and 0.50 at the
+//! 60 ms prior before a run is measured. The linear 0.75 admitted 128 calls at 0.83 and p95
+//! 684 ms where the bound was 544.
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -72,13 +69,13 @@ pub struct HeadroomLimits {
     pub process_cores: f64,
     /// The most of `inference_cores` calls may fill, whatever the queue model allows.
     pub target_utilisation: f64,
-    /// Extra p95 turn latency the inference queue may add at the admitted load (the load
-    /// harness's ok rule allows 300 ms over the first step's median; a single call's p95 sits
-    /// about 60 ms over its median already, and the rest is margin).
+    /// Extra p95 turn latency queueing may add at the admitted load (the load harness's ok
+    /// rule allows 300 ms over the first step's median; a single call's p95 sits 40–50 ms over
+    /// its median already).
     pub queueing_budget: Duration,
-    /// p95 queueing delay per unit of `S·ρ/(1−ρ)` (calibrated on the reference VM: 420 ms of
-    /// extra p95 at ρ = 0.746 with S = 60 ms gives 2.4; an exponential wait's p95 is 3× its
-    /// mean, and a turn's verdict may wait for two runs, speculative and final).
+    /// p95 queueing delay per unit of `S·ρ/(1−ρ)` (module docs: 4.2 on the reference VM; an
+    /// exponential wait's p95 is 3× its mean, a turn's verdict may wait for two runs,
+    /// speculative and final, and the VAD batches and tokio share the core).
     pub wait_factor: f64,
     /// Smart Turn's CPU per run before one has been measured.
     pub prior_turn_run: Duration,
@@ -98,8 +95,8 @@ impl Default for HeadroomLimits {
             inference_cores: 1.0,
             process_cores: 1.0,
             target_utilisation: 0.75,
-            queueing_budget: Duration::from_millis(200),
-            wait_factor: 2.4,
+            queueing_budget: Duration::from_millis(250),
+            wait_factor: 4.2,
             prior_turn_run: PRIOR_TURN_RUN,
             // A turn's verdict waiting 100 ms on average already eats most of the latency
             // margin the ok rule leaves.
@@ -567,15 +564,15 @@ mod tests {
         s
     }
 
-    /// The prior Smart Turn run (60 ms) with the default budget and factor: ρ* = 0.2 / (0.2 +
-    /// 2.4 · 0.06) = 0.5814, below the 0.75 cap.
+    /// The prior Smart Turn run (60 ms) with the default budget and factor: ρ* = 0.25 / (0.25 +
+    /// 4.2 · 0.06) = 0.498, below the 0.75 cap.
     #[test]
     fn the_utilisation_limit_comes_from_the_queueing_budget() {
         let e = HeadroomEstimator::new(HeadroomLimits::default());
-        assert!((e.utilisation_limit() - 0.2 / 0.344).abs() < 1e-9);
-        // An idle gateway: 0.5814 of a core at the priors (0.005 and 0.007 a call) is 83
-        // calls by the process, 116 by the thread; the process fills first.
-        assert_eq!(e.prior().calls, 83);
+        assert!((e.utilisation_limit() - 0.25 / 0.502).abs() < 1e-9);
+        // An idle gateway: 0.498 of a core at the priors (0.005 and 0.007 a call) is 71 calls
+        // by the process, 99 by the thread; the process fills first.
+        assert_eq!(e.prior().calls, 71);
         // A budget large enough leaves the cap.
         let loose = HeadroomEstimator::new(HeadroomLimits {
             queueing_budget: Duration::from_secs(100),
@@ -584,11 +581,11 @@ mod tests {
         assert_eq!(loose.utilisation_limit(), 0.75);
     }
 
-    /// The load that broke the bound: 64 settled calls at 0.415 of a core (0.0065 a call). The
+    /// 64 settled calls at 0.415 of a core (0.0065 a call) with 60 ms Smart Turn runs. The
     /// linear rule (0.75) would take the gateway to 115 calls, 51 more; the queue model stops at
-    /// 0.5814 / 0.0065 = 89 calls, 25 more.
+    /// 0.498 / 0.0065 = 76 calls, 12 more.
     #[test]
-    fn sixty_four_calls_at_forty_percent_leave_room_for_twenty_five_not_fifty_one() {
+    fn sixty_four_calls_at_forty_percent_leave_room_for_twelve_not_fifty_one() {
         let t0 = Instant::now();
         let run = |limits: HeadroomLimits| {
             let mut e = HeadroomEstimator::new(limits);
@@ -600,7 +597,7 @@ mod tests {
             process_cores: 100.0,
             ..l
         };
-        assert_eq!(run(no_process_limit(HeadroomLimits::default())), 25);
+        assert_eq!(run(no_process_limit(HeadroomLimits::default())), 12);
         let linear = HeadroomLimits {
             queueing_budget: Duration::from_secs(1_000_000),
             ..HeadroomLimits::default()
@@ -609,7 +606,7 @@ mod tests {
     }
 
     /// Longer Smart Turn runs (a slower CPU) mean longer waits at the same utilisation: the
-    /// measured service time lowers the limit. 120 ms runs: ρ* = 0.2 / (0.2 + 0.288) = 0.41.
+    /// measured service time lowers the limit. 120 ms runs: ρ* = 0.25 / (0.25 + 0.504) = 0.33.
     #[test]
     fn a_slower_smart_turn_lowers_the_utilisation_calls_may_fill() {
         let t0 = Instant::now();
@@ -619,10 +616,10 @@ mod tests {
         let mut r = with_turns(sample(t0, 1, 0, 240), 240, 2);
         r.process_cpu = Duration::ZERO;
         e.update(r);
-        assert!((e.utilisation_limit() - 0.2 / 0.488).abs() < 1e-9);
+        assert!((e.utilisation_limit() - 0.25 / 0.754).abs() < 1e-9);
         // Fewer than 16 calls measured: the cost per call is still the prior, so the limit
-        // alone moved the capacity: 0.4098 / 0.007 = 58 calls.
-        assert_eq!(e.prior().calls, 58);
+        // alone moved the capacity: 0.3316 / 0.007 = 47 calls.
+        assert_eq!(e.prior().calls, 47);
     }
 
     /// Calls hanging up leave the cost alone: 64 settled calls at 0.4 of a core, then a window
