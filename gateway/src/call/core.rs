@@ -55,6 +55,11 @@ pub const PREBUFFER: Duration = Duration::from_millis(60);
 /// ahead of real time) has already covered any jitter.
 pub const BURST: Duration = Duration::from_secs(1);
 
+/// Extra time a hang-up waits beyond the audio queued before it
+/// ([`AgentAction::HangupWhenPlayed`]): a stream that stops being served (the sender removed
+/// it) must not keep the call up.
+const HANGUP_WHEN_PLAYED_SLACK: Duration = Duration::from_secs(1);
+
 /// Most playout ticks caught up at once after the driver was late; beyond that the schedule
 /// restarts from now (the jitter buffer's own clock bounds the audio catch-up).
 const MAX_CATCH_UP: Duration = Duration::from_millis(200);
@@ -148,7 +153,12 @@ pub enum AgentNotice {
         probability: Option<f32>,
     },
     /// Local barge-in cleared the reply.
-    BargeIn,
+    BargeIn {
+        /// Milliseconds of the current reply the caller heard before the onset.
+        heard_ms: u64,
+        /// The last of the reply's marks played before the barge-in.
+        last_mark: Option<String>,
+    },
     /// A DTMF digit.
     Dtmf(char),
     /// A mark was played.
@@ -169,7 +179,13 @@ impl AgentNotice {
             AgentNotice::TurnEnded { probability } => AgentEvent::TurnEnded {
                 probability: *probability,
             },
-            AgentNotice::BargeIn => AgentEvent::BargeIn,
+            AgentNotice::BargeIn {
+                heard_ms,
+                last_mark,
+            } => AgentEvent::BargeIn {
+                heard_ms: *heard_ms,
+                last_mark: last_mark.as_deref(),
+            },
             AgentNotice::Dtmf(d) => AgentEvent::Dtmf(*d),
             AgentNotice::MarkPlayed(name) => AgentEvent::MarkPlayed(name),
             AgentNotice::Transfer(t) => AgentEvent::Transfer {
@@ -302,6 +318,13 @@ pub struct CallCore {
     last_play: Option<Instant>,
     /// Until when a starting utterance is held back to prebuffer.
     prebuffer_until: Option<Instant>,
+    /// Where the current reply began ([`Outbound::sent_position`]'s count): the first audio
+    /// after the queue ran dry or after the end of an utterance.
+    reply_start: u64,
+    /// The current reply has ended: the next audio starts another.
+    reply_ended: bool,
+    /// The last of the current reply's marks played.
+    reply_mark: Option<String>,
     turns: u64,
     barge_ins: u64,
     dtmf: String,
@@ -310,6 +333,8 @@ pub struct CallCore {
     transfer: Option<PendingTransfer>,
     last_transfer: Option<TransferOutcome>,
     phase: Phase,
+    /// A hang-up waiting for the queued audio to play out (and its latest time).
+    hangup_when_played: Option<(SipRequest, Instant)>,
     outputs: VecDeque<CallOutput>,
     /// Counts since the driver last took them.
     stats: CallStats,
@@ -376,6 +401,9 @@ impl CallCore {
             cut: None,
             last_play: None,
             prebuffer_until: None,
+            reply_start: 0,
+            reply_ended: true,
+            reply_mark: None,
             turns: 0,
             barge_ins: 0,
             dtmf: String::new(),
@@ -384,6 +412,7 @@ impl CallCore {
             transfer: None,
             last_transfer: None,
             phase: Phase::Up,
+            hangup_when_played: None,
             outputs: VecDeque::new(),
             stats: CallStats::default(),
         };
@@ -691,12 +720,17 @@ impl CallCore {
             return;
         }
         match event {
-            InferenceEvent::SpeechStarted { .. } => {
+            InferenceEvent::SpeechStarted { onset, detected } => {
                 self.speaking = true;
                 // A reply is playing if audio is queued, or if the agent is streaming one (its
                 // ring can be empty between two chunks).
                 let replying = self.out.queued() || self.last_play.is_some();
                 if self.settings.barge_in == BargeIn::Local && self.barge_in_allowed && replying {
+                    // What the caller heard, before the sender's position moves on.
+                    self.collect_stream_events();
+                    let heard_ms = self.heard_ms(onset, detected);
+                    let last_mark = self.reply_mark.take();
+                    self.reply_ended = true;
                     // Barge-in: the caller talks over the reply; drop it at once, and what is
                     // still coming of it.
                     self.out.clear();
@@ -705,7 +739,10 @@ impl CallCore {
                     self.prebuffer_until = None;
                     self.barge_ins += 1;
                     self.stats.barge_ins += 1;
-                    self.notify(AgentNotice::BargeIn);
+                    self.notify(AgentNotice::BargeIn {
+                        heard_ms,
+                        last_mark,
+                    });
                 }
                 self.notify(AgentNotice::SpeechStarted);
             }
@@ -751,6 +788,7 @@ impl CallCore {
                 self.play(now, audio.len(), |out| out.play_g711(law, &audio));
             }
             AgentAction::EndOfUtterance => {
+                self.reply_ended = true;
                 self.last_play = None;
                 self.release_prebuffer_now();
                 self.out.end_utterance();
@@ -762,6 +800,7 @@ impl CallCore {
             }
             AgentAction::Clear => {
                 // The bot cleared its own audio: whatever it sends next is its next reply.
+                self.reply_ended = true;
                 self.cut = None;
                 self.last_play = None;
                 self.prebuffer_until = None;
@@ -774,6 +813,20 @@ impl CallCore {
                 SipRequest::HangupWithReason(reason),
                 now,
             ),
+            AgentAction::HangupWhenPlayed(reason) => {
+                // Nothing more is coming: what is queued plays at once, padded to a frame.
+                self.last_play = None;
+                self.release_prebuffer_now();
+                if self.out.queued() {
+                    self.out.end_utterance();
+                    self.out.feed();
+                }
+                let request = reason.map_or(SipRequest::Hangup, SipRequest::HangupWithReason);
+                let queued = self.out.queued_bytes() as u64 * 1000 / u64::from(SAMPLE_RATE_HZ);
+                let give_up_at = now + Duration::from_millis(queued) + HANGUP_WHEN_PLAYED_SLACK;
+                self.hangup_when_played = Some((request, give_up_at));
+                self.hang_up_if_played(now);
+            }
             AgentAction::SendDigits(digits) => {
                 self.program.push(Verb::PlayDigits(digits));
                 self.run_program(now);
@@ -820,6 +873,7 @@ impl CallCore {
             .is_some_and(|t| now.saturating_duration_since(t) >= REPLY_GAP)
         {
             // The agent paused: its utterance is over, whether or not it said so.
+            self.reply_ended = true;
             self.last_play = None;
             self.release_prebuffer_now();
             self.out.end_utterance();
@@ -858,6 +912,7 @@ impl CallCore {
         if self.phase != Phase::Up {
             return;
         }
+        self.hang_up_if_played(now);
         if let Some(at) = self.next_interim.filter(|at| now >= *at) {
             let interval = self
                 .settings
@@ -899,7 +954,13 @@ impl CallCore {
             }
             self.cut = None;
         }
-        if self.out.is_dry() {
+        let dry = self.out.is_dry();
+        if dry || self.reply_ended {
+            self.reply_ended = false;
+            self.reply_start = self.out.end_position();
+            self.reply_mark = None;
+        }
+        if dry {
             // A new utterance (or audio after a hole): prebuffer before it plays.
             self.out.hold(true);
             self.prebuffer_until = Some(now + PREBUFFER);
@@ -916,6 +977,18 @@ impl CallCore {
         // Into the sender's ring now, not at the next tick: the reply then starts at the
         // sender's next 20 ms slot (10 ms sooner on average).
         self.out.feed();
+    }
+
+    /// Milliseconds of the current reply the caller heard before the speech that is barging
+    /// in began: the reply's audio the sender has sent, less what it sent since the onset (the
+    /// VAD confirms speech `detected - onset` after it began, the reply playing on meanwhile)
+    /// and less half the RTCP round trip when known (our packets' way to the caller).
+    fn heard_ms(&self, onset: Duration, detected: Duration) -> u64 {
+        let sent = self.out.sent_position().saturating_sub(self.reply_start);
+        let sent_ms = sent * 1000 / u64::from(SAMPLE_RATE_HZ);
+        let one_way = self.rtcp.peer().rtt.map_or(Duration::ZERO, |rtt| rtt / 2);
+        let since_onset = detected.saturating_sub(onset) + one_way;
+        sent_ms.saturating_sub(since_onset.as_millis() as u64)
     }
 
     fn release_prebuffer(&mut self, now: Instant) {
@@ -987,8 +1060,11 @@ impl CallCore {
             }
         }
         for (id, cleared) in played {
-            if let Some(name) = self.out.take_mark(id) {
+            if let Some((name, at)) = self.out.take_mark(id) {
                 if !cleared {
+                    if at >= self.reply_start {
+                        self.reply_mark = Some(name.clone());
+                    }
                     self.notify(AgentNotice::MarkPlayed(name));
                 }
             }
@@ -1070,6 +1146,19 @@ impl CallCore {
             }
         }
         info!(direction = ?n.local_direction, remote = ?n.remote_rtp, "media updated");
+    }
+
+    /// The hang-up of [`AgentAction::HangupWhenPlayed`], once the sender has sent the last
+    /// queued packet: checked on every tick, so the BYE follows it within one.
+    fn hang_up_if_played(&mut self, now: Instant) {
+        let Some((_, give_up_at)) = &self.hangup_when_played else {
+            return;
+        };
+        if self.out.is_dry() || now >= *give_up_at {
+            if let Some((request, _)) = self.hangup_when_played.take() {
+                self.hang_up(EndCause::GatewayBye, request, now);
+            }
+        }
     }
 
     fn hang_up(&mut self, cause: EndCause, request: SipRequest, now: Instant) {

@@ -172,6 +172,18 @@ impl TwilioEncoder {
         v.to_string()
     }
 
+    /// `ontime.barge_in`: the caller's speech cleared the reply after `heard_ms` of it had
+    /// played out to them, the last of its marks played being `last_mark`.
+    pub fn barge_in(&mut self, heard_ms: u64, last_mark: Option<&str>) -> String {
+        json!({
+            "event": EVENT_BARGE_IN,
+            "sequenceNumber": self.next_sequence(),
+            "streamSid": self.ids.stream_sid,
+            "bargeIn": {"heardMs": heard_ms, "lastMark": last_mark},
+        })
+        .to_string()
+    }
+
     /// `ontime.transfer`: the outcome of a transfer.
     pub fn transfer(&mut self, target: &str, result: &str, sip_status: Option<u16>) -> String {
         json!({
@@ -370,9 +382,18 @@ mod tests {
         assert_eq!(t["turn"]["probability"], 0.5);
         let t: Value = serde_json::from_str(&e.ontime(EVENT_TURN_ENDED, Some(None))).unwrap();
         assert_eq!(t["turn"]["probability"], Value::Null);
+        // `ontime.barge_in` keeps its fields and adds what the caller heard.
+        let b: Value = serde_json::from_str(&e.barge_in(1180, Some("sentence-2"))).unwrap();
+        assert_eq!(
+            b,
+            json!({"event":"ontime.barge_in","sequenceNumber":"8","streamSid":"MZ1",
+                "bargeIn":{"heardMs":1180,"lastMark":"sentence-2"}})
+        );
+        let b: Value = serde_json::from_str(&e.barge_in(0, None)).unwrap();
+        assert_eq!(b["bargeIn"]["lastMark"], Value::Null);
         let st: Value = serde_json::from_str(&e.stop()).unwrap();
         assert_eq!(st["stop"], json!({"accountSid":"AC1","callSid":"CA1"}));
-        assert_eq!(st["sequenceNumber"], "8");
+        assert_eq!(st["sequenceNumber"], "10");
     }
 
     #[test]
