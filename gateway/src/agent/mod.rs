@@ -50,6 +50,12 @@ pub enum AgentEvent<'a> {
         /// Smart Turn's probability of completion (None when the timeout decided).
         probability: Option<f32>,
     },
+    /// The caller spoke over the agent's audio for less than `barge_in_min_speech` (a
+    /// backchannel: "mm-hmm", "yeah"); the reply plays on.
+    Backchannel {
+        /// How long the caller spoke.
+        speech_ms: u64,
+    },
     /// The caller's speech cleared queued agent audio (local barge-in).
     BargeIn {
         /// Milliseconds of the current reply played out to the caller before their speech

@@ -76,6 +76,12 @@ pub struct CallSettings {
     pub interim_record_interval: Option<Duration>,
     /// Who clears the reply when the caller talks over it.
     pub barge_in: BargeIn,
+    /// Local barge-in: caller speech over the reply shorter than this is a backchannel that
+    /// leaves the reply playing (zero: barge in at the onset).
+    pub barge_in_min_speech: Duration,
+    /// How long the VAD takes to confirm that speech stopped (its stop time): a backchannel is
+    /// known to be one only this long after it ended.
+    pub speech_stop_lag: Duration,
     /// Queued agent audio beyond this is dropped, oldest first.
     pub max_buffered: Duration,
     /// RTCP SDES CNAME.
@@ -152,6 +158,11 @@ pub enum AgentNotice {
         /// Smart Turn's probability (None when the stop timeout decided).
         probability: Option<f32>,
     },
+    /// The caller spoke over the reply too briefly to barge in; the reply plays on.
+    Backchannel {
+        /// How long the caller spoke.
+        speech_ms: u64,
+    },
     /// Local barge-in cleared the reply.
     BargeIn {
         /// Milliseconds of the current reply the caller heard before the onset.
@@ -178,6 +189,9 @@ impl AgentNotice {
             AgentNotice::SpeechStopped => AgentEvent::SpeechStopped,
             AgentNotice::TurnEnded { probability } => AgentEvent::TurnEnded {
                 probability: *probability,
+            },
+            AgentNotice::Backchannel { speech_ms } => AgentEvent::Backchannel {
+                speech_ms: *speech_ms,
             },
             AgentNotice::BargeIn {
                 heard_ms,
@@ -283,6 +297,17 @@ enum Phase {
     Ended,
 }
 
+/// Caller speech over the reply that barges in if it lasts `barge_in_min_speech`.
+#[derive(Debug, Clone, Copy)]
+struct PendingBargeIn {
+    /// The speech's onset on the VAD's audio clock.
+    onset: Duration,
+    /// The onset on the call's clock (the VAD confirms speech some time after it began).
+    onset_at: Instant,
+    /// When the speech, if not stopped, has lasted the minimum as far as the VAD can tell.
+    decide_at: Instant,
+}
+
 /// A call's SRTP state (SDES keys from the offer and answer).
 struct CallSrtp {
     /// Both keys: each new outgoing stream gets a context under ours.
@@ -325,6 +350,8 @@ pub struct CallCore {
     reply_ended: bool,
     /// The last of the current reply's marks played.
     reply_mark: Option<String>,
+    /// Caller speech over the reply not yet long enough to barge in.
+    pending_barge_in: Option<PendingBargeIn>,
     turns: u64,
     barge_ins: u64,
     dtmf: String,
@@ -404,6 +431,7 @@ impl CallCore {
             reply_start: 0,
             reply_ended: true,
             reply_mark: None,
+            pending_barge_in: None,
             turns: 0,
             barge_ins: 0,
             dtmf: String::new(),
@@ -722,32 +750,37 @@ impl CallCore {
         match event {
             InferenceEvent::SpeechStarted { onset, detected } => {
                 self.speaking = true;
-                // A reply is playing if audio is queued, or if the agent is streaming one (its
-                // ring can be empty between two chunks).
-                let replying = self.out.queued() || self.last_play.is_some();
-                if self.settings.barge_in == BargeIn::Local && self.barge_in_allowed && replying {
-                    // What the caller heard, before the sender's position moves on.
-                    self.collect_stream_events();
-                    let heard_ms = self.heard_ms(onset, detected);
-                    let last_mark = self.reply_mark.take();
-                    self.reply_ended = true;
-                    // Barge-in: the caller talks over the reply; drop it at once, and what is
-                    // still coming of it.
-                    self.out.clear();
-                    self.cut = Some(now);
-                    self.last_play = None;
-                    self.prebuffer_until = None;
-                    self.barge_ins += 1;
-                    self.stats.barge_ins += 1;
-                    self.notify(AgentNotice::BargeIn {
-                        heard_ms,
-                        last_mark,
-                    });
+                if self.may_barge_in() {
+                    let lasted = detected.saturating_sub(onset);
+                    let onset_at = now.checked_sub(lasted).unwrap_or(now);
+                    let min = self.settings.barge_in_min_speech;
+                    if lasted >= min {
+                        self.barge_in(onset_at, now);
+                    } else {
+                        // Perhaps a backchannel: barge in only once the speech has lasted the
+                        // minimum and the VAD has had time to tell if it stopped before.
+                        self.pending_barge_in = Some(PendingBargeIn {
+                            onset,
+                            onset_at,
+                            decide_at: onset_at + min + self.settings.speech_stop_lag,
+                        });
+                    }
                 }
                 self.notify(AgentNotice::SpeechStarted);
             }
-            InferenceEvent::SpeechStopped { .. } => {
+            InferenceEvent::SpeechStopped { end, .. } => {
                 self.speaking = false;
+                if let Some(p) = self.pending_barge_in.take() {
+                    let lasted = end.saturating_sub(p.onset);
+                    if lasted < self.settings.barge_in_min_speech {
+                        self.stats.backchannels += 1;
+                        self.notify(AgentNotice::Backchannel {
+                            speech_ms: lasted.as_millis() as u64,
+                        });
+                    } else if self.may_barge_in() {
+                        self.barge_in(p.onset_at, now);
+                    }
+                }
                 self.notify(AgentNotice::SpeechStopped);
             }
             InferenceEvent::TurnEnded {
@@ -801,6 +834,7 @@ impl CallCore {
             AgentAction::Clear => {
                 // The bot cleared its own audio: whatever it sends next is its next reply.
                 self.reply_ended = true;
+                self.pending_barge_in = None;
                 self.cut = None;
                 self.last_play = None;
                 self.prebuffer_until = None;
@@ -913,6 +947,7 @@ impl CallCore {
             return;
         }
         self.hang_up_if_played(now);
+        self.decide_barge_in(now);
         if let Some(at) = self.next_interim.filter(|at| now >= *at) {
             let interval = self
                 .settings
@@ -979,15 +1014,56 @@ impl CallCore {
         self.out.feed();
     }
 
+    /// Whether caller speech now would clear the reply: local barge-in, allowed, and a reply
+    /// playing (audio queued, or an agent streaming one: its ring can be empty between two
+    /// chunks).
+    fn may_barge_in(&self) -> bool {
+        let replying = self.out.queued() || self.last_play.is_some();
+        self.settings.barge_in == BargeIn::Local && self.barge_in_allowed && replying
+    }
+
+    /// Barge-in: the caller talks over the reply (their speech began at `onset_at`); drop it at
+    /// once, and what is still coming of it.
+    fn barge_in(&mut self, onset_at: Instant, now: Instant) {
+        // What the caller heard, before the sender's position moves on.
+        self.collect_stream_events();
+        let heard_ms = self.heard_ms(now.saturating_duration_since(onset_at));
+        let last_mark = self.reply_mark.take();
+        self.reply_ended = true;
+        self.pending_barge_in = None;
+        self.out.clear();
+        self.cut = Some(now);
+        self.last_play = None;
+        self.prebuffer_until = None;
+        self.barge_ins += 1;
+        self.stats.barge_ins += 1;
+        self.notify(AgentNotice::BargeIn {
+            heard_ms,
+            last_mark,
+        });
+    }
+
+    /// A pending barge-in whose speech has lasted the minimum: the reply is cut now (if there
+    /// still is one to cut and the agent still allows it).
+    fn decide_barge_in(&mut self, now: Instant) {
+        let Some(p) = self.pending_barge_in.filter(|p| now >= p.decide_at) else {
+            return;
+        };
+        self.pending_barge_in = None;
+        if self.speaking && self.may_barge_in() {
+            self.barge_in(p.onset_at, now);
+        }
+    }
+
     /// Milliseconds of the current reply the caller heard before the speech that is barging
     /// in began: the reply's audio the sender has sent, less what it sent since the onset (the
-    /// VAD confirms speech `detected - onset` after it began, the reply playing on meanwhile)
-    /// and less half the RTCP round trip when known (our packets' way to the caller).
-    fn heard_ms(&self, onset: Duration, detected: Duration) -> u64 {
+    /// reply played on while the VAD confirmed the speech) and less half the RTCP round trip
+    /// when known (our packets' way to the caller).
+    fn heard_ms(&self, since_onset: Duration) -> u64 {
         let sent = self.out.sent_position().saturating_sub(self.reply_start);
         let sent_ms = sent * 1000 / u64::from(SAMPLE_RATE_HZ);
         let one_way = self.rtcp.peer().rtt.map_or(Duration::ZERO, |rtt| rtt / 2);
-        let since_onset = detected.saturating_sub(onset) + one_way;
+        let since_onset = since_onset + one_way;
         sent_ms.saturating_sub(since_onset.as_millis() as u64)
     }
 

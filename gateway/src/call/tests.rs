@@ -72,6 +72,9 @@ fn settings(origin: Instant) -> CallSettings {
         max_call_duration: Duration::from_secs(3600),
         interim_record_interval: Some(Duration::from_secs(60)),
         barge_in: BargeIn::Local,
+        // Barge in at the onset; the backchannel tests set a minimum.
+        barge_in_min_speech: Duration::ZERO,
+        speech_stop_lag: Duration::from_millis(200),
         max_buffered: Duration::from_secs(30),
         cname: "ontime@test".into(),
         record: false,
@@ -370,6 +373,12 @@ impl Sim {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Milliseconds of agent audio the sink saw sent by `t` (20 ms a packet).
+    fn voiced_ms_until(&self, t: Instant) -> u64 {
+        let voiced = self.voiced.lock().unwrap();
+        20 * voiced.iter().filter(|s| self.origin + **s <= t).count() as u64
     }
 
     fn voiced_packets(&self) -> usize {
@@ -1325,14 +1334,7 @@ fn a_barge_in_tells_the_agent_how_much_of_the_reply_was_heard() {
     sim.run_for(seconds(1.0 + 1.2) + confirm);
     let onset_at = sim.now - confirm;
     let first_reply_ms = 1000;
-    let sent_before_onset = sim
-        .voiced
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|t| sim.origin + **t <= onset_at)
-        .count() as u64;
-    let expected = sent_before_onset * 20 - first_reply_ms;
+    let expected = sim.voiced_ms_until(onset_at) - first_reply_ms;
     sim.inference(InferenceEvent::SpeechStarted {
         onset: seconds(30.0),
         detected: seconds(30.0) + confirm,
@@ -1358,4 +1360,76 @@ fn a_barge_in_tells_the_agent_how_much_of_the_reply_was_heard() {
     assert!((180..=300).contains(&second.0), "{second:?}");
     assert_eq!(second.1, None);
     assert_eq!(last, Some(AgentNotice::SpeechStarted));
+}
+
+/// Backchannels: the caller speaks for `speech` over a 3 s reply half a second in, the VAD's
+/// events coming as Silero's would (speech confirmed 192 ms after its onset, its stop 192 ms
+/// after its end), with `barge_in_min_speech` at 400 ms. Returns the call and the onset.
+fn speak_over_a_reply(speech: Duration) -> (Sim, Instant) {
+    let confirm = Duration::from_millis(192);
+    let mut sim = Sim::new(|o| CallSettings {
+        barge_in_min_speech: Duration::from_millis(400),
+        ..settings(o)
+    });
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    sim.agent(AgentAction::Play(tone(3.0)));
+    sim.run_for(seconds(0.5));
+    let onset_at = sim.now;
+    let onset = seconds(10.0);
+    sim.run_for(confirm);
+    sim.inference(InferenceEvent::SpeechStarted {
+        onset,
+        detected: onset + confirm,
+    });
+    sim.run_until(onset_at + speech + confirm);
+    sim.inference(InferenceEvent::SpeechStopped {
+        end: onset + speech,
+        detected: onset + speech + confirm,
+    });
+    sim.run_for(seconds(3.0));
+    (sim, onset_at)
+}
+
+#[test]
+fn a_backchannel_leaves_the_reply_playing_and_is_reported() {
+    let (sim, _) = speak_over_a_reply(Duration::from_millis(300));
+    assert!(!sim.barged_in());
+    assert_eq!(sim.voiced_packets(), 150, "the whole reply played");
+    let backchannels: Vec<&AgentNotice> = sim
+        .notices
+        .iter()
+        .filter(|n| matches!(n, AgentNotice::Backchannel { .. }))
+        .collect();
+    assert_eq!(
+        backchannels,
+        vec![&AgentNotice::Backchannel { speech_ms: 300 }]
+    );
+}
+
+#[test]
+fn speech_longer_than_the_minimum_barges_in_within_the_bound() {
+    let (sim, onset_at) = speak_over_a_reply(Duration::from_secs(1));
+    assert!(sim.barged_in());
+    assert!(!sim
+        .notices
+        .iter()
+        .any(|n| matches!(n, AgentNotice::Backchannel { .. })));
+    // Cut once the speech has lasted the minimum and the VAD could have told it stopped
+    // (400 + 200 ms), then within a core tick and the sender's next slot.
+    let bound = onset_at + Duration::from_millis(400 + 200) + 2 * FRAME;
+    let last = sim.last_voiced().expect("the reply started");
+    assert!(
+        last <= bound,
+        "reply played {:?} past the bound",
+        last.saturating_duration_since(bound)
+    );
+    assert!(sim.voiced_packets() < 150);
+    // What the caller heard is counted to the onset, not to the decision.
+    let expected = sim.voiced_ms_until(onset_at);
+    let (heard_ms, _) = sim.heard()[0].clone();
+    assert!(
+        heard_ms.abs_diff(expected) <= 40,
+        "heard {heard_ms} ms, the sink saw {expected} ms"
+    );
 }

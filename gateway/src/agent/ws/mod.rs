@@ -54,6 +54,7 @@ pub const SENT_EVENTS: &[&str] = &[
     protocol::EVENT_SPEECH_STOPPED,
     protocol::EVENT_TURN_ENDED,
     protocol::EVENT_BARGE_IN,
+    protocol::EVENT_BACKCHANNEL,
     protocol::EVENT_TRANSFER,
 ];
 
@@ -382,6 +383,7 @@ enum ToBot {
     SpeechStarted,
     SpeechStopped,
     TurnEnded(Option<f32>),
+    Backchannel(u64),
     Transfer {
         target: String,
         result: &'static str,
@@ -441,6 +443,9 @@ impl AgentCall for WsCall {
             AgentEvent::SpeechStopped if self.ontime_events => self.control(ToBot::SpeechStopped),
             AgentEvent::TurnEnded { probability } if self.ontime_events => {
                 self.control(ToBot::TurnEnded(probability))
+            }
+            AgentEvent::Backchannel { speech_ms } if self.ontime_events => {
+                self.control(ToBot::Backchannel(speech_ms))
             }
             AgentEvent::Ended => {
                 // Closing both queues tells the connection task to send `stop` and close.
@@ -600,6 +605,10 @@ impl ConnectionTask {
             ToBot::TurnEnded(p) => {
                 let t = self.encoder.ontime(protocol::EVENT_TURN_ENDED, Some(p));
                 self.send(protocol::EVENT_TURN_ENDED, t).await
+            }
+            ToBot::Backchannel(speech_ms) => {
+                let t = self.encoder.backchannel(speech_ms);
+                self.send(protocol::EVENT_BACKCHANNEL, t).await
             }
             ToBot::Transfer {
                 target,

@@ -21,6 +21,8 @@ pub const EVENT_BARGE_IN: &str = "ontime.barge_in";
 /// `completed`, `rejected` or `failed`, `transfer.sipStatus`). Always sent: a bot that asked
 /// for a transfer needs to know it did not happen.
 pub const EVENT_TRANSFER: &str = "ontime.transfer";
+/// Caller speech over the reply too short to barge in: the reply plays on.
+pub const EVENT_BACKCHANNEL: &str = "ontime.backchannel";
 
 /// The identifiers of one stream, in Twilio's shapes (`MZ…`, `CA…`, `AC…` + 32 hex digits).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,6 +182,17 @@ impl TwilioEncoder {
             "sequenceNumber": self.next_sequence(),
             "streamSid": self.ids.stream_sid,
             "bargeIn": {"heardMs": heard_ms, "lastMark": last_mark},
+        })
+        .to_string()
+    }
+
+    /// `ontime.backchannel`: the caller spoke `speech_ms` over the reply, too briefly to cut it.
+    pub fn backchannel(&mut self, speech_ms: u64) -> String {
+        json!({
+            "event": EVENT_BACKCHANNEL,
+            "sequenceNumber": self.next_sequence(),
+            "streamSid": self.ids.stream_sid,
+            "backchannel": {"speechMs": speech_ms},
         })
         .to_string()
     }
@@ -391,9 +404,15 @@ mod tests {
         );
         let b: Value = serde_json::from_str(&e.barge_in(0, None)).unwrap();
         assert_eq!(b["bargeIn"]["lastMark"], Value::Null);
+        let b: Value = serde_json::from_str(&e.backchannel(300)).unwrap();
+        assert_eq!(
+            b,
+            json!({"event":"ontime.backchannel","sequenceNumber":"10","streamSid":"MZ1",
+                "backchannel":{"speechMs":300}})
+        );
         let st: Value = serde_json::from_str(&e.stop()).unwrap();
         assert_eq!(st["stop"], json!({"accountSid":"AC1","callSid":"CA1"}));
-        assert_eq!(st["sequenceNumber"], "10");
+        assert_eq!(st["sequenceNumber"], "11");
     }
 
     #[test]
