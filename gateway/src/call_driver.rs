@@ -319,6 +319,7 @@ fn record_stats(stats: CallStats) {
     add(m::DTMF_SENT_TOTAL, stats.dtmf_sent);
     add(m::TURNS_TOTAL, stats.turns);
     add(m::BARGE_INS_TOTAL, stats.barge_ins);
+    add(m::BACKCHANNELS_TOTAL, stats.backchannels);
     add(
         m::AGENT_AUDIO_CUT_FRAMES_TOTAL,
         stats.agent_audio_cut_frames,

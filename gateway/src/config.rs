@@ -271,6 +271,13 @@ pub struct Args {
     /// the bot's `clear`.
     #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_BARGE_IN", value_enum))]
     pub barge_in: Option<BargeIn>,
+    /// Local barge-in: caller speech over the bot shorter than this is a backchannel ("mm-hmm")
+    /// that leaves the reply playing (e.g. `400ms`); 0 barges in at the speech's onset.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "ONTIME_BARGE_IN_MIN_SPEECH", value_name = "DURATION")
+    )]
+    pub barge_in_min_speech: Option<String>,
     /// Most agent audio queued per call, in seconds; beyond it the oldest is dropped.
     #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_MAX_BUFFERED_SECONDS"))]
     pub max_buffered_seconds: Option<f64>,
@@ -482,6 +489,7 @@ impl Args {
             models_dir,
             stub_reply,
             barge_in,
+            barge_in_min_speech,
             max_buffered_seconds,
             agent_unreachable,
             ws_connect_timeout,
@@ -647,6 +655,8 @@ pub struct Config {
     pub stub_reply: Option<PathBuf>,
     /// Who clears agent audio when the caller talks over it.
     pub barge_in: BargeIn,
+    /// Caller speech over the bot shorter than this is a backchannel, not a barge-in.
+    pub barge_in_min_speech: Duration,
     /// Most agent audio queued per call; beyond it the oldest is dropped.
     pub max_buffered: Duration,
     /// What a call gets when its bot is unreachable.
@@ -743,6 +753,7 @@ impl Default for Config {
             models_dir: None,
             stub_reply: None,
             barge_in: BargeIn::Local,
+            barge_in_min_speech: Duration::from_millis(400),
             max_buffered: Duration::from_secs(60),
             agent_unreachable: AgentUnreachable::Reject,
             ws_connect_timeout: Duration::from_secs(2),
@@ -898,6 +909,16 @@ pub(crate) const RANGES: &[(&str, Bounds)] = &[
         Bounds::Duration {
             min: Duration::ZERO,
             max: secs(60),
+            off: Off::Never,
+        },
+    ),
+    // A "yeah" or "mm-hmm" lasts a few hundred ms; past 2 s a caller who means to interrupt
+    // talks over the reply for that long. 0 barges in at the onset (no backchannels).
+    (
+        "barge_in_min_speech",
+        Bounds::Duration {
+            min: Duration::ZERO,
+            max: secs(2),
             off: Off::Never,
         },
     ),
@@ -1229,6 +1250,9 @@ impl Config {
         c.stub_reply = a.stub_reply.clone();
         if let Some(v) = a.barge_in {
             c.barge_in = v;
+        }
+        if let Some(v) = &a.barge_in_min_speech {
+            c.barge_in_min_speech = duration_on("barge_in_min_speech", v)?;
         }
         if let Some(v) = a.max_buffered_seconds {
             c.max_buffered = seconds("max_buffered_seconds", v)?;

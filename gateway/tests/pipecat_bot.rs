@@ -416,7 +416,9 @@ fn local_barge_in_cuts_the_reply_with_pipecats_interruptions_off() {
             "--reply-repeat",
             "2",
         ],
-        &["--barge-in", "local"],
+        // The cut's own latency from the onset: without the backchannel window, which waits
+        // for the speech to last `barge_in_min_speech` first (tested on simulated time).
+        &["--barge-in", "local", "--barge-in-min-speech", "0"],
     );
     let caller: Vec<&RtpRow> = call.caller.iter().collect();
     let onsets = utterance_onsets(&caller, 0.8);

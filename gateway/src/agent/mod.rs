@@ -50,8 +50,22 @@ pub enum AgentEvent<'a> {
         /// Smart Turn's probability of completion (None when the timeout decided).
         probability: Option<f32>,
     },
+    /// The caller spoke over the agent's audio for less than `barge_in_min_speech` (a
+    /// backchannel: "mm-hmm", "yeah"); the reply plays on.
+    Backchannel {
+        /// How long the caller spoke.
+        speech_ms: u64,
+    },
     /// The caller's speech cleared queued agent audio (local barge-in).
-    BargeIn,
+    BargeIn {
+        /// Milliseconds of the current reply played out to the caller before their speech
+        /// began, from the sender's position (less half the RTCP round trip when known). The
+        /// current reply is the audio since the first `Play` after the queue ran dry or after
+        /// [`AgentAction::EndOfUtterance`] (or a pause of the agent's audio).
+        heard_ms: u64,
+        /// The last mark of the current reply played before the barge-in, if any.
+        last_mark: Option<&'a str>,
+    },
     /// A DTMF digit.
     Dtmf(char),
     /// A mark the agent queued has been played (its last frame sent).
@@ -122,6 +136,10 @@ pub enum AgentAction {
     /// Hang up with this RFC 3326 `Reason` header value on the BYE (e.g.
     /// `Q.850;cause=41;text="agent disconnected"`).
     HangupWithReason(String),
+    /// Hang up as soon as everything queued so far has been played (a goodbye): the BYE
+    /// follows the last packet within one 20 ms tick, with this RFC 3326 `Reason` header value
+    /// if any. What is queued ends the utterance; audio sent after this is not waited for.
+    HangupWhenPlayed(Option<String>),
     /// Send DTMF to the caller, in `<Play digits>` syntax (`0-9 * # A-D`, `w` = 0.5 s pause):
     /// RFC 4733 events from the real-time sender, or SIP INFO when the caller offered no
     /// telephone-event.

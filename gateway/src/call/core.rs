@@ -55,6 +55,11 @@ pub const PREBUFFER: Duration = Duration::from_millis(60);
 /// ahead of real time) has already covered any jitter.
 pub const BURST: Duration = Duration::from_secs(1);
 
+/// Extra time a hang-up waits beyond the audio queued before it
+/// ([`AgentAction::HangupWhenPlayed`]): a stream that stops being served (the sender removed
+/// it) must not keep the call up.
+const HANGUP_WHEN_PLAYED_SLACK: Duration = Duration::from_secs(1);
+
 /// Most playout ticks caught up at once after the driver was late; beyond that the schedule
 /// restarts from now (the jitter buffer's own clock bounds the audio catch-up).
 const MAX_CATCH_UP: Duration = Duration::from_millis(200);
@@ -71,6 +76,12 @@ pub struct CallSettings {
     pub interim_record_interval: Option<Duration>,
     /// Who clears the reply when the caller talks over it.
     pub barge_in: BargeIn,
+    /// Local barge-in: caller speech over the reply shorter than this is a backchannel that
+    /// leaves the reply playing (zero: barge in at the onset).
+    pub barge_in_min_speech: Duration,
+    /// How long the VAD takes to confirm that speech stopped (its stop time): a backchannel is
+    /// known to be one only this long after it ended.
+    pub speech_stop_lag: Duration,
     /// Queued agent audio beyond this is dropped, oldest first.
     pub max_buffered: Duration,
     /// RTCP SDES CNAME.
@@ -147,8 +158,18 @@ pub enum AgentNotice {
         /// Smart Turn's probability (None when the stop timeout decided).
         probability: Option<f32>,
     },
+    /// The caller spoke over the reply too briefly to barge in; the reply plays on.
+    Backchannel {
+        /// How long the caller spoke.
+        speech_ms: u64,
+    },
     /// Local barge-in cleared the reply.
-    BargeIn,
+    BargeIn {
+        /// Milliseconds of the current reply the caller heard before the onset.
+        heard_ms: u64,
+        /// The last of the reply's marks played before the barge-in.
+        last_mark: Option<String>,
+    },
     /// A DTMF digit.
     Dtmf(char),
     /// A mark was played.
@@ -169,7 +190,16 @@ impl AgentNotice {
             AgentNotice::TurnEnded { probability } => AgentEvent::TurnEnded {
                 probability: *probability,
             },
-            AgentNotice::BargeIn => AgentEvent::BargeIn,
+            AgentNotice::Backchannel { speech_ms } => AgentEvent::Backchannel {
+                speech_ms: *speech_ms,
+            },
+            AgentNotice::BargeIn {
+                heard_ms,
+                last_mark,
+            } => AgentEvent::BargeIn {
+                heard_ms: *heard_ms,
+                last_mark: last_mark.as_deref(),
+            },
             AgentNotice::Dtmf(d) => AgentEvent::Dtmf(*d),
             AgentNotice::MarkPlayed(name) => AgentEvent::MarkPlayed(name),
             AgentNotice::Transfer(t) => AgentEvent::Transfer {
@@ -267,6 +297,17 @@ enum Phase {
     Ended,
 }
 
+/// Caller speech over the reply that barges in if it lasts `barge_in_min_speech`.
+#[derive(Debug, Clone, Copy)]
+struct PendingBargeIn {
+    /// The speech's onset on the VAD's audio clock.
+    onset: Duration,
+    /// The onset on the call's clock (the VAD confirms speech some time after it began).
+    onset_at: Instant,
+    /// When the speech, if not stopped, has lasted the minimum as far as the VAD can tell.
+    decide_at: Instant,
+}
+
 /// A call's SRTP state (SDES keys from the offer and answer).
 struct CallSrtp {
     /// Both keys: each new outgoing stream gets a context under ours.
@@ -302,6 +343,15 @@ pub struct CallCore {
     last_play: Option<Instant>,
     /// Until when a starting utterance is held back to prebuffer.
     prebuffer_until: Option<Instant>,
+    /// Where the current reply began ([`Outbound::sent_position`]'s count): the first audio
+    /// after the queue ran dry or after the end of an utterance.
+    reply_start: u64,
+    /// The current reply has ended: the next audio starts another.
+    reply_ended: bool,
+    /// The last of the current reply's marks played.
+    reply_mark: Option<String>,
+    /// Caller speech over the reply not yet long enough to barge in.
+    pending_barge_in: Option<PendingBargeIn>,
     turns: u64,
     barge_ins: u64,
     dtmf: String,
@@ -310,6 +360,8 @@ pub struct CallCore {
     transfer: Option<PendingTransfer>,
     last_transfer: Option<TransferOutcome>,
     phase: Phase,
+    /// A hang-up waiting for the queued audio to play out (and its latest time).
+    hangup_when_played: Option<(SipRequest, Instant)>,
     outputs: VecDeque<CallOutput>,
     /// Counts since the driver last took them.
     stats: CallStats,
@@ -376,6 +428,10 @@ impl CallCore {
             cut: None,
             last_play: None,
             prebuffer_until: None,
+            reply_start: 0,
+            reply_ended: true,
+            reply_mark: None,
+            pending_barge_in: None,
             turns: 0,
             barge_ins: 0,
             dtmf: String::new(),
@@ -384,6 +440,7 @@ impl CallCore {
             transfer: None,
             last_transfer: None,
             phase: Phase::Up,
+            hangup_when_played: None,
             outputs: VecDeque::new(),
             stats: CallStats::default(),
         };
@@ -691,26 +748,39 @@ impl CallCore {
             return;
         }
         match event {
-            InferenceEvent::SpeechStarted { .. } => {
+            InferenceEvent::SpeechStarted { onset, detected } => {
                 self.speaking = true;
-                // A reply is playing if audio is queued, or if the agent is streaming one (its
-                // ring can be empty between two chunks).
-                let replying = self.out.queued() || self.last_play.is_some();
-                if self.settings.barge_in == BargeIn::Local && self.barge_in_allowed && replying {
-                    // Barge-in: the caller talks over the reply; drop it at once, and what is
-                    // still coming of it.
-                    self.out.clear();
-                    self.cut = Some(now);
-                    self.last_play = None;
-                    self.prebuffer_until = None;
-                    self.barge_ins += 1;
-                    self.stats.barge_ins += 1;
-                    self.notify(AgentNotice::BargeIn);
+                if self.may_barge_in() {
+                    let lasted = detected.saturating_sub(onset);
+                    let onset_at = now.checked_sub(lasted).unwrap_or(now);
+                    let min = self.settings.barge_in_min_speech;
+                    if lasted >= min {
+                        self.barge_in(onset_at, now);
+                    } else {
+                        // Perhaps a backchannel: barge in only once the speech has lasted the
+                        // minimum and the VAD has had time to tell if it stopped before.
+                        self.pending_barge_in = Some(PendingBargeIn {
+                            onset,
+                            onset_at,
+                            decide_at: onset_at + min + self.settings.speech_stop_lag,
+                        });
+                    }
                 }
                 self.notify(AgentNotice::SpeechStarted);
             }
-            InferenceEvent::SpeechStopped { .. } => {
+            InferenceEvent::SpeechStopped { end, .. } => {
                 self.speaking = false;
+                if let Some(p) = self.pending_barge_in.take() {
+                    let lasted = end.saturating_sub(p.onset);
+                    if lasted < self.settings.barge_in_min_speech {
+                        self.stats.backchannels += 1;
+                        self.notify(AgentNotice::Backchannel {
+                            speech_ms: lasted.as_millis() as u64,
+                        });
+                    } else if self.may_barge_in() {
+                        self.barge_in(p.onset_at, now);
+                    }
+                }
                 self.notify(AgentNotice::SpeechStopped);
             }
             InferenceEvent::TurnEnded {
@@ -751,6 +821,7 @@ impl CallCore {
                 self.play(now, audio.len(), |out| out.play_g711(law, &audio));
             }
             AgentAction::EndOfUtterance => {
+                self.reply_ended = true;
                 self.last_play = None;
                 self.release_prebuffer_now();
                 self.out.end_utterance();
@@ -762,6 +833,8 @@ impl CallCore {
             }
             AgentAction::Clear => {
                 // The bot cleared its own audio: whatever it sends next is its next reply.
+                self.reply_ended = true;
+                self.pending_barge_in = None;
                 self.cut = None;
                 self.last_play = None;
                 self.prebuffer_until = None;
@@ -774,6 +847,20 @@ impl CallCore {
                 SipRequest::HangupWithReason(reason),
                 now,
             ),
+            AgentAction::HangupWhenPlayed(reason) => {
+                // Nothing more is coming: what is queued plays at once, padded to a frame.
+                self.last_play = None;
+                self.release_prebuffer_now();
+                if self.out.queued() {
+                    self.out.end_utterance();
+                    self.out.feed();
+                }
+                let request = reason.map_or(SipRequest::Hangup, SipRequest::HangupWithReason);
+                let queued = self.out.queued_bytes() as u64 * 1000 / u64::from(SAMPLE_RATE_HZ);
+                let give_up_at = now + Duration::from_millis(queued) + HANGUP_WHEN_PLAYED_SLACK;
+                self.hangup_when_played = Some((request, give_up_at));
+                self.hang_up_if_played(now);
+            }
             AgentAction::SendDigits(digits) => {
                 self.program.push(Verb::PlayDigits(digits));
                 self.run_program(now);
@@ -820,6 +907,7 @@ impl CallCore {
             .is_some_and(|t| now.saturating_duration_since(t) >= REPLY_GAP)
         {
             // The agent paused: its utterance is over, whether or not it said so.
+            self.reply_ended = true;
             self.last_play = None;
             self.release_prebuffer_now();
             self.out.end_utterance();
@@ -858,6 +946,8 @@ impl CallCore {
         if self.phase != Phase::Up {
             return;
         }
+        self.hang_up_if_played(now);
+        self.decide_barge_in(now);
         if let Some(at) = self.next_interim.filter(|at| now >= *at) {
             let interval = self
                 .settings
@@ -899,7 +989,13 @@ impl CallCore {
             }
             self.cut = None;
         }
-        if self.out.is_dry() {
+        let dry = self.out.is_dry();
+        if dry || self.reply_ended {
+            self.reply_ended = false;
+            self.reply_start = self.out.end_position();
+            self.reply_mark = None;
+        }
+        if dry {
             // A new utterance (or audio after a hole): prebuffer before it plays.
             self.out.hold(true);
             self.prebuffer_until = Some(now + PREBUFFER);
@@ -916,6 +1012,59 @@ impl CallCore {
         // Into the sender's ring now, not at the next tick: the reply then starts at the
         // sender's next 20 ms slot (10 ms sooner on average).
         self.out.feed();
+    }
+
+    /// Whether caller speech now would clear the reply: local barge-in, allowed, and a reply
+    /// playing (audio queued, or an agent streaming one: its ring can be empty between two
+    /// chunks).
+    fn may_barge_in(&self) -> bool {
+        let replying = self.out.queued() || self.last_play.is_some();
+        self.settings.barge_in == BargeIn::Local && self.barge_in_allowed && replying
+    }
+
+    /// Barge-in: the caller talks over the reply (their speech began at `onset_at`); drop it at
+    /// once, and what is still coming of it.
+    fn barge_in(&mut self, onset_at: Instant, now: Instant) {
+        // What the caller heard, before the sender's position moves on.
+        self.collect_stream_events();
+        let heard_ms = self.heard_ms(now.saturating_duration_since(onset_at));
+        let last_mark = self.reply_mark.take();
+        self.reply_ended = true;
+        self.pending_barge_in = None;
+        self.out.clear();
+        self.cut = Some(now);
+        self.last_play = None;
+        self.prebuffer_until = None;
+        self.barge_ins += 1;
+        self.stats.barge_ins += 1;
+        self.notify(AgentNotice::BargeIn {
+            heard_ms,
+            last_mark,
+        });
+    }
+
+    /// A pending barge-in whose speech has lasted the minimum: the reply is cut now (if there
+    /// still is one to cut and the agent still allows it).
+    fn decide_barge_in(&mut self, now: Instant) {
+        let Some(p) = self.pending_barge_in.filter(|p| now >= p.decide_at) else {
+            return;
+        };
+        self.pending_barge_in = None;
+        if self.speaking && self.may_barge_in() {
+            self.barge_in(p.onset_at, now);
+        }
+    }
+
+    /// Milliseconds of the current reply the caller heard before the speech that is barging
+    /// in began: the reply's audio the sender has sent, less what it sent since the onset (the
+    /// reply played on while the VAD confirmed the speech) and less half the RTCP round trip
+    /// when known (our packets' way to the caller).
+    fn heard_ms(&self, since_onset: Duration) -> u64 {
+        let sent = self.out.sent_position().saturating_sub(self.reply_start);
+        let sent_ms = sent * 1000 / u64::from(SAMPLE_RATE_HZ);
+        let one_way = self.rtcp.peer().rtt.map_or(Duration::ZERO, |rtt| rtt / 2);
+        let since_onset = since_onset + one_way;
+        sent_ms.saturating_sub(since_onset.as_millis() as u64)
     }
 
     fn release_prebuffer(&mut self, now: Instant) {
@@ -987,8 +1136,11 @@ impl CallCore {
             }
         }
         for (id, cleared) in played {
-            if let Some(name) = self.out.take_mark(id) {
+            if let Some((name, at)) = self.out.take_mark(id) {
                 if !cleared {
+                    if at >= self.reply_start {
+                        self.reply_mark = Some(name.clone());
+                    }
                     self.notify(AgentNotice::MarkPlayed(name));
                 }
             }
@@ -1070,6 +1222,19 @@ impl CallCore {
             }
         }
         info!(direction = ?n.local_direction, remote = ?n.remote_rtp, "media updated");
+    }
+
+    /// The hang-up of [`AgentAction::HangupWhenPlayed`], once the sender has sent the last
+    /// queued packet: checked on every tick, so the BYE follows it within one.
+    fn hang_up_if_played(&mut self, now: Instant) {
+        let Some((_, give_up_at)) = &self.hangup_when_played else {
+            return;
+        };
+        if self.out.is_dry() || now >= *give_up_at {
+            if let Some((request, _)) = self.hangup_when_played.take() {
+                self.hang_up(EndCause::GatewayBye, request, now);
+            }
+        }
     }
 
     fn hang_up(&mut self, cause: EndCause, request: SipRequest, now: Instant) {

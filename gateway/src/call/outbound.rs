@@ -38,8 +38,11 @@ pub(crate) struct Outbound {
     producer: Option<StreamProducer>,
     queue: VecDeque<Queued>,
     law: Law,
-    mark_names: Vec<(u64, String)>,
+    /// Each pending mark's id, name and position (see [`Outbound::end_position`]).
+    mark_names: Vec<(u64, String, u64)>,
     next_mark: u64,
+    /// Audio bytes handed to the sender's rings so far, over every stream of the call.
+    ring_pushed: u64,
     /// `max_buffered_seconds` in G.711 bytes: more queued agent audio than this drops the oldest.
     max_buffered_bytes: usize,
     /// Counts of the streams this call already retired (hold, codec change).
@@ -61,6 +64,7 @@ impl Outbound {
             law,
             mark_names: Vec::new(),
             next_mark: 1,
+            ring_pushed: 0,
             max_buffered_bytes,
             retired: StreamTotals::default(),
             held: false,
@@ -132,14 +136,39 @@ impl Outbound {
     pub(crate) fn mark(&mut self, name: String) {
         let id = self.next_mark;
         self.next_mark += 1;
-        self.mark_names.push((id, name));
+        self.mark_names.push((id, name, self.end_position()));
         self.queue.push_back(Queued::Mark(id));
     }
 
-    /// The name of a mark the sender reported.
-    pub(crate) fn take_mark(&mut self, id: u64) -> Option<String> {
-        let i = self.mark_names.iter().position(|(m, _)| *m == id)?;
-        Some(self.mark_names.swap_remove(i).1)
+    /// The name of a mark the sender reported, and its position when it was queued.
+    pub(crate) fn take_mark(&mut self, id: u64) -> Option<(String, u64)> {
+        let i = self.mark_names.iter().position(|(m, _, _)| *m == id)?;
+        let (_, name, at) = self.mark_names.swap_remove(i);
+        Some((name, at))
+    }
+
+    /// The position, in bytes of agent audio since the call began, of the sender's playout:
+    /// everything before it has been sent (or cleared: a barge-in's discarded audio counts as
+    /// gone, and a retired stream's as well).
+    pub(crate) fn sent_position(&self) -> u64 {
+        let ring = self.producer.as_ref().map_or(0, |p| p.queued_bytes());
+        self.ring_pushed.saturating_sub(ring as u64)
+    }
+
+    /// The position the next queued audio will have (see [`Outbound::sent_position`]).
+    pub(crate) fn end_position(&self) -> u64 {
+        self.ring_pushed + self.waiting_bytes() as u64
+    }
+
+    /// Audio bytes queued here, not yet in the ring.
+    fn waiting_bytes(&self) -> usize {
+        self.queue
+            .iter()
+            .map(|q| match q {
+                Queued::Audio(bytes, offset) => bytes.len() - *offset,
+                _ => 0,
+            })
+            .sum()
     }
 
     /// Change the codec of audio queued from now on.
@@ -180,7 +209,9 @@ impl Outbound {
                     let horizon = RING_HORIZON_BYTES.min(self.max_buffered_bytes);
                     let room = horizon.saturating_sub(p.queued_bytes());
                     let end = bytes.len().min(*offset + room);
-                    *offset += p.push(&bytes[*offset..end]);
+                    let pushed = p.push(&bytes[*offset..end]);
+                    *offset += pushed;
+                    self.ring_pushed += pushed as u64;
                     if *offset < bytes.len() {
                         return;
                     }
@@ -199,15 +230,7 @@ impl Outbound {
     /// Agent audio queued here and in the sender's ring, in G.711 bytes (= samples).
     pub(crate) fn queued_bytes(&self) -> usize {
         let ring = self.producer.as_ref().map_or(0, |p| p.queued_bytes());
-        let here: usize = self
-            .queue
-            .iter()
-            .map(|q| match q {
-                Queued::Audio(bytes, offset) => bytes.len() - *offset,
-                _ => 0,
-            })
-            .sum();
-        ring + here
+        ring + self.waiting_bytes()
     }
 
     /// Drop the oldest queued audio (not yet in the ring) beyond `max_buffered_bytes`; returns

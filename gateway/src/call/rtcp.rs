@@ -122,8 +122,8 @@ impl RtcpSession {
         self.outgoing = outgoing;
     }
 
-    #[cfg(test)]
-    /// What the caller reported about our stream.
+    /// What the caller reported about our stream (its round trip places a barge-in's onset
+    /// on the caller's side).
     pub fn peer(&self) -> PeerView {
         self.peer
     }

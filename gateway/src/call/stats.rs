@@ -70,6 +70,8 @@ pub struct CallStats {
     pub turns: u64,
     /// See `turns`.
     pub barge_ins: u64,
+    /// Caller speech over the reply too short to barge in (backchannels).
+    pub backchannels: u64,
     /// Agent audio frames dropped: cut by a barge-in, or beyond `max_buffered`.
     pub agent_audio_cut_frames: u64,
     /// See `agent_audio_cut_frames`.

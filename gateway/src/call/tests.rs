@@ -3,7 +3,7 @@
 //! the clock is an `Instant` the test moves. No sockets, no sleeps, no threads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use ontime_inference::InferenceEvent;
@@ -27,12 +27,16 @@ use crate::records::recording::Track;
 
 const CALLER: &str = "192.0.2.10:30000";
 
-/// Counts the packets the tick sent, and apart the telephone-events (payload type 101).
-struct CountingSink(Arc<AtomicU64>, Arc<AtomicU64>);
+/// Counts the packets the tick sent, and apart the telephone-events (payload type 101); notes
+/// the slot time of every packet that carried agent audio (not silence fill).
+struct CountingSink(Arc<AtomicU64>, Arc<AtomicU64>, Arc<Mutex<Vec<Duration>>>);
 
 impl PacketSink for CountingSink {
-    fn send_packet(&mut self, packet: &[u8], _info: PacketInfo) -> std::io::Result<()> {
+    fn send_packet(&mut self, packet: &[u8], info: PacketInfo) -> std::io::Result<()> {
         self.0.fetch_add(1, Ordering::Relaxed);
+        if !info.silence && !info.telephone_event {
+            self.2.lock().unwrap().push(info.scheduled);
+        }
         if packet
             .get(1)
             .is_some_and(|b| b & 0x7f == TELEPHONE_EVENT_PT)
@@ -68,6 +72,9 @@ fn settings(origin: Instant) -> CallSettings {
         max_call_duration: Duration::from_secs(3600),
         interim_record_interval: Some(Duration::from_secs(60)),
         barge_in: BargeIn::Local,
+        // Barge in at the onset; the backchannel tests set a minimum.
+        barge_in_min_speech: Duration::ZERO,
+        speech_stop_lag: Duration::from_millis(200),
         max_buffered: Duration::from_secs(30),
         cname: "ontime@test".into(),
         record: false,
@@ -85,6 +92,8 @@ struct Sim {
     controller: Controller,
     sent: Arc<AtomicU64>,
     sent_events: Arc<AtomicU64>,
+    /// Slot times (since `origin`) of the packets that carried agent audio.
+    voiced: Arc<Mutex<Vec<Duration>>>,
     notices: Vec<AgentNotice>,
     transfers: Vec<TransferOutcome>,
     connects: Vec<String>,
@@ -146,6 +155,7 @@ impl Sim {
             controller,
             sent: Arc::new(AtomicU64::new(0)),
             sent_events: Arc::new(AtomicU64::new(0)),
+            voiced: Arc::default(),
             notices: Vec::new(),
             transfers: Vec::new(),
             connects: Vec::new(),
@@ -183,6 +193,7 @@ impl Sim {
                             StreamOutput::Sink(Box::new(CountingSink(
                                 self.sent.clone(),
                                 self.sent_events.clone(),
+                                self.voiced.clone(),
                             ))),
                         );
                         c.sent_tap_frames = 50;
@@ -338,6 +349,42 @@ impl Sim {
         self.drain();
     }
 
+    /// When the last packet carrying agent audio was sent.
+    fn last_voiced(&self) -> Option<Instant> {
+        let voiced = self.voiced.lock().unwrap();
+        voiced.last().map(|t| self.origin + *t)
+    }
+
+    fn barged_in(&self) -> bool {
+        self.notices
+            .iter()
+            .any(|n| matches!(n, AgentNotice::BargeIn { .. }))
+    }
+
+    /// What each barge-in told the agent: `heard_ms` and the last mark played.
+    fn heard(&self) -> Vec<(u64, Option<String>)> {
+        self.notices
+            .iter()
+            .filter_map(|n| match n {
+                AgentNotice::BargeIn {
+                    heard_ms,
+                    last_mark,
+                } => Some((*heard_ms, last_mark.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Milliseconds of agent audio the sink saw sent by `t` (20 ms a packet).
+    fn voiced_ms_until(&self, t: Instant) -> u64 {
+        let voiced = self.voiced.lock().unwrap();
+        20 * voiced.iter().filter(|s| self.origin + **s <= t).count() as u64
+    }
+
+    fn voiced_packets(&self) -> usize {
+        self.voiced.lock().unwrap().len()
+    }
+
     fn cdr(&self) -> &CallDetailRecord {
         &self.ended.as_ref().expect("the call has ended").0
     }
@@ -475,7 +522,7 @@ fn marks_come_back_once_when_played_and_never_when_cleared_by_barge_in() {
     let barge_ins = sim
         .notices
         .iter()
-        .filter(|n| **n == AgentNotice::BargeIn)
+        .filter(|n| matches!(n, AgentNotice::BargeIn { .. }))
         .count();
     assert_eq!(barge_ins, 1);
     sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
@@ -492,7 +539,7 @@ fn barge_in_is_left_to_the_bot_when_configured() {
     sim.agent(AgentAction::Play(tone(1.0)));
     sim.run_for(seconds(0.2));
     sim.inference(speech_started());
-    assert!(!sim.notices.contains(&AgentNotice::BargeIn));
+    assert!(!sim.barged_in());
     sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
     assert_eq!(sim.cdr().barge_ins, 0);
 }
@@ -708,7 +755,7 @@ fn what_the_agent_protects_from_barge_in_plays_whole() {
     sim.run_for(seconds(0.3));
     sim.inference(speech_started());
     sim.run_for(seconds(1.0));
-    assert!(!sim.notices.contains(&AgentNotice::BargeIn));
+    assert!(!sim.barged_in());
     assert!(sim
         .notices
         .contains(&AgentNotice::MarkPlayed("goodbye".into())));
@@ -718,7 +765,7 @@ fn what_the_agent_protects_from_barge_in_plays_whole() {
     sim.agent(AgentAction::Play(tone(1.0)));
     sim.run_for(seconds(0.2));
     sim.inference(speech_started());
-    assert!(sim.notices.contains(&AgentNotice::BargeIn));
+    assert!(sim.barged_in());
 }
 
 /// A bot that streams its reply in real time and never marks the end of an utterance (pipecat
@@ -781,7 +828,7 @@ fn a_cut_reply_stays_cut_while_the_bot_keeps_streaming_it() {
     assert_eq!(
         sim.notices
             .iter()
-            .filter(|n| **n == AgentNotice::BargeIn)
+            .filter(|n| matches!(n, AgentNotice::BargeIn { .. }))
             .count(),
         1
     );
@@ -1210,4 +1257,179 @@ fn symmetric_rtp_moves_rtcp_to_where_the_callers_rtcp_comes_from() {
             assert_eq!(sim.rtcp_to.len(), 2);
         }
     }
+}
+
+/// The BYE was asked for at most one 20 ms tick after the last packet of agent audio left.
+fn assert_bye_within_a_tick_of_the_last_packet(sim: &Sim) {
+    let last = sim.last_voiced().expect("the goodbye was sent");
+    let bye = sim.sip_at[0];
+    let after = bye.saturating_duration_since(last);
+    assert!(
+        bye >= last && after <= FRAME,
+        "BYE {after:?} after the last packet"
+    );
+}
+
+/// A bot's goodbye then its hang-up (a WebSocket bot's normal close): the goodbye plays whole
+/// and the BYE follows its last packet within one 20 ms tick, not after a fixed wait.
+#[test]
+fn a_hang_up_when_played_follows_the_goodbyes_last_packet_within_a_tick() {
+    let reason = "Q.850;cause=16;text=\"agent hung up\"".to_string();
+    // A goodbye sent in one burst, the hang-up right behind it.
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    sim.agent(AgentAction::AllowBargeIn(false));
+    sim.agent(AgentAction::Play(tone(1.5)));
+    sim.agent(AgentAction::HangupWhenPlayed(Some(reason.clone())));
+    sim.run_for(seconds(1.0));
+    assert!(sim.sip.is_empty(), "hung up mid-goodbye");
+    sim.run_for(seconds(2.0));
+    assert_eq!(sim.sip, vec![SipRequest::HangupWithReason(reason.clone())]);
+    assert_eq!(sim.voiced_packets(), 75, "the goodbye plays whole");
+    assert_bye_within_a_tick_of_the_last_packet(&sim);
+
+    // A bot streaming its goodbye in real time, hanging up right after its last chunk (an odd
+    // length: the last frame is padded).
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    sim.stream_reply(1.0, Duration::from_millis(15), None);
+    sim.run_for(seconds(0.99));
+    sim.agent(AgentAction::Play(tone(0.0125)));
+    sim.agent(AgentAction::HangupWhenPlayed(None));
+    sim.run_for(seconds(1.0));
+    assert_eq!(sim.sip, vec![SipRequest::Hangup]);
+    assert_eq!(sim.voiced_packets(), 51);
+    assert_bye_within_a_tick_of_the_last_packet(&sim);
+
+    // Nothing queued: at once.
+    let mut sim = Sim::new(settings);
+    sim.run_for(seconds(0.1));
+    let at = sim.now;
+    sim.agent(AgentAction::HangupWhenPlayed(None));
+    assert_eq!(sim.sip, vec![SipRequest::Hangup]);
+    assert_eq!(sim.sip_at, vec![at]);
+}
+
+/// `heard_ms` on a barge-in: the milliseconds of the current reply the sender had played out
+/// when the caller's speech began, counted against the packets the sink saw; the reply before
+/// it (ended by its end of utterance) does not count, and the last mark played is named.
+#[test]
+fn a_barge_in_tells_the_agent_how_much_of_the_reply_was_heard() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    // A 1 s reply, then at once a 3 s one marked every 0.5 s: the queue never runs dry.
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.agent(AgentAction::Mark("a".into()));
+    sim.agent(AgentAction::EndOfUtterance);
+    for i in 1..=6 {
+        sim.agent(AgentAction::Play(tone(0.5)));
+        sim.agent(AgentAction::Mark(format!("b{i}")));
+    }
+    // The caller starts talking at about 1.2 s into the second reply; the VAD confirms it
+    // 250 ms later.
+    let confirm = Duration::from_millis(250);
+    sim.run_for(seconds(1.0 + 1.2) + confirm);
+    let onset_at = sim.now - confirm;
+    let first_reply_ms = 1000;
+    let expected = sim.voiced_ms_until(onset_at) - first_reply_ms;
+    sim.inference(InferenceEvent::SpeechStarted {
+        onset: seconds(30.0),
+        detected: seconds(30.0) + confirm,
+    });
+    let (heard_ms, last_mark) = sim.heard()[0].clone();
+    assert!(
+        heard_ms.abs_diff(expected) <= 40,
+        "heard {heard_ms} ms, the sink saw {expected} ms"
+    );
+    assert!((1100..=1300).contains(&heard_ms), "{heard_ms}");
+    assert_eq!(last_mark.as_deref(), Some("b2"));
+
+    // The next reply starts from zero, with no mark of its own played yet.
+    sim.inference(speech_stopped());
+    sim.run_for(seconds(0.5));
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.run_for(seconds(0.3));
+    sim.inference(speech_started());
+    let last = sim.notices.last().cloned();
+    let heard = sim.heard();
+    assert_eq!(heard.len(), 2);
+    let second = heard[1].clone();
+    assert!((180..=300).contains(&second.0), "{second:?}");
+    assert_eq!(second.1, None);
+    assert_eq!(last, Some(AgentNotice::SpeechStarted));
+}
+
+/// Backchannels: the caller speaks for `speech` over a 3 s reply half a second in, the VAD's
+/// events coming as Silero's would (speech confirmed 192 ms after its onset, its stop 192 ms
+/// after its end), with `barge_in_min_speech` at 400 ms. Returns the call and the onset.
+fn speak_over_a_reply(speech: Duration) -> (Sim, Instant) {
+    let confirm = Duration::from_millis(192);
+    let mut sim = Sim::new(|o| CallSettings {
+        barge_in_min_speech: Duration::from_millis(400),
+        ..settings(o)
+    });
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    sim.agent(AgentAction::Play(tone(3.0)));
+    sim.run_for(seconds(0.5));
+    let onset_at = sim.now;
+    let onset = seconds(10.0);
+    sim.run_for(confirm);
+    sim.inference(InferenceEvent::SpeechStarted {
+        onset,
+        detected: onset + confirm,
+    });
+    sim.run_until(onset_at + speech + confirm);
+    sim.inference(InferenceEvent::SpeechStopped {
+        end: onset + speech,
+        detected: onset + speech + confirm,
+    });
+    sim.run_for(seconds(3.0));
+    (sim, onset_at)
+}
+
+#[test]
+fn a_backchannel_leaves_the_reply_playing_and_is_reported() {
+    let (sim, _) = speak_over_a_reply(Duration::from_millis(300));
+    assert!(!sim.barged_in());
+    assert_eq!(sim.voiced_packets(), 150, "the whole reply played");
+    let backchannels: Vec<&AgentNotice> = sim
+        .notices
+        .iter()
+        .filter(|n| matches!(n, AgentNotice::Backchannel { .. }))
+        .collect();
+    assert_eq!(
+        backchannels,
+        vec![&AgentNotice::Backchannel { speech_ms: 300 }]
+    );
+}
+
+#[test]
+fn speech_longer_than_the_minimum_barges_in_within_the_bound() {
+    let (sim, onset_at) = speak_over_a_reply(Duration::from_secs(1));
+    assert!(sim.barged_in());
+    assert!(!sim
+        .notices
+        .iter()
+        .any(|n| matches!(n, AgentNotice::Backchannel { .. })));
+    // Cut once the speech has lasted the minimum and the VAD could have told it stopped
+    // (400 + 200 ms), then within a core tick and the sender's next slot.
+    let bound = onset_at + Duration::from_millis(400 + 200) + 2 * FRAME;
+    let last = sim.last_voiced().expect("the reply started");
+    assert!(
+        last <= bound,
+        "reply played {:?} past the bound",
+        last.saturating_duration_since(bound)
+    );
+    assert!(sim.voiced_packets() < 150);
+    // What the caller heard is counted to the onset, not to the decision.
+    let expected = sim.voiced_ms_until(onset_at);
+    let (heard_ms, _) = sim.heard()[0].clone();
+    assert!(
+        heard_ms.abs_diff(expected) <= 40,
+        "heard {heard_ms} ms, the sink saw {expected} ms"
+    );
 }

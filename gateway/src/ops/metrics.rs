@@ -12,6 +12,8 @@ pub const CALLS_TOTAL: &str = "ontime_calls_total";
 pub const CALLS_REJECTED_TOTAL: &str = "ontime_calls_rejected_total";
 /// Barge-ins: caller speech that cleared the agent's queued audio.
 pub const BARGE_INS_TOTAL: &str = "ontime_barge_ins_total";
+/// Backchannels: caller speech over the reply too short to barge in, which left it playing.
+pub const BACKCHANNELS_TOTAL: &str = "ontime_backchannels_total";
 /// Valid RTP packets received from callers.
 pub const RTP_PACKETS_RECEIVED_TOTAL: &str = "ontime_rtp_packets_received_total";
 /// RTP packets sent to callers (published from the sender's counters).
@@ -150,6 +152,12 @@ pub(crate) fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
         "Caller speech that cleared queued agent audio."
     );
     counter!(BARGE_INS_TOTAL).absolute(0);
+    describe_counter!(
+        BACKCHANNELS_TOTAL,
+        Unit::Count,
+        "Caller speech over the reply shorter than barge_in_min_speech: the reply played on."
+    );
+    counter!(BACKCHANNELS_TOTAL).absolute(0);
     describe_counter!(
         RTP_PACKETS_RECEIVED_TOTAL,
         Unit::Count,

@@ -826,6 +826,8 @@ impl Switchboard {
             interim_record_interval: self.config.interim_record_interval,
             max_call_duration: self.config.max_call_duration,
             barge_in: self.config.barge_in,
+            barge_in_min_speech: self.config.barge_in_min_speech,
+            speech_stop_lag: ontime_inference::VadParams::default().stop,
             max_buffered: self.config.max_buffered,
             cname: format!("ontime@{}", self.config.public_ip),
             record: false,

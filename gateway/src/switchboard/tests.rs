@@ -655,10 +655,14 @@ fn a_call_turn_reply_bye_and_record_on_one_clock() {
 }
 
 /// A caller who talks over the reply stops it (local barge-in): the rest of the reply is never
-/// sent, and the record counts the barge-in.
+/// sent, and the record counts the barge-in. (Barging in at the onset: the backchannel window
+/// is `call::tests`' subject.)
 #[test]
 fn a_barge_in_cuts_the_reply_on_one_clock() {
-    let mut h = Harness::new(Harness::config());
+    let mut h = Harness::new(Config {
+        barge_in_min_speech: Duration::ZERO,
+        ..Harness::config()
+    });
     let trunk_call = h.call_in();
     let call = h.only_call();
     h.caller_talks(call, 25);

@@ -54,6 +54,7 @@ pub const SENT_EVENTS: &[&str] = &[
     protocol::EVENT_SPEECH_STOPPED,
     protocol::EVENT_TURN_ENDED,
     protocol::EVENT_BARGE_IN,
+    protocol::EVENT_BACKCHANNEL,
     protocol::EVENT_TRANSFER,
 ];
 
@@ -86,9 +87,6 @@ impl BotGone {
 }
 /// The Reason header of the BYE after the fallback message (the bot was unreachable).
 pub const REASON_BOT_UNREACHABLE: &str = "Q.850;cause=41;text=\"agent unreachable\"";
-/// The mark queued after a bot's normal close: the call hangs up when what the bot had sent
-/// has played.
-const CLOSE_MARK: &str = "ontime-bot-closed";
 
 /// The user part of a SIP URI (`sip:+15551230000@trunk` → `+15551230000`), the "number" bots
 /// written for Twilio read from `from_number`/`to_number`.
@@ -378,10 +376,14 @@ impl AgentCall for FallbackCall {
 enum ToBot {
     Dtmf(char),
     MarkPlayed(String),
-    BargeIn,
+    BargeIn {
+        heard_ms: u64,
+        last_mark: Option<String>,
+    },
     SpeechStarted,
     SpeechStopped,
     TurnEnded(Option<f32>),
+    Backchannel(u64),
     Transfer {
         target: String,
         result: &'static str,
@@ -421,7 +423,13 @@ impl AgentCall for WsCall {
             AgentEvent::MarkPlayed(name) => self.control(ToBot::MarkPlayed(name.to_string())),
             // The connection task always learns of a barge-in (it returns the bot's cleared
             // marks); it forwards the ontime events only when enabled.
-            AgentEvent::BargeIn => self.control(ToBot::BargeIn),
+            AgentEvent::BargeIn {
+                heard_ms,
+                last_mark,
+            } => self.control(ToBot::BargeIn {
+                heard_ms,
+                last_mark: last_mark.map(str::to_string),
+            }),
             AgentEvent::Transfer {
                 target,
                 result,
@@ -435,6 +443,9 @@ impl AgentCall for WsCall {
             AgentEvent::SpeechStopped if self.ontime_events => self.control(ToBot::SpeechStopped),
             AgentEvent::TurnEnded { probability } if self.ontime_events => {
                 self.control(ToBot::TurnEnded(probability))
+            }
+            AgentEvent::Backchannel { speech_ms } if self.ontime_events => {
+                self.control(ToBot::Backchannel(speech_ms))
             }
             AgentEvent::Ended => {
                 // Closing both queues tells the connection task to send `stop` and close.
@@ -496,12 +507,6 @@ impl ConnectionTask {
                     }
                     Some(Ok(Message::Close(frame))) => {
                         gone = BotGone::Closed(frame.map(|f| u16::from(f.code)));
-                        // Finish the closing handshake: tungstenite queued our close reply
-                        // (echoing the bot's code); reading on until the end sends it.
-                        let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
-                            while self.ws.next().await.is_some() {}
-                        })
-                        .await;
                         up = false;
                     }
                     None => up = false,
@@ -536,26 +541,29 @@ impl ConnectionTask {
         counter!(WS_DISCONNECTS_TOTAL, "how" => how).increment(1);
         drop(media);
         if gone == BotGone::Closed(Some(1000)) {
-            // The bot hung up: what it sent (a goodbye) plays whole, then the BYE.
+            // The bot hung up: what it sent (a goodbye) plays whole, and the call hangs up as
+            // soon as its last packet has been sent — decided by the call task, which sees the
+            // sender's queue run dry, not after a round trip through this task.
             info!("bot closed normally: playing what it sent, then hanging up");
             self.output.send(AgentAction::AllowBargeIn(false));
-            self.output.send(AgentAction::EndOfUtterance);
-            self.output.send(AgentAction::Mark(CLOSE_MARK.into()));
-            let played = async {
-                while let Some(m) = control.recv().await {
-                    if matches!(&m, ToBot::MarkPlayed(name) if name == CLOSE_MARK) {
-                        return;
-                    }
-                }
-            };
-            let bound = self.config.max_buffered + Duration::from_secs(1);
-            let _ = tokio::time::timeout(bound, played).await;
+            self.output
+                .send(AgentAction::HangupWhenPlayed(Some(reason.into())));
         } else {
             info!(how, "bot connection ended mid-call: hanging up");
+            // Hang up with a Reason header (RFC 3326).
+            self.output
+                .send(AgentAction::HangupWithReason(reason.into()));
         }
-        // Hang up with a Reason header (RFC 3326).
-        self.output
-            .send(AgentAction::HangupWithReason(reason.into()));
+        if matches!(gone, BotGone::Closed(_)) {
+            // Finish the closing handshake (the call is already on its way down): tungstenite
+            // queued our close reply, echoing the bot's code; reading on until the bot drops
+            // the connection sends it. Bounded: a bot that keeps the TCP connection open after
+            // the handshake cannot hold this task.
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+                while self.ws.next().await.is_some() {}
+            })
+            .await;
+        }
         // Keep draining until the call task lets go, so it never sees a closed queue early.
         while control.recv().await.is_some() {}
     }
@@ -573,12 +581,15 @@ impl ConnectionTask {
                 let t = self.encoder.mark(&name);
                 self.send("mark", t).await
             }
-            ToBot::BargeIn => {
+            ToBot::BargeIn {
+                heard_ms,
+                last_mark,
+            } => {
                 // The queue was cleared locally: return the bot's pending marks at once, as
                 // Twilio does after a `clear`, so a bot tracking playback by marks knows.
                 let mut ok = self.return_pending_marks().await;
                 if self.config.ontime_events {
-                    let t = self.encoder.ontime(protocol::EVENT_BARGE_IN, None);
+                    let t = self.encoder.barge_in(heard_ms, last_mark.as_deref());
                     ok = ok && self.send(protocol::EVENT_BARGE_IN, t).await;
                 }
                 ok
@@ -594,6 +605,10 @@ impl ConnectionTask {
             ToBot::TurnEnded(p) => {
                 let t = self.encoder.ontime(protocol::EVENT_TURN_ENDED, Some(p));
                 self.send(protocol::EVENT_TURN_ENDED, t).await
+            }
+            ToBot::Backchannel(speech_ms) => {
+                let t = self.encoder.backchannel(speech_ms);
+                self.send(protocol::EVENT_BACKCHANNEL, t).await
             }
             ToBot::Transfer {
                 target,

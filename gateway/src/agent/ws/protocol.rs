@@ -21,6 +21,8 @@ pub const EVENT_BARGE_IN: &str = "ontime.barge_in";
 /// `completed`, `rejected` or `failed`, `transfer.sipStatus`). Always sent: a bot that asked
 /// for a transfer needs to know it did not happen.
 pub const EVENT_TRANSFER: &str = "ontime.transfer";
+/// Caller speech over the reply too short to barge in: the reply plays on.
+pub const EVENT_BACKCHANNEL: &str = "ontime.backchannel";
 
 /// The identifiers of one stream, in Twilio's shapes (`MZ…`, `CA…`, `AC…` + 32 hex digits).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,6 +172,29 @@ impl TwilioEncoder {
             v["turn"] = json!({"probability": p});
         }
         v.to_string()
+    }
+
+    /// `ontime.barge_in`: the caller's speech cleared the reply after `heard_ms` of it had
+    /// played out to them, the last of its marks played being `last_mark`.
+    pub fn barge_in(&mut self, heard_ms: u64, last_mark: Option<&str>) -> String {
+        json!({
+            "event": EVENT_BARGE_IN,
+            "sequenceNumber": self.next_sequence(),
+            "streamSid": self.ids.stream_sid,
+            "bargeIn": {"heardMs": heard_ms, "lastMark": last_mark},
+        })
+        .to_string()
+    }
+
+    /// `ontime.backchannel`: the caller spoke `speech_ms` over the reply, too briefly to cut it.
+    pub fn backchannel(&mut self, speech_ms: u64) -> String {
+        json!({
+            "event": EVENT_BACKCHANNEL,
+            "sequenceNumber": self.next_sequence(),
+            "streamSid": self.ids.stream_sid,
+            "backchannel": {"speechMs": speech_ms},
+        })
+        .to_string()
     }
 
     /// `ontime.transfer`: the outcome of a transfer.
@@ -370,9 +395,24 @@ mod tests {
         assert_eq!(t["turn"]["probability"], 0.5);
         let t: Value = serde_json::from_str(&e.ontime(EVENT_TURN_ENDED, Some(None))).unwrap();
         assert_eq!(t["turn"]["probability"], Value::Null);
+        // `ontime.barge_in` keeps its fields and adds what the caller heard.
+        let b: Value = serde_json::from_str(&e.barge_in(1180, Some("sentence-2"))).unwrap();
+        assert_eq!(
+            b,
+            json!({"event":"ontime.barge_in","sequenceNumber":"8","streamSid":"MZ1",
+                "bargeIn":{"heardMs":1180,"lastMark":"sentence-2"}})
+        );
+        let b: Value = serde_json::from_str(&e.barge_in(0, None)).unwrap();
+        assert_eq!(b["bargeIn"]["lastMark"], Value::Null);
+        let b: Value = serde_json::from_str(&e.backchannel(300)).unwrap();
+        assert_eq!(
+            b,
+            json!({"event":"ontime.backchannel","sequenceNumber":"10","streamSid":"MZ1",
+                "backchannel":{"speechMs":300}})
+        );
         let st: Value = serde_json::from_str(&e.stop()).unwrap();
         assert_eq!(st["stop"], json!({"accountSid":"AC1","callSid":"CA1"}));
-        assert_eq!(st["sequenceNumber"], "8");
+        assert_eq!(st["sequenceNumber"], "11");
     }
 
     #[test]
