@@ -753,7 +753,11 @@ impl Default for Config {
             models_dir: None,
             stub_reply: None,
             barge_in: BargeIn::Local,
-            barge_in_min_speech: Duration::from_millis(400),
+            // Off by default: telling a backchannel from an interruption waits the minimum plus
+            // the VAD's 200 ms stop time, so a real interruption would be cut some 600 ms after
+            // its onset instead of within 300 ms. 400ms is the setting for bots that want
+            // backchannels to pass.
+            barge_in_min_speech: Duration::ZERO,
             max_buffered: Duration::from_secs(60),
             agent_unreachable: AgentUnreachable::Reject,
             ws_connect_timeout: Duration::from_secs(2),
