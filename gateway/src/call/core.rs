@@ -20,6 +20,8 @@ use ontime_sender::{StreamEvent, StreamId, StreamProducer};
 use ontime_sip::{Direction, NegotiatedMedia};
 use ontime_srtp::{SdesKeys, SrtpContext, SRTCP_TRAILER_LEN};
 use ontime_twilio::{DialTarget, Verb};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tracing::info;
 
 use super::inbound::{law_of, InboundMedia, InboundOutcome};
@@ -67,6 +69,9 @@ const MAX_CATCH_UP: Duration = Duration::from_millis(200);
 /// What a call needs to know that does not change during the call.
 #[derive(Debug, Clone)]
 pub struct CallSettings {
+    /// Seed of the call's RNG (its RTP and RTCP SSRC, first sequence number and timestamp):
+    /// given by the switchboard's seeded RNG, so a run on simulated time repeats.
+    pub rng_seed: u64,
     /// Hang up after this long without caller RTP while the caller should be sending (`None`:
     /// never).
     pub rtp_timeout: Option<Duration>,
@@ -365,6 +370,8 @@ pub struct CallCore {
     outputs: VecDeque<CallOutput>,
     /// Counts since the driver last took them.
     stats: CallStats,
+    /// SSRCs and first sequence numbers and timestamps of the call's streams.
+    rng: StdRng,
 }
 
 fn sends(d: Direction) -> bool {
@@ -401,9 +408,10 @@ impl CallCore {
         let sdp_ip: Option<IpAddr> = negotiated.remote_rtp.map(|a| a.ip());
         let max_buffered_bytes =
             (settings.max_buffered.as_secs_f64() * f64::from(SAMPLE_RATE_HZ)) as usize;
+        let mut rng = StdRng::seed_from_u64(settings.rng_seed);
         let rtcp = RtcpSession::new(
             negotiated.remote_rtp.map(rtcp_address),
-            rand::random(),
+            rng.random(),
             settings.cname.clone(),
             now,
             wall,
@@ -443,6 +451,7 @@ impl CallCore {
             hangup_when_played: None,
             outputs: VecDeque::new(),
             stats: CallStats::default(),
+            rng,
         };
         core.next_interim = core.settings.interim_record_interval.map(|i| now + i);
         core.start_stream_if_sending();
@@ -1179,7 +1188,12 @@ impl CallCore {
         // After the caller's first packet its real address is known (latching).
         let remote = self.inbound.latched().unwrap_or(remote);
         // Random SSRC, sequence and timestamp (RFC 3550 §5.1).
-        let packetizer = Packetizer::new(self.negotiated.payload_type);
+        let packetizer = Packetizer::with_initial(
+            self.negotiated.payload_type,
+            self.rng.random(),
+            self.rng.random(),
+            self.rng.random(),
+        );
         let srtp = self.srtp.as_ref().map(|s| Box::new(s.keys.outbound()));
         self.outputs.push_back(CallOutput::StartStream {
             packetizer,

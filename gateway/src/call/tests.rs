@@ -68,6 +68,7 @@ fn media(direction: Direction, payload_type: u8) -> NegotiatedMedia {
 
 fn settings(origin: Instant) -> CallSettings {
     CallSettings {
+        rng_seed: 5,
         rtp_timeout: Some(Duration::from_secs(2)),
         max_call_duration: Duration::from_secs(3600),
         interim_record_interval: Some(Duration::from_secs(60)),

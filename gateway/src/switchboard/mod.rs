@@ -819,8 +819,9 @@ impl Switchboard {
         }
     }
 
-    fn call_settings(&self) -> CallSettings {
+    fn call_settings(&mut self) -> CallSettings {
         CallSettings {
+            rng_seed: self.rng.random(),
             // 0 means no RTP timeout, not "hang up at once".
             rtp_timeout: self.config.rtp_timeout,
             interim_record_interval: self.config.interim_record_interval,
