@@ -243,17 +243,6 @@ fn the_latch_race_leaves_the_caller_hearing_the_gateway() {
     let _ = caller.bye(&ids);
 }
 
-/// The RTP port of a call, from the gateway's log ("call admitted" carries `rtp_port`).
-fn gw_rtp_port(gw: &Gateway, call_id: &str) -> u16 {
-    let log = gw.stdout();
-    let line = log
-        .lines()
-        .find(|l| l.contains("call admitted") && l.contains(call_id))
-        .unwrap_or_else(|| panic!("no admission line for {call_id}:\n{log}"));
-    let v: serde_json::Value = serde_json::from_str(line).unwrap();
-    v["fields"]["rtp_port"].as_u64().expect("rtp_port") as u16
-}
-
 /// SIGKILL mid-call: the call's start record (and an interim one) is in the log, and its
 /// recording is a readable WAV.
 #[test]

@@ -12,17 +12,6 @@ use std::time::Duration;
 use common::uac::RawUac;
 use common::*;
 
-/// The RTP port of a call, from the gateway's log ("call admitted" carries `rtp_port`).
-fn gw_rtp_port(gw: &Gateway, call_id: &str) -> u16 {
-    let log = gw.stdout();
-    let line = log
-        .lines()
-        .find(|l| l.contains("call admitted") && l.contains(call_id))
-        .unwrap_or_else(|| panic!("no admission line for {call_id}:\n{log}"));
-    let v: serde_json::Value = serde_json::from_str(line).unwrap();
-    v["fields"]["rtp_port"].as_u64().expect("rtp_port") as u16
-}
-
 fn socket_on(ip: &str) -> UdpSocket {
     let s = UdpSocket::bind((ip, 0)).unwrap();
     s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
