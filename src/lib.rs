@@ -5,6 +5,7 @@
 //! says which, and how a call flows through them.
 
 pub use ontime_cgroup as cgroup;
+pub use ontime_echo as echo;
 pub use ontime_inference as inference;
 pub use ontime_jitter as jitter;
 pub use ontime_rtp as rtp;

@@ -118,6 +118,8 @@ pub async fn run(
             .ok()
     });
     settings.record = recording.is_some();
+    // The echo canceller's reference is the sender's sent tap, as the recording's agent track.
+    let tap_sent = settings.record || settings.echo_canceller;
     settings.sender_origin = services.sender.origin();
 
     let (agent_tx, mut agent_rx) = mpsc::unbounded_channel();
@@ -171,7 +173,7 @@ pub async fn run(
                     };
                     let mut config =
                         StreamConfig::new(packetizer.clone(), StreamOutput::Udp { socket, remote });
-                    if recording.is_some() {
+                    if tap_sent {
                         config.sent_tap_frames = SENT_TAP_FRAMES;
                     }
                     config.srtp = srtp.map(|c| *c);
@@ -320,6 +322,16 @@ fn record_stats(stats: CallStats) {
     add(m::TURNS_TOTAL, stats.turns);
     add(m::BARGE_INS_TOTAL, stats.barge_ins);
     add(m::BACKCHANNELS_TOTAL, stats.backchannels);
+    add(m::ECHO_FRAMES_GATED_TOTAL, stats.echo_frames_gated);
+    add(m::ECHO_BURSTS_GATED_TOTAL, stats.echo_bursts_gated);
+    if let Some(echo) = stats.echo_found {
+        if let Some(d) = echo.delay {
+            histogram!(m::ECHO_DELAY_SECONDS).record(d.as_secs_f64());
+        }
+        if let Some(erle) = echo.erle_db {
+            histogram!(m::ECHO_ERLE_DB).record(f64::from(erle));
+        }
+    }
     add(
         m::AGENT_AUDIO_CUT_FRAMES_TOTAL,
         stats.agent_audio_cut_frames,

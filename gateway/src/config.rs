@@ -374,6 +374,11 @@ pub struct Args {
     /// SDP names a private address). Off, only the SDP's IP is heard.
     #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_SYMMETRIC_RTP"))]
     pub symmetric_rtp: Option<bool>,
+    /// Echo canceller on the caller's audio the barge-in VAD hears, `true` (the default) or
+    /// `false`: the line's echo of the reply (PSTN hybrids, handsets) is taken out or silenced,
+    /// using what the gateway played as the reference, so the bot does not barge in on itself.
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_ECHO_CANCELLER"))]
+    pub echo_canceller: Option<bool>,
     /// Register with this registrar as this address of record (`sip:user@provider`;
     /// repeatable). The password comes from `ONTIME_REGISTER_PASSWORD` or
     /// `--register-password-file`, never a flag.
@@ -511,6 +516,7 @@ impl Args {
             voice_twiml,
             srtp,
             symmetric_rtp,
+            echo_canceller,
             register,
             register_user,
             register_password_file,
@@ -699,6 +705,8 @@ pub struct Config {
     pub srtp: ontime_sip::SrtpPolicy,
     /// Latch call media to its first source instead of requiring the SDP's IP.
     pub symmetric_rtp: bool,
+    /// Cancel the line's echo of the reply in what the barge-in VAD hears.
+    pub echo_canceller: bool,
     /// Measured headroom (calls) a new call needs.
     pub admission_reserve: usize,
     /// Registrations: address-of-record URIs.
@@ -779,6 +787,7 @@ impl Default for Config {
             voice_twiml: None,
             srtp: ontime_sip::SrtpPolicy::Optional,
             symmetric_rtp: false,
+            echo_canceller: true,
             // One call: refuse the call that the measured headroom says would not fit
             // (docs/capacity.md: 128 offered, the excess refused, every admitted call ok on a
             // dedicated core and under 1.0/0.5-CPU quotas). 0 measures and reports only.
@@ -1278,6 +1287,9 @@ impl Config {
         }
         if let Some(v) = a.symmetric_rtp {
             c.symmetric_rtp = v;
+        }
+        if let Some(v) = a.echo_canceller {
+            c.echo_canceller = v;
         }
         if let Some(list) = &a.ws_custom_parameter {
             c.ws_custom_parameters = list

@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
 
+use ontime_echo::{EchoCanceller, EchoConfig, Verdict};
 use ontime_inference::InferenceEvent;
 use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_HZ};
 use ontime_sender::{StreamEvent, StreamId, StreamProducer};
@@ -84,6 +85,9 @@ pub struct CallSettings {
     /// Local barge-in: caller speech over the reply shorter than this is a backchannel that
     /// leaves the reply playing (zero: barge in at the onset).
     pub barge_in_min_speech: Duration,
+    /// Cancel the line's echo of the reply in the caller's audio the VAD hears
+    /// ([`ontime_echo`]; the agent and the recording get the caller's audio as it came).
+    pub echo_canceller: bool,
     /// How long the VAD takes to confirm that speech stopped (its stop time): a backchannel is
     /// known to be one only this long after it ended.
     pub speech_stop_lag: Duration,
@@ -339,6 +343,11 @@ pub struct CallCore {
     next_interim: Option<Instant>,
     last_rtp: Instant,
     caller_cursor: Option<u64>,
+    /// The line's echo taken out of what the VAD hears (`settings.echo_canceller`).
+    echo: Option<EchoCanceller>,
+    /// Where the next caller frame sits on the echo canceller's timeline: one frame per frame
+    /// played, the jitter buffer's steady clock (the canceller needs sample-exact spacing).
+    echo_cursor: Option<u64>,
     speaking: bool,
     barge_in_allowed: bool,
     /// After a local barge-in: when the interrupted reply was last heard from (its audio is
@@ -431,6 +440,8 @@ impl CallCore {
             next_interim: None,
             last_rtp: now,
             caller_cursor: None,
+            echo: None,
+            echo_cursor: None,
             speaking: false,
             barge_in_allowed: true,
             cut: None,
@@ -453,6 +464,12 @@ impl CallCore {
             stats: CallStats::default(),
             rng,
         };
+        if core.settings.echo_canceller {
+            // The default configuration is valid; a failure here would be a bug, not input.
+            core.echo = EchoCanceller::new(&EchoConfig::default())
+                .map_err(|e| tracing::warn!(error = %e, "echo canceller off for this call"))
+                .ok();
+        }
         core.next_interim = core.settings.interim_record_interval.map(|i| now + i);
         core.start_stream_if_sending();
         core
@@ -1117,9 +1134,15 @@ impl CallCore {
         let start = self.samples_since_answer(now);
         let mut frames: Vec<[i16; SAMPLES_PER_FRAME]> = Vec::new();
         self.inbound.pop(now, |frame| frames.push(*frame));
+        if !frames.is_empty() {
+            // The echo canceller needs what was played up to now before the caller's audio.
+            self.collect_sent_audio();
+        }
         for frame in frames {
+            let mut heard = frame;
+            self.cancel_echo(start, &mut heard);
             self.outputs
-                .push_back(CallOutput::Inference(Box::new(frame)));
+                .push_back(CallOutput::Inference(Box::new(heard)));
             if record {
                 // The caller's track runs on from its first frame, one frame per frame played:
                 // the jitter buffer's playout clock is the caller's timeline.
@@ -1156,7 +1179,28 @@ impl CallCore {
         }
     }
 
-    /// The agent's track: exactly what the sender sent, placed by each slot's time.
+    /// Takes the line's echo out of a caller frame the VAD will hear. `now_at` is the frame's
+    /// playout position by the clock; the canceller's position follows the jitter buffer's
+    /// steady frames and is put back on the clock only when it drifts more than 60 ms (the
+    /// buffer grew or shrank), which the canceller sees as the echo path moving.
+    fn cancel_echo(&mut self, now_at: u64, frame: &mut [i16; SAMPLES_PER_FRAME]) {
+        let Some(echo) = self.echo.as_mut() else {
+            return;
+        };
+        let at = match self.echo_cursor {
+            Some(c) if c.abs_diff(now_at) <= 3 * SAMPLES_PER_FRAME as u64 => c,
+            _ => now_at,
+        };
+        self.echo_cursor = Some(at + SAMPLES_PER_FRAME as u64);
+        let bursts = echo.report().bursts_gated;
+        if echo.process(at, frame) == Verdict::Echo {
+            self.stats.echo_frames_gated += 1;
+        }
+        self.stats.echo_bursts_gated += echo.report().bursts_gated - bursts;
+    }
+
+    /// The agent's track: exactly what the sender sent, placed by each slot's time (for the
+    /// recording, and as the echo canceller's reference).
     fn collect_sent_audio(&mut self) {
         let law = law_of(self.negotiated.payload_type);
         let origin = self.settings.sender_origin;
@@ -1170,11 +1214,16 @@ impl CallCore {
             let mut pcm = [0i16; SAMPLES_PER_FRAME];
             law.decode_slice(&f.payload, &mut pcm);
             let at = self.samples_since_answer(origin + f.scheduled);
-            self.outputs.push_back(CallOutput::Record {
-                track: Track::Agent,
-                at,
-                pcm: Box::new(pcm),
-            });
+            if let Some(echo) = self.echo.as_mut() {
+                echo.push_reference(at, &pcm);
+            }
+            if self.settings.record {
+                self.outputs.push_back(CallOutput::Record {
+                    track: Track::Agent,
+                    at,
+                    pcm: Box::new(pcm),
+                });
+            }
         }
     }
 
@@ -1274,6 +1323,11 @@ impl CallCore {
         let cdr = self.record(RecordKind::End, Some(cause), now);
         self.out.retire();
         self.stats.ended = Some(cause.result_label());
+        self.stats.echo_found = self
+            .echo
+            .as_ref()
+            .map(EchoCanceller::report)
+            .filter(|r| r.delay.is_some());
         self.outputs.push_back(CallOutput::Ended {
             cdr: Box::new(cdr),
             recording_end: self.samples_since_answer(now),
@@ -1289,6 +1343,7 @@ impl CallCore {
         let jitter = self.inbound.counters();
         let at_unix_ms =
             unix_ms(self.wall_at_answer + now.saturating_duration_since(self.answered));
+        let echo = self.echo.as_ref().map(EchoCanceller::report);
         CallDetailRecord {
             record: kind,
             call_id: self.info.call_id.clone(),
@@ -1306,6 +1361,10 @@ impl CallCore {
             lost: jitter.lost,
             turns: self.turns,
             barge_ins: self.barge_ins,
+            echo_delay_ms: echo.and_then(|r| r.delay).map(|d| d.as_millis() as u64),
+            echo_erl_db: echo.and_then(|r| r.erl_db),
+            echo_erle_db: echo.and_then(|r| r.erle_db),
+            echo_bursts_gated: echo.map_or(0, |r| r.bursts_gated),
             dtmf: self.dtmf.clone(),
             direction: self.info.direction.as_str(),
             transport: self.info.transport.name(),

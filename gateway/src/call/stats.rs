@@ -72,6 +72,12 @@ pub struct CallStats {
     pub barge_ins: u64,
     /// Caller speech over the reply too short to barge in (backchannels).
     pub backchannels: u64,
+    /// Caller frames the echo canceller silenced as the line's echo of the reply.
+    pub echo_frames_gated: u64,
+    /// Runs of audible echo it kept from the VAD (barge-ins on the bot's own voice avoided).
+    pub echo_bursts_gated: u64,
+    /// At the call's end, what the echo canceller found of the line (when it found the echo).
+    pub echo_found: Option<ontime_echo::EchoReport>,
     /// Agent audio frames dropped: cut by a barge-in, or beyond `max_buffered`.
     pub agent_audio_cut_frames: u64,
     /// See `agent_audio_cut_frames`.

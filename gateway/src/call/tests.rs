@@ -75,6 +75,7 @@ fn settings(origin: Instant) -> CallSettings {
         barge_in: BargeIn::Local,
         // Barge in at the onset; the backchannel tests set a minimum.
         barge_in_min_speech: Duration::ZERO,
+        echo_canceller: false,
         speech_stop_lag: Duration::from_millis(200),
         max_buffered: Duration::from_secs(30),
         cname: "ontime@test".into(),

@@ -14,6 +14,14 @@ pub const CALLS_REJECTED_TOTAL: &str = "ontime_calls_rejected_total";
 pub const BARGE_INS_TOTAL: &str = "ontime_barge_ins_total";
 /// Backchannels: caller speech over the reply too short to barge in, which left it playing.
 pub const BACKCHANNELS_TOTAL: &str = "ontime_backchannels_total";
+/// Caller frames the echo canceller silenced as the line's echo of the reply.
+pub const ECHO_FRAMES_GATED_TOTAL: &str = "ontime_echo_frames_gated_total";
+/// Runs of audible echo kept from the barge-in VAD (barge-ins on the bot's own voice avoided).
+pub const ECHO_BURSTS_GATED_TOTAL: &str = "ontime_echo_bursts_gated_total";
+/// Per call whose line echoed: the echo's delay as the gateway hears it.
+pub const ECHO_DELAY_SECONDS: &str = "ontime_echo_delay_seconds";
+/// Per call whose line echoed: echo return loss enhancement (dB) the canceller reached.
+pub const ECHO_ERLE_DB: &str = "ontime_echo_erle_db";
 /// Valid RTP packets received from callers.
 pub const RTP_PACKETS_RECEIVED_TOTAL: &str = "ontime_rtp_packets_received_total";
 /// RTP packets sent to callers (published from the sender's counters).
@@ -158,6 +166,27 @@ pub(crate) fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
         "Caller speech over the reply shorter than barge_in_min_speech: the reply played on."
     );
     counter!(BACKCHANNELS_TOTAL).absolute(0);
+    describe_counter!(
+        ECHO_FRAMES_GATED_TOTAL,
+        Unit::Count,
+        "Caller frames silenced as the line's echo of the reply before the barge-in VAD."
+    );
+    counter!(ECHO_FRAMES_GATED_TOTAL).absolute(0);
+    describe_counter!(
+        ECHO_BURSTS_GATED_TOTAL,
+        Unit::Count,
+        "Runs of audible echo of the reply kept from the barge-in VAD (false barge-ins avoided)."
+    );
+    counter!(ECHO_BURSTS_GATED_TOTAL).absolute(0);
+    describe_histogram!(
+        ECHO_DELAY_SECONDS,
+        Unit::Seconds,
+        "Per call whose line echoed: the echo's delay (round trip and jitter buffer included)."
+    );
+    describe_histogram!(
+        ECHO_ERLE_DB,
+        "Per call whose line echoed: echo return loss enhancement reached, in dB."
+    );
     describe_counter!(
         RTP_PACKETS_RECEIVED_TOTAL,
         Unit::Count,

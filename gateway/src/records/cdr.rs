@@ -88,6 +88,16 @@ pub struct CallDetailRecord {
     pub turns: u64,
     /// Barge-ins.
     pub barge_ins: u64,
+    /// The line's echo of the reply: its delay as the gateway hears it (network round trip and
+    /// jitter buffer included), once the echo canceller found it.
+    pub echo_delay_ms: Option<u64>,
+    /// Echo return loss (dB): how far below the reply its echo came back.
+    pub echo_erl_db: Option<f32>,
+    /// Echo return loss enhancement (dB): how much further the canceller took it down.
+    pub echo_erle_db: Option<f32>,
+    /// Runs of audible echo kept from the barge-in VAD (barge-ins on the bot's own voice
+    /// avoided, as a VAD would likely have started them).
+    pub echo_bursts_gated: u64,
     /// DTMF digits received.
     pub dtmf: String,
     /// `inbound` or `outbound-api`.
@@ -141,6 +151,10 @@ impl CallDetailRecord {
             lost: 0,
             turns: 0,
             barge_ins: 0,
+            echo_delay_ms: None,
+            echo_erl_db: None,
+            echo_erle_db: None,
+            echo_bursts_gated: 0,
             dtmf: String::new(),
             direction: info.direction.as_str(),
             transport: info.transport.name(),

@@ -828,6 +828,7 @@ impl Switchboard {
             max_call_duration: self.config.max_call_duration,
             barge_in: self.config.barge_in,
             barge_in_min_speech: self.config.barge_in_min_speech,
+            echo_canceller: self.config.echo_canceller,
             speech_stop_lag: ontime_inference::VadParams::default().stop,
             max_buffered: self.config.max_buffered,
             cname: format!("ontime@{}", self.config.public_ip),

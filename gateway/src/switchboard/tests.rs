@@ -662,6 +662,7 @@ fn a_call_turn_reply_bye_and_record_on_one_clock() {
 fn a_barge_in_cuts_the_reply_on_one_clock() {
     let mut h = Harness::new(Config {
         barge_in_min_speech: Duration::ZERO,
+        echo_canceller: false,
         ..Harness::config()
     });
     let trunk_call = h.call_in();

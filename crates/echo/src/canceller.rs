@@ -1,0 +1,507 @@
+//! The per-call canceller: the reference and the caller's audio on one sample timeline, the
+//! delay search, the adaptive filter and the gate that decides, frame by frame, whether what
+//! the caller's side carries is the caller or only the line's echo of the reply.
+
+use std::time::Duration;
+
+use crate::delay::{DelayEstimator, BLOCK};
+use crate::error::{Error, Result};
+use crate::nlms::Nlms;
+
+/// Samples a second on the canceller's timeline (narrowband calls).
+pub const SAMPLE_RATE_HZ: u32 = 8000;
+/// Samples in one 20 ms frame.
+pub const FRAME_SAMPLES: usize = 160;
+
+/// Reference samples kept (2.048 s): longer than the longest lag plus the filter.
+const RING: usize = 16384;
+/// How far before the bulk delay the filter's window starts: the envelope search is good to a
+/// few milliseconds and a hybrid's response starts a little before its peak.
+const LEAD: usize = 48;
+/// The loudest echo a line returns relative to what it was sent, with margin: ITU-T G.168 plans
+/// for an echo return loss down to 6 dB; the gate assumes 3 dB until it has measured the line.
+const ECHO_GAIN_PRIOR: f32 = 0.5;
+/// The gate's bound never goes below this (−30 dB): even a line that returned nothing so far
+/// may start to.
+const ECHO_GAIN_FLOOR: f32 = 1e-3;
+/// Margin over the loudest echo seen (6 dB).
+const ECHO_GAIN_MARGIN: f32 = 4.0;
+/// Frames of the reply the bound looks back over (2 s): it spans pauses between sentences.
+const GAIN_WINDOW: usize = 100;
+/// Frames of reference activity, beyond the longest delay, before the measured bound replaces
+/// the prior (0.5 s).
+const GAIN_WARMUP: u32 = 25;
+/// A reference block quieter than this (mean square, about −60 dBFS) is no reply to echo.
+const REFERENCE_FLOOR: f32 = 1e-6;
+/// The residual must exceed the residual echo expected (the echo estimate less the filter's
+/// measured enhancement) by this much to be the caller (16 dB: the enhancement of single frames
+/// scatters widely around the line's mean), and never less than the echo estimate itself.
+const RESIDUAL_MARGIN: f32 = 40.0;
+/// The bound learns only from frames whose reply is at least this loud (about −40 dBFS), so
+/// line noise over a quiet reply does not pass for echo.
+const BOUND_REFERENCE: f32 = 1e-4;
+/// Frames in a row the residual must stand clear of the echo before they pass as the caller.
+const RESIDUAL_FRAMES: u32 = 3;
+/// ... and exceed the line's noise floor by this much (9 dB).
+const NOISE_MARGIN: f32 = 8.0 * FRAME_SAMPLES as f32;
+/// Echo return loss enhancement the filter must reach before its residual is trusted.
+const CONVERGED_ERLE: f32 = 4.0;
+/// A gated frame this loud (block mean square, about −45 dBFS) was echo a VAD would have heard.
+const AUDIBLE_ECHO: f32 = 3e-5;
+/// Gated frames in a row that make one burst of audible echo.
+const BURST_FRAMES: u32 = 3;
+
+/// What the canceller may assume about a line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EchoConfig {
+    /// The longest delay between a sample played and its echo in the caller's audio, as the
+    /// two timelines given to the canceller see it (the line's echo delay plus the network
+    /// round trip and the receiver's jitter buffer).
+    pub max_delay: Duration,
+    /// Length of the adaptive filter.
+    pub filter_length: Duration,
+}
+
+impl Default for EchoConfig {
+    fn default() -> EchoConfig {
+        EchoConfig {
+            max_delay: Duration::from_millis(800),
+            filter_length: Duration::from_millis(16),
+        }
+    }
+}
+
+impl EchoConfig {
+    fn samples(d: Duration) -> usize {
+        (d.as_micros() * u128::from(SAMPLE_RATE_HZ) / 1_000_000) as usize
+    }
+
+    fn validate(&self) -> Result<(usize, usize)> {
+        let lag = Self::samples(self.max_delay);
+        let taps = Self::samples(self.filter_length);
+        if !(BLOCK..=RING / 2).contains(&lag) {
+            return Err(Error::InvalidConfig {
+                field: "max_delay",
+                value: self.max_delay.as_millis() as u64,
+                expected: "2 to 1024 ms",
+            });
+        }
+        if !(BLOCK..=512).contains(&taps) {
+            return Err(Error::InvalidConfig {
+                field: "filter_length",
+                value: self.filter_length.as_millis() as u64,
+                expected: "2 to 64 ms",
+            });
+        }
+        Ok((lag, taps))
+    }
+}
+
+/// What the canceller made of one frame of the caller's audio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing was played that could echo: the frame is the caller's, untouched.
+    NoReference,
+    /// The caller (louder than any echo, or more than the filter's residual): passed on, with
+    /// the echo estimate taken out where the path is known.
+    Caller,
+    /// Only the line's echo: the frame was silenced.
+    Echo,
+}
+
+/// What the canceller has found about the line, for the call's record.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EchoReport {
+    /// The echo's delay on the canceller's timelines, once found.
+    pub delay: Option<Duration>,
+    /// Echo return loss (dB): how far below the reply its echo came back, once measured.
+    pub erl_db: Option<f32>,
+    /// Echo return loss enhancement (dB): how much further the filter took the echo down.
+    pub erle_db: Option<f32>,
+    /// Frames silenced as echo.
+    pub frames_gated: u64,
+    /// Runs of audible echo silenced (each one a barge-in a VAD would likely have started).
+    pub bursts_gated: u64,
+    /// Frames during a reply passed on as the caller (double talk).
+    pub frames_double_talk: u64,
+    /// Times the echo path moved (the filter restarted on a new delay).
+    pub path_changes: u64,
+}
+
+/// A line-echo canceller for one call, on one sample timeline: feed what was played with
+/// [`EchoCanceller::push_reference`], then each frame of the caller's audio with
+/// [`EchoCanceller::process`]. Allocates only in [`EchoCanceller::new`].
+#[derive(Debug)]
+pub struct EchoCanceller {
+    max_lag: usize,
+    /// The reference, written twice (`i` and `i + RING`) so any window is one slice.
+    reference: Vec<f32>,
+    /// The position after the last reference sample written.
+    ref_end: u64,
+    /// Energy of each reference block, ring by block number.
+    ref_block_energy: Vec<f32>,
+    /// The first reference block whose envelope is not yet computed.
+    ref_blocks_done: u64,
+    delay: DelayEstimator,
+    filter: Nlms,
+    /// Where the filter's window ends, in samples before the caller's sample.
+    filter_offset: Option<usize>,
+    /// The caller's block being summed: (block, energy).
+    mic_block: Option<(u64, f32)>,
+    /// Loudest caller-to-reference ratio of the recent frames judged not the caller.
+    gain_window: [f32; GAIN_WINDOW],
+    gain_next: usize,
+    active_frames: u32,
+    noise_floor: f32,
+    erle_mic: f32,
+    erle_residual: f32,
+    erl_ref: f32,
+    erl_echo: f32,
+    gated_run: u32,
+    /// Frames in a row whose residual was over the echo.
+    residual_run: u32,
+    report: EchoReport,
+    residual: [f32; FRAME_SAMPLES],
+}
+
+impl EchoCanceller {
+    /// A canceller that knows nothing of the line yet.
+    pub fn new(config: &EchoConfig) -> Result<EchoCanceller> {
+        let (max_lag, taps) = config.validate()?;
+        Ok(EchoCanceller {
+            max_lag,
+            reference: vec![0.0; 2 * RING],
+            ref_end: 0,
+            ref_block_energy: vec![0.0; RING / BLOCK],
+            ref_blocks_done: 0,
+            delay: DelayEstimator::new(max_lag.div_ceil(BLOCK), RING / BLOCK),
+            filter: Nlms::new(taps),
+            filter_offset: None,
+            mic_block: None,
+            gain_window: [0.0; GAIN_WINDOW],
+            gain_next: 0,
+            active_frames: 0,
+            noise_floor: 1e-5,
+            erle_mic: 0.0,
+            erle_residual: 0.0,
+            erl_ref: 0.0,
+            erl_echo: 0.0,
+            gated_run: 0,
+            residual_run: 0,
+            report: EchoReport::default(),
+            residual: [0.0; FRAME_SAMPLES],
+        })
+    }
+
+    /// Forget the line (hold, a new stream, a codec change): the next reply learns it again.
+    pub fn restart(&mut self) {
+        self.reference.fill(0.0);
+        self.ref_block_energy.fill(0.0);
+        self.delay.reset();
+        self.filter.reset();
+        self.filter_offset = None;
+        self.mic_block = None;
+        self.gain_window = [0.0; GAIN_WINDOW];
+        self.active_frames = 0;
+        self.erle_mic = 0.0;
+        self.erle_residual = 0.0;
+        self.gated_run = 0;
+    }
+
+    /// What was played towards the caller, starting at sample `at` of the timeline. Frames
+    /// should come in order; a gap is silence, a frame older than the ring is ignored.
+    pub fn push_reference(&mut self, at: u64, frame: &[i16; FRAME_SAMPLES]) {
+        let end = at + FRAME_SAMPLES as u64;
+        if end + (RING as u64) <= self.ref_end {
+            return;
+        }
+        // Silence in any gap since the last frame (at most the ring's worth).
+        let gap_from = self.ref_end.max(at.saturating_sub(RING as u64));
+        for p in gap_from..at {
+            self.write_reference(p, 0.0);
+        }
+        for (i, s) in frame.iter().enumerate() {
+            self.write_reference(at + i as u64, f32::from(*s) / 32768.0);
+        }
+        self.ref_end = self.ref_end.max(end);
+        let upto = self.ref_end / BLOCK as u64;
+        // A reference that jumped far ahead skips the blocks the ring no longer holds.
+        let oldest = upto.saturating_sub((RING / BLOCK) as u64 - 1);
+        let mut block = self.ref_blocks_done.max(oldest);
+        while block < upto {
+            let start = (block as usize * BLOCK) % RING;
+            let energy: f32 = self.reference[start..start + BLOCK]
+                .iter()
+                .map(|x| x * x)
+                .sum();
+            self.ref_block_energy[block as usize % (RING / BLOCK)] = energy;
+            self.delay.reference_block(block, energy);
+            block += 1;
+        }
+        self.ref_blocks_done = upto;
+    }
+
+    fn write_reference(&mut self, position: u64, value: f32) {
+        let i = position as usize % RING;
+        self.reference[i] = value;
+        self.reference[i + RING] = value;
+    }
+
+    /// The loudest reference block (mean square) that could echo into the caller's frame at
+    /// `at`, with the path known or not.
+    fn reference_level(&self, at: u64, wide: bool) -> f32 {
+        let (from, to) = match self.filter_offset.filter(|_| !wide) {
+            Some(offset) => (
+                at.saturating_sub((offset + self.filter.taps()) as u64),
+                (at + FRAME_SAMPLES as u64).saturating_sub(offset as u64),
+            ),
+            None => (
+                at.saturating_sub(self.max_lag as u64),
+                at + FRAME_SAMPLES as u64,
+            ),
+        };
+        let first = from / BLOCK as u64;
+        let last = (to.min(self.ref_end) / BLOCK as u64).min(self.ref_blocks_done);
+        let oldest = self
+            .ref_blocks_done
+            .saturating_sub((RING / BLOCK) as u64 - 1);
+        (first.max(oldest)..last)
+            .map(|b| self.ref_block_energy[b as usize % (RING / BLOCK)])
+            .fold(0.0f32, f32::max)
+            / BLOCK as f32
+    }
+
+    /// One 20 ms frame of the caller's audio at sample `at` of the timeline: cleaned in place
+    /// (the echo estimate taken out, or silenced when it is only echo).
+    pub fn process(&mut self, at: u64, frame: &mut [i16; FRAME_SAMPLES]) -> Verdict {
+        let mut mic = [0.0f32; FRAME_SAMPLES];
+        for (m, s) in mic.iter_mut().zip(frame.iter()) {
+            *m = f32::from(*s) / 32768.0;
+        }
+        let peak_block = mic
+            .chunks(BLOCK)
+            .map(|c| c.iter().map(|x| x * x).sum::<f32>() / BLOCK as f32)
+            .fold(0.0f32, f32::max);
+        // The search learns only while a reply could be echoing.
+        let searching = self.reference_level(at, true) >= REFERENCE_FLOOR;
+        self.sum_caller_blocks(at, &mic, searching);
+        if let Some(lag) = self.delay.evaluate() {
+            let offset = (lag * BLOCK).saturating_sub(LEAD);
+            if self.filter_offset.is_some() {
+                self.report.path_changes += 1;
+            }
+            self.filter_offset = Some(offset);
+            self.filter.reset();
+            self.erle_mic = 0.0;
+            self.erle_residual = 0.0;
+            self.report.delay = Some(Duration::from_micros(
+                (lag * BLOCK) as u64 * 1_000_000 / u64::from(SAMPLE_RATE_HZ),
+            ));
+        }
+        let frame_energy: f32 = mic.iter().map(|x| x * x).sum::<f32>() / FRAME_SAMPLES as f32;
+        self.noise_floor = if frame_energy < self.noise_floor {
+            frame_energy.max(1e-10)
+        } else {
+            self.noise_floor * 1.002
+        };
+
+        // The loudest reply that could echo into this frame, path known or not: one measure for
+        // every frame, so the ratios the bound is learnt from compare.
+        let reference = self.reference_level(at, true);
+        if reference < REFERENCE_FLOOR {
+            self.gated_run = 0;
+            self.residual_run = 0;
+            return Verdict::NoReference;
+        }
+        self.active_frames = self.active_frames.saturating_add(1);
+        // The first echo can come back as late as the longest delay after the reply starts.
+        let warmup = GAIN_WARMUP + (self.max_lag / FRAME_SAMPLES) as u32;
+        let bound = if self.active_frames < warmup {
+            ECHO_GAIN_PRIOR
+        } else {
+            let loudest = self.gain_window.iter().copied().fold(0.0f32, f32::max);
+            (ECHO_GAIN_MARGIN * loudest).clamp(ECHO_GAIN_FLOOR, ECHO_GAIN_PRIOR)
+        };
+        let ratio = peak_block / reference;
+        let loud = ratio > bound;
+
+        // The filter's view: echo estimate and residual with the taps as they are.
+        let filtered = self
+            .filter_offset
+            .and_then(|offset| self.estimate(at, &mic, offset));
+        let converged =
+            self.erle_residual > 0.0 && self.erle_mic > CONVERGED_ERLE * self.erle_residual;
+        // Once the filter has converged its residual decides (more sensitive than levels: the
+        // caller counts from the echo's level, not the reply's); until then, levels alone.
+        // The residual echo expected is the echo estimate less the enhancement the filter has
+        // shown on this line; the caller is what stands clear of that and of the line noise.
+        let share = if converged {
+            (RESIDUAL_MARGIN * self.erle_residual / self.erle_mic).min(1.0)
+        } else {
+            1.0
+        };
+        let residual_is_caller = filtered.is_some_and(|(echo, residual)| {
+            converged && residual > share * echo + NOISE_MARGIN * self.noise_floor
+        });
+        // A residual over the echo for a frame or two is as often the filter's own miss (a new
+        // sound in the reply it has not learnt) as the caller; speech lasts, so the third such
+        // frame in a row passes (louder than any echo passes at once).
+        self.residual_run = if residual_is_caller {
+            self.residual_run.saturating_add(1)
+        } else {
+            0
+        };
+        let caller = match filtered {
+            Some(_) if converged => loud || self.residual_run >= RESIDUAL_FRAMES,
+            _ => loud,
+        };
+        if !caller && reference >= BOUND_REFERENCE {
+            self.gain_window[self.gain_next] = ratio;
+            self.gain_next = (self.gain_next + 1) % GAIN_WINDOW;
+        }
+        // Double talk freezes the filter: the caller louder than any echo (Geigel's rule), or,
+        // once converged, a residual over the echo (the caller's speech would pull the taps
+        // away from the path).
+        if let (false, false, Some(offset), Some((_, residual))) =
+            (loud, residual_is_caller, self.filter_offset, filtered)
+        {
+            self.adapt(at, &mic, offset);
+            {
+                let keep = 0.98;
+                let mic_energy: f32 = mic.iter().map(|x| x * x).sum();
+                self.erle_mic = keep * self.erle_mic + mic_energy;
+                self.erle_residual = keep * self.erle_residual + residual;
+                if converged {
+                    self.erl_echo += mic_energy;
+                    self.erl_ref += self.aligned_reference_energy(at, offset);
+                }
+            }
+        }
+        if caller {
+            self.gated_run = 0;
+            self.report.frames_double_talk += 1;
+            if filtered.is_some() && converged {
+                for (s, r) in frame.iter_mut().zip(&self.residual) {
+                    *s = (r * 32768.0).clamp(-32768.0, 32767.0) as i16;
+                }
+            }
+            return Verdict::Caller;
+        }
+        self.report.frames_gated += 1;
+        if peak_block > AUDIBLE_ECHO {
+            self.gated_run += 1;
+            if self.gated_run == BURST_FRAMES {
+                self.report.bursts_gated += 1;
+            }
+        } else {
+            self.gated_run = 0;
+        }
+        frame.fill(0);
+        Verdict::Echo
+    }
+
+    /// Sum the caller's frame into envelope blocks for the delay search.
+    fn sum_caller_blocks(&mut self, at: u64, mic: &[f32; FRAME_SAMPLES], searching: bool) {
+        for (i, x) in mic.iter().enumerate() {
+            let p = at + i as u64;
+            let block = p / BLOCK as u64;
+            let (b, e) = match self.mic_block {
+                Some((b, e)) if b == block => (b, e),
+                // A jump in the caller's timeline drops the partial block.
+                _ => (block, 0.0),
+            };
+            let e = e + x * x;
+            if p % BLOCK as u64 == BLOCK as u64 - 1 {
+                if searching {
+                    self.delay.caller_block(b, e, self.ref_blocks_done);
+                }
+                self.mic_block = None;
+            } else {
+                self.mic_block = Some((b, e));
+            }
+        }
+    }
+
+    /// The filter's window for the caller's sample at `position`, if the reference covers it.
+    fn window(&self, position: u64, offset: usize) -> Option<&[f32]> {
+        let taps = self.filter.taps();
+        let last = position.checked_sub(offset as u64)?;
+        let first = last.checked_sub(taps as u64 - 1)?;
+        if last >= self.ref_end || first + (RING as u64) < self.ref_end {
+            return None;
+        }
+        let start = first as usize % RING;
+        Some(&self.reference[start..start + taps])
+    }
+
+    /// Echo estimate and residual energies for the frame (taps unchanged); keeps the residual.
+    fn estimate(
+        &mut self,
+        at: u64,
+        mic: &[f32; FRAME_SAMPLES],
+        offset: usize,
+    ) -> Option<(f32, f32)> {
+        let mut echo = 0.0;
+        let mut residual = 0.0;
+        let mut covered = false;
+        for (i, m) in mic.iter().enumerate() {
+            let y = match self.window(at + i as u64, offset) {
+                Some(x) => {
+                    covered = true;
+                    self.filter.estimate(x)
+                }
+                None => 0.0,
+            };
+            let e = m - y;
+            self.residual[i] = e;
+            echo += y * y;
+            residual += e * e;
+        }
+        covered.then_some((echo, residual))
+    }
+
+    /// Adapt the taps sample by sample over the frame.
+    fn adapt(&mut self, at: u64, mic: &[f32; FRAME_SAMPLES], offset: usize) {
+        for (i, m) in mic.iter().enumerate() {
+            let position = at + i as u64;
+            let Some(x) = self.window(position, offset) else {
+                continue;
+            };
+            let e = m - self.filter.estimate(x);
+            // Split borrow: the window is a slice of `reference`, the taps live in `filter`.
+            let taps = self.filter.taps();
+            let start = (position - offset as u64 - (taps as u64 - 1)) as usize % RING;
+            let (filter, reference) = (&mut self.filter, &self.reference);
+            filter.adapt(&reference[start..start + taps], e);
+        }
+    }
+
+    fn aligned_reference_energy(&self, at: u64, offset: usize) -> f32 {
+        (0..FRAME_SAMPLES)
+            .filter_map(|i| {
+                let p = (at + i as u64).checked_sub((offset + LEAD) as u64)?;
+                (p < self.ref_end).then(|| self.reference[p as usize % RING].powi(2))
+            })
+            .sum()
+    }
+
+    /// What the canceller has found so far.
+    pub fn report(&self) -> EchoReport {
+        let db = |num: f32, den: f32| (num > 0.0 && den > 0.0).then(|| 10.0 * (num / den).log10());
+        EchoReport {
+            erl_db: db(self.erl_ref, self.erl_echo),
+            erle_db: db(self.erle_mic, self.erle_residual),
+            ..self.report
+        }
+    }
+
+    /// The delay search's best correlation at the last frame (0–1), for diagnostics.
+    pub fn path_correlation(&self) -> f32 {
+        self.delay.best_correlation()
+    }
+
+    /// Whether the echo's delay has been found.
+    pub fn path_found(&self) -> bool {
+        self.delay.locked().is_some()
+    }
+}
