@@ -13,6 +13,9 @@ pub const SAMPLE_RATE_HZ: u32 = 8000;
 /// Samples in one 20 ms frame.
 pub const FRAME_SAMPLES: usize = 160;
 
+/// Positions beyond this (millions of years of audio) are ignored, so sums of positions and
+/// offsets never overflow.
+const MAX_POSITION: u64 = 1 << 62;
 /// Reference samples kept (2.048 s): longer than the longest lag plus the filter.
 const RING: usize = 16384;
 /// How far before the bulk delay the filter's window starts: the envelope search is good to a
@@ -24,6 +27,9 @@ const ECHO_GAIN_PRIOR: f32 = 0.5;
 /// The gate's bound never goes below this (−30 dB): even a line that returned nothing so far
 /// may start to.
 const ECHO_GAIN_FLOOR: f32 = 1e-3;
+/// The gate's bound on a line where no echo was found (−40 dB under the reply): only what
+/// could not be speech is held back.
+const NO_ECHO_BOUND: f32 = 1e-4;
 /// Margin over the loudest echo seen (6 dB).
 const ECHO_GAIN_MARGIN: f32 = 4.0;
 /// Frames of the reply the bound looks back over (2 s): it spans pauses between sentences.
@@ -40,6 +46,10 @@ const RESIDUAL_MARGIN: f32 = 40.0;
 /// The bound learns only from frames whose reply is at least this loud (about −40 dBFS), so
 /// line noise over a quiet reply does not pass for echo.
 const BOUND_REFERENCE: f32 = 1e-4;
+/// Frames of reply after a path is found by which its filter must have proven it.
+const UNPROVEN_FRAMES: u32 = 100;
+/// The enhancement that proves a path (3 dB).
+const PROVEN_ERLE: f32 = 2.0;
 /// Frames in a row the residual must stand clear of the echo before they pass as the caller.
 const RESIDUAL_FRAMES: u32 = 3;
 /// ... and exceed the line's noise floor by this much (9 dB).
@@ -126,6 +136,8 @@ pub struct EchoReport {
     pub frames_double_talk: u64,
     /// Times the echo path moved (the filter restarted on a new delay).
     pub path_changes: u64,
+    /// Paths found and then dropped because the filter could not cancel along them (not echo).
+    pub paths_dropped: u64,
 }
 
 /// A line-echo canceller for one call, on one sample timeline: feed what was played with
@@ -152,6 +164,8 @@ pub struct EchoCanceller {
     gain_window: [f32; GAIN_WINDOW],
     gain_next: usize,
     active_frames: u32,
+    /// Frames of reply since the path was found.
+    locked_frames: u32,
     noise_floor: f32,
     erle_mic: f32,
     erle_residual: f32,
@@ -181,6 +195,7 @@ impl EchoCanceller {
             gain_window: [0.0; GAIN_WINDOW],
             gain_next: 0,
             active_frames: 0,
+            locked_frames: 0,
             noise_floor: 1e-5,
             erle_mic: 0.0,
             erle_residual: 0.0,
@@ -211,6 +226,9 @@ impl EchoCanceller {
     /// What was played towards the caller, starting at sample `at` of the timeline. Frames
     /// should come in order; a gap is silence, a frame older than the ring is ignored.
     pub fn push_reference(&mut self, at: u64, frame: &[i16; FRAME_SAMPLES]) {
+        if at > MAX_POSITION {
+            return;
+        }
         let end = at + FRAME_SAMPLES as u64;
         if end + (RING as u64) <= self.ref_end {
             return;
@@ -274,6 +292,9 @@ impl EchoCanceller {
     /// One 20 ms frame of the caller's audio at sample `at` of the timeline: cleaned in place
     /// (the echo estimate taken out, or silenced when it is only echo).
     pub fn process(&mut self, at: u64, frame: &mut [i16; FRAME_SAMPLES]) -> Verdict {
+        if at > MAX_POSITION {
+            return Verdict::NoReference;
+        }
         let mut mic = [0.0f32; FRAME_SAMPLES];
         for (m, s) in mic.iter_mut().zip(frame.iter()) {
             *m = f32::from(*s) / 32768.0;
@@ -292,6 +313,8 @@ impl EchoCanceller {
             }
             self.filter_offset = Some(offset);
             self.filter.reset();
+            self.gain_window = [0.0; GAIN_WINDOW];
+            self.locked_frames = 0;
             self.erle_mic = 0.0;
             self.erle_residual = 0.0;
             self.report.delay = Some(Duration::from_micros(
@@ -316,12 +339,18 @@ impl EchoCanceller {
         self.active_frames = self.active_frames.saturating_add(1);
         // The first echo can come back as late as the longest delay after the reply starts.
         let warmup = GAIN_WARMUP + (self.max_lag / FRAME_SAMPLES) as u32;
-        let bound = if self.active_frames < warmup {
-            ECHO_GAIN_PRIOR
-        } else {
-            let loudest = self.gain_window.iter().copied().fold(0.0f32, f32::max);
-            (ECHO_GAIN_MARGIN * loudest).clamp(ECHO_GAIN_FLOOR, ECHO_GAIN_PRIOR)
+        let bound = match self.filter_offset {
+            None if self.active_frames < warmup => ECHO_GAIN_PRIOR,
+            // A whole warm-up of reply and no echo found: the line is echo-free so far (the
+            // search goes on, and a path found later brings the gate back).
+            None => NO_ECHO_BOUND,
+            Some(_) if self.locked_frames < GAIN_WARMUP => ECHO_GAIN_PRIOR,
+            Some(_) => {
+                let loudest = self.gain_window.iter().copied().fold(0.0f32, f32::max);
+                (ECHO_GAIN_MARGIN * loudest).clamp(ECHO_GAIN_FLOOR, ECHO_GAIN_PRIOR)
+            }
         };
+        self.locked_frames = self.locked_frames.saturating_add(1);
         let ratio = peak_block / reference;
         let loud = ratio > bound;
 
@@ -340,6 +369,7 @@ impl EchoCanceller {
         } else {
             1.0
         };
+        let mic_energy: f32 = mic.iter().map(|x| x * x).sum();
         let residual_is_caller = filtered.is_some_and(|(echo, residual)| {
             converged && residual > share * echo + NOISE_MARGIN * self.noise_floor
         });
@@ -355,7 +385,10 @@ impl EchoCanceller {
             Some(_) if converged => loud || self.residual_run >= RESIDUAL_FRAMES,
             _ => loud,
         };
-        if !caller && reference >= BOUND_REFERENCE {
+        // The echo's level is learnt only from frames the found path explains: before it is
+        // found, a caller talking over the reply would pass for echo and raise the bound
+        // against themselves.
+        if !caller && self.filter_offset.is_some() && reference >= BOUND_REFERENCE {
             self.gain_window[self.gain_next] = ratio;
             self.gain_next = (self.gain_next + 1) % GAIN_WINDOW;
         }
@@ -368,7 +401,6 @@ impl EchoCanceller {
             self.adapt(at, &mic, offset);
             {
                 let keep = 0.98;
-                let mic_energy: f32 = mic.iter().map(|x| x * x).sum();
                 self.erle_mic = keep * self.erle_mic + mic_energy;
                 self.erle_residual = keep * self.erle_residual + residual;
                 if converged {
@@ -377,6 +409,7 @@ impl EchoCanceller {
                 }
             }
         }
+        self.drop_path_that_does_not_fit();
         if caller {
             self.gated_run = 0;
             self.report.frames_double_talk += 1;
@@ -398,6 +431,25 @@ impl EchoCanceller {
         }
         frame.fill(0);
         Verdict::Echo
+    }
+
+    /// A path whose filter, after two seconds of reply, takes out less than 3 dB was not the
+    /// echo (two voices alike for a moment): forget it and search again.
+    fn drop_path_that_does_not_fit(&mut self) {
+        if self.filter_offset.is_none() || self.locked_frames < UNPROVEN_FRAMES {
+            return;
+        }
+        if self.erle_mic >= PROVEN_ERLE * self.erle_residual {
+            return;
+        }
+        self.filter_offset = None;
+        self.filter.reset();
+        self.delay.reset();
+        self.erle_mic = 0.0;
+        self.erle_residual = 0.0;
+        self.gain_window = [0.0; GAIN_WINDOW];
+        self.report.delay = None;
+        self.report.paths_dropped += 1;
     }
 
     /// Sum the caller's frame into envelope blocks for the delay search.

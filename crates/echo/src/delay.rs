@@ -15,7 +15,7 @@ const MEAN_BLOCKS: f32 = 50.0;
 /// The correlation forgets over about this many blocks (1.5 s).
 const MEMORY_BLOCKS: f32 = 750.0;
 /// Normalised correlation a lag needs to count as the echo's.
-const LOCK_CORRELATION: f32 = 0.4;
+const LOCK_CORRELATION: f32 = 0.6;
 /// Consecutive evaluations (one a frame) that must agree on a lag before it is taken.
 const LOCK_AGREEMENT: u32 = 5;
 
