@@ -65,7 +65,8 @@ class OntimeFrameSerializer(TwilioFrameSerializer):
 
         Parameters:
             auto_hang_up: Off: ontime has no Twilio REST API.
-            interrupt_on_barge_in: Turn ``ontime.barge_in`` into an ``InterruptionFrame``.
+            interrupt_on_barge_in: Turn ``ontime.barge_in`` into an ``OntimeBargeInFrame`` (an
+                ``InterruptionFrame``).
             speech_stopped_frames: Turn ``ontime.speech_stopped`` into a
                 ``VADUserStoppedSpeakingFrame``.
         """
