@@ -481,6 +481,87 @@ fn local_barge_in_cuts_the_reply_with_pipecats_interruptions_off() {
     c.finish(|| call.context.clone());
 }
 
+/// The reply's words for (f): `w1 w2 …`, one every `HEARD_WORD_MS` of the reply's audio.
+const HEARD_WORDS: usize = 50;
+const HEARD_WORD_MS: u64 = 200;
+
+/// (f) Local barge-in, pipecat's interruptions off, ontime's events on: `ontime.barge_in`
+/// interrupts pipecat, and `HeardReplyTrimmer` leaves in the bot's context only the words begun
+/// before the `heardMs` the gateway sent (`w1` at 0 ms, `w2` at 200 ms…), then `…`, where
+/// pipecat itself had committed every word its output had released.
+#[test]
+fn local_barge_in_leaves_only_the_heard_words_in_the_bots_context() {
+    if !tools() {
+        return;
+    }
+    let _one = one_at_a_time();
+    let words: Vec<String> = (1..=HEARD_WORDS).map(|i| format!("w{i}")).collect();
+    let text = words.join(" ");
+    let word_ms = HEARD_WORD_MS.to_string();
+    // As in (d): the caller speaks again 5 s after the first utterance, into the 10.5 s reply.
+    let call = talk_over_call(
+        "heard",
+        "I am calling about the invoice you sent me yesterday.",
+        "Sorry wait that is not what I asked about at all.",
+        5000,
+        &[
+            "--turn",
+            "ontime",
+            "--interruptions",
+            "off",
+            "--reply-repeat",
+            "2",
+            "--reply-text",
+            &text,
+            "--reply-word-ms",
+            &word_ms,
+        ],
+        &[
+            "--barge-in",
+            "local",
+            "--barge-in-min-speech",
+            "0",
+            "--ws-ontime-events",
+            "true",
+        ],
+    );
+    let rec = call.record();
+    let mut c = Checks::default();
+    let barge_ins = rec["barge_ins"].as_array().cloned().unwrap_or_default();
+    c.check(
+        barge_ins.len() == 1,
+        format!("the bot got one ontime.barge_in ({barge_ins:?})"),
+    );
+    let Some(heard_ms) = barge_ins.first().and_then(|b| b["heard_ms"].as_u64()) else {
+        c.check(false, "the barge-in carried heardMs".into());
+        return c.finish(|| call.context.clone());
+    };
+    let first_turn = &rec["assistant_turns"][0];
+    c.check(
+        first_turn["interrupted"] == true,
+        format!("pipecat committed the first reply as interrupted ({first_turn})"),
+    );
+    // What pipecat alone would have kept: every word its output had released.
+    let released = first_turn["content"]
+        .as_str()
+        .map_or(0, |t| t.split_whitespace().count());
+    let heard = (0..HEARD_WORDS as u64)
+        .filter(|i| i * HEARD_WORD_MS < heard_ms)
+        .count();
+    eprintln!("heardMs {heard_ms}: {heard} words heard, pipecat had released {released}");
+    c.check(
+        0 < heard && heard < released,
+        format!("the caller heard some of the words pipecat had released, not all ({heard} of {released} in {heard_ms} ms)"),
+    );
+    let expected = format!("{}…", words[..heard].join(" "));
+    let kept = &rec["assistant_messages"][0];
+    c.check(
+        kept.as_str() == Some(expected.as_str()),
+        format!("the context's message for the cut reply is {expected:?} (is {kept})"),
+    );
+    c.finish(|| call.context.clone());
+}
+
 /// (e) The bot with its own VAD and turn model off, on ontime's events, is interrupted the
 /// pipecat way: with `--barge-in bot` the gateway does not cut locally; `ontime.speech_started`
 /// (through `OntimeFrameSerializer`) interrupts pipecat, which stops its reply and sends `clear`.

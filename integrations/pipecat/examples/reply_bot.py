@@ -18,11 +18,18 @@ Turn-taking, either:
   ``ontime_user_turn_strategies()``.
 
 ``--interruptions off`` keeps pipecat from interrupting its reply when the caller talks (then
-only the gateway's local barge-in cuts it). ``--goodbye`` replies once, then says a ~3 s goodbye
+only the gateway's local barge-in cuts it).
+
+``--reply-text`` gives the reply words: a ``TTSTextFrame`` per word, one every
+``--reply-word-ms`` of its audio (as a word-timestamp TTS releases them), so the assistant
+aggregator writes them into the context. With ontime's events, ``HeardReplyTrimmer`` (off with
+``--heard-trim off``) cuts that message to the words heard when the gateway barges in. ``--goodbye`` replies once, then says a ~3 s goodbye
 and ends the pipeline, which closes the WebSocket with code 1000 (the bot hung up).
 
 Each finished call appends one JSON line to ``--record FILE``: what the bot saw (close code,
-turns, replies, interruptions, ontime events, the start message's custom parameters).
+turns, replies, interruptions, ontime events, barge-ins with their ``heardMs``, the assistant
+turns as pipecat committed them and the context's assistant messages at the end, the start
+message's custom parameters).
 
     python reply_bot.py --port 8765 --turn own --record /tmp/bot.jsonl
     target/release/ontime-gateway --agent ws://127.0.0.1:8765/media-stream
@@ -49,9 +56,11 @@ from pipecat.frames.frames import (
     EndTaskFrame,
     Frame,
     InterruptionFrame,
+    LLMAssistantPushAggregationFrame,
     TTSAudioRawFrame,
     TTSStartedFrame,
     TTSStoppedFrame,
+    TTSTextFrame,
     UserStartedSpeakingFrame,
     UserStoppedSpeakingFrame,
 )
@@ -73,10 +82,16 @@ from pipecat.transports.websocket.fastapi import (
 from pipecat.turns.user_start import VADUserTurnStartStrategy
 from pipecat.turns.user_stop import TurnAnalyzerUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
+from pipecat.utils.text.base_text_aggregator import TextType
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))  # ontime_pipecat without installing it
-from ontime_pipecat import OntimeFrameSerializer, ontime_user_turn_strategies  # noqa: E402
+from ontime_pipecat import (  # noqa: E402
+    HeardReplyTrimmer,
+    OntimeBargeInFrame,
+    OntimeFrameSerializer,
+    ontime_user_turn_strategies,
+)
 
 REPO = HERE.parents[2]
 AUDIO_OUT_RATE = 24000  # PipelineParams' default, as in a bot with a real TTS
@@ -118,6 +133,9 @@ class CallRecord:
             "close_reason": None,
             "closed_by": None,
             "turn_probabilities": [],
+            "barge_ins": [],
+            "assistant_turns": [],
+            "assistant_messages": [],
         }
 
     def write(self, path: str | None):
@@ -132,20 +150,39 @@ class CallRecord:
 class CannedReply(FrameProcessor):
     """Stands in for LLM + TTS: answers each ended user turn with a WAV as TTS audio."""
 
-    def __init__(self, *, reply: bytes, goodbye: bytes | None, record: CallRecord, serializer):
+    def __init__(
+        self,
+        *,
+        reply: bytes,
+        goodbye: bytes | None,
+        record: CallRecord,
+        serializer,
+        words: list[str],
+        word_ms: int,
+    ):
         super().__init__()
         self._reply = reply
+        self._words = words
+        self._word_ms = word_ms
         self._goodbye = goodbye
         self._record = record
         self._serializer = serializer
         self._goodbye_due = False
         self._done = False
 
-    async def _speak(self, pcm: bytes, label: str):
+    async def _speak(self, pcm: bytes, label: str, words: list[str]):
         context_id = f"{label}-{time.monotonic_ns()}"
         await self.push_frame(TTSStartedFrame(context_id=context_id))
         step = int(AUDIO_OUT_RATE * CHUNK_SECS) * 2
-        for i in range(0, len(pcm), step):
+        chunks_per_word = max(1, round(self._word_ms / (CHUNK_SECS * 1000)))
+        for n, i in enumerate(range(0, len(pcm), step)):
+            word, at_word = divmod(n, chunks_per_word)
+            if at_word == 0 and word < len(words):
+                # Word k goes out after k * word_ms of audio: a multiple of the output
+                # transport's 40 ms chunks keeps it exactly there.
+                await self.push_frame(
+                    TTSTextFrame(words[word], text_type=TextType.WORD, context_id=context_id)
+                )
             await self.push_frame(
                 TTSAudioRawFrame(
                     audio=pcm[i : i + step],
@@ -155,12 +192,18 @@ class CannedReply(FrameProcessor):
                 )
             )
         await self.push_frame(TTSStoppedFrame(context_id=context_id))
+        # As a TTS service does after a TTSSpeakFrame: the aggregator commits the reply.
+        await self.push_frame(LLMAssistantPushAggregationFrame())
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         await super().process_frame(frame, direction)
         await self.push_frame(frame, direction)
         if isinstance(frame, InterruptionFrame):
             self._record.data["interruptions"] += 1
+            if isinstance(frame, OntimeBargeInFrame):
+                self._record.data["barge_ins"].append(
+                    {"heard_ms": frame.heard_ms, "last_mark": frame.last_mark}
+                )
         elif isinstance(frame, UserStartedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
             self._record.data["user_turns_started"] += 1
         elif isinstance(frame, UserStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
@@ -171,7 +214,7 @@ class CannedReply(FrameProcessor):
             if self._done:
                 return
             self._record.data["replies"] += 1
-            await self._speak(self._reply, "reply")
+            await self._speak(self._reply, "reply", self._words)
             if self._goodbye is not None:
                 self._goodbye_due = True
         elif (
@@ -184,7 +227,7 @@ class CannedReply(FrameProcessor):
             self._goodbye_due = False
             self._done = True
             self._record.data["goodbyes"] += 1
-            await self._speak(self._goodbye, "goodbye")
+            await self._speak(self._goodbye, "goodbye", [])
             await self.push_frame(EndTaskFrame(), FrameDirection.UPSTREAM)
 
 
@@ -283,10 +326,34 @@ def make_app(args) -> FastAPI:
                 audio_out_auto_silence=args.auto_silence == "on",
             ),
         )
-        aggregators = LLMContextAggregatorPair(LLMContext(), user_params=user_params)
-        canned = CannedReply(reply=reply, goodbye=goodbye, record=record, serializer=serializer)
+        context = LLMContext()
+        aggregators = LLMContextAggregatorPair(context, user_params=user_params)
+        canned = CannedReply(
+            reply=reply,
+            goodbye=goodbye,
+            record=record,
+            serializer=serializer,
+            words=(args.reply_text or "").split(),
+            word_ms=args.reply_word_ms,
+        )
+        # Registered before the recorder below: pipecat's own text, before any trimming.
+        trimmer = HeardReplyTrimmer(aggregators.assistant(), enabled=args.heard_trim == "on")
+
+        @aggregators.assistant().event_handler("on_assistant_turn_stopped")
+        async def on_assistant_turn_stopped(aggregator, message):
+            record.data["assistant_turns"].append(
+                {"content": message.content, "interrupted": message.interrupted}
+            )
+
         pipeline = Pipeline(
-            [transport.input(), aggregators.user(), canned, transport.output(), aggregators.assistant()]
+            [
+                transport.input(),
+                aggregators.user(),
+                canned,
+                transport.output(),
+                trimmer,
+                aggregators.assistant(),
+            ]
         )
         task = PipelineTask(
             pipeline,
@@ -302,6 +369,11 @@ def make_app(args) -> FastAPI:
             await PipelineRunner(handle_sigint=False).run(task)
         finally:
             record.data["ontime_events"] = dict(getattr(serializer, "ontime_events", {}))
+            record.data["assistant_messages"] = [
+                m.get("content")
+                for m in context.get_messages()
+                if isinstance(m, dict) and m.get("role") == "assistant"
+            ]
             record.write(args.record)
 
     @app.get("/healthz")
@@ -326,6 +398,12 @@ def main():
                    help="pipecat's audio_out_auto_silence: stream silence between replies (its default)")
     p.add_argument("--reply-repeat", type=int, default=1, help="play the reply WAV N times over")
     p.add_argument("--goodbye-wav", default=None, help="default: the reply's first 3 s")
+    p.add_argument("--reply-text", default=None,
+                   help="the reply's words, one TTSTextFrame each (default: none, audio only)")
+    p.add_argument("--reply-word-ms", type=int, default=200,
+                   help="a word every N ms of the reply's audio (a multiple of 40 lands exactly)")
+    p.add_argument("--heard-trim", choices=["on", "off"], default="on",
+                   help="HeardReplyTrimmer: cut a barged-in reply's context message to what was heard")
     p.add_argument("--smart-turn-model", default=None,
                    help="default: .cache/models/smart-turn-v3.2-cpu.onnx, else pipecat's own")
     p.add_argument("--record", default=os.environ.get("BOT_RECORD"), help="JSON lines, one per call")

@@ -5,12 +5,24 @@ ontime speaks Twilio Media Streams to a bot, plus (with ``--ws-ontime-events tru
 ``ontime.barge_in`` events. :class:`OntimeFrameSerializer` turns those into the frames pipecat
 1.14's user aggregator and interruption logic expect, so a bot can leave its own VAD and turn
 model off; :func:`ontime_user_turn_strategies` is the matching turn configuration.
+:class:`HeardReplyTrimmer` uses ``ontime.barge_in``'s ``heardMs`` to keep only the heard part
+of a cut reply in the LLM context.
 """
 
+from ontime_pipecat.heard import HeardReplyTrimmer, SpokenText, trim_to_heard
 from ontime_pipecat.serializer import (
+    OntimeBargeInFrame,
     OntimeFrameSerializer,
     ontime_user_turn_strategies,
     serializer_from_start,
 )
 
-__all__ = ["OntimeFrameSerializer", "ontime_user_turn_strategies", "serializer_from_start"]
+__all__ = [
+    "HeardReplyTrimmer",
+    "OntimeBargeInFrame",
+    "OntimeFrameSerializer",
+    "SpokenText",
+    "ontime_user_turn_strategies",
+    "serializer_from_start",
+    "trim_to_heard",
+]

@@ -1,6 +1,8 @@
 """A TwilioFrameSerializer that also understands ontime's own events."""
 
 import json
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from pipecat.frames.frames import (
@@ -14,6 +16,21 @@ from pipecat.serializers.twilio import TwilioFrameSerializer
 from pipecat.turns.user_start import ExternalUserTurnStartStrategy
 from pipecat.turns.user_stop import ExternalUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
+
+
+@dataclass
+class OntimeBargeInFrame(InterruptionFrame):
+    """The gateway cut the reply (``ontime.barge_in``): an :class:`InterruptionFrame`, so pipecat
+    stops the reply as for any interruption, carrying what the caller heard of it.
+
+    Parameters:
+        heard_ms: Milliseconds of the current reply played out to the caller before their
+            speech began; None when the event did not carry a usable number.
+        last_mark: The last of the reply's marks that had played, if any.
+    """
+
+    heard_ms: int | None = None
+    last_mark: str | None = None
 
 
 class OntimeFrameSerializer(TwilioFrameSerializer):
@@ -30,9 +47,12 @@ class OntimeFrameSerializer(TwilioFrameSerializer):
       gateway's stop timeout) decided the turn is over; :class:`ExternalUserTurnStopStrategy`
       ends the user turn (``UserStoppedSpeakingFrame``), after the transcript when it waits
       for one. The probability is kept in :attr:`last_turn_probability`.
-    - ``ontime.barge_in`` → :class:`InterruptionFrame` (``interrupt_on_barge_in``, default on):
-      the gateway has already dropped the bot's queued audio (``--barge-in local``); this stops
-      the rest of the reply in pipecat too, so the bot's context records what was heard.
+    - ``ontime.barge_in`` → :class:`OntimeBargeInFrame`, an :class:`InterruptionFrame`
+      (``interrupt_on_barge_in``, default on): the gateway has already dropped the bot's queued
+      audio (``--barge-in local``); this stops the rest of the reply in pipecat too. pipecat
+      then records in its context the text it had released, which runs ahead of what the
+      caller heard; the frame's ``heard_ms`` lets :class:`~ontime_pipecat.HeardReplyTrimmer`
+      cut that message back to the heard part.
 
     Everything else (``media``, ``dtmf``, ``mark``, ``stop``…) is handled as by
     :class:`TwilioFrameSerializer`. ``auto_hang_up`` defaults to off: there is no Twilio REST
@@ -45,7 +65,8 @@ class OntimeFrameSerializer(TwilioFrameSerializer):
 
         Parameters:
             auto_hang_up: Off: ontime has no Twilio REST API.
-            interrupt_on_barge_in: Turn ``ontime.barge_in`` into an ``InterruptionFrame``.
+            interrupt_on_barge_in: Turn ``ontime.barge_in`` into an ``OntimeBargeInFrame`` (an
+                ``InterruptionFrame``).
             speech_stopped_frames: Turn ``ontime.speech_stopped`` into a
                 ``VADUserStoppedSpeakingFrame``.
         """
@@ -89,7 +110,15 @@ class OntimeFrameSerializer(TwilioFrameSerializer):
             )
             return ProposedUserStoppedSpeakingFrame()
         if name == "ontime.barge_in":
-            return InterruptionFrame() if self._ontime_params.interrupt_on_barge_in else None
+            if not self._ontime_params.interrupt_on_barge_in:
+                return None
+            barge_in = message.get("bargeIn")
+            barge_in = barge_in if isinstance(barge_in, dict) else {}
+            last_mark = barge_in.get("lastMark")
+            return OntimeBargeInFrame(
+                heard_ms=_milliseconds(barge_in.get("heardMs")),
+                last_mark=last_mark if isinstance(last_mark, str) else None,
+            )
         return None  # a newer ontime event this version does not know
 
 
@@ -113,6 +142,16 @@ def _ontime_event(data: str | bytes) -> tuple[str, dict[str, Any]] | None:
     if isinstance(name, str) and name.startswith("ontime."):
         return name, message
     return None
+
+
+def _milliseconds(value: Any) -> int | None:
+    """A non-negative whole number of milliseconds, or None for anything else (a bot must not
+    act on a garbled ``heardMs``, nor fail on it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return int(value)
 
 
 def ontime_user_turn_strategies(
