@@ -218,9 +218,12 @@ impl EchoCanceller {
         self.mic_block = None;
         self.gain_window = [0.0; GAIN_WINDOW];
         self.active_frames = 0;
+        self.locked_frames = 0;
         self.erle_mic = 0.0;
         self.erle_residual = 0.0;
         self.gated_run = 0;
+        self.residual_run = 0;
+        self.report.delay = None;
     }
 
     /// What was played towards the caller, starting at sample `at` of the timeline. Frames

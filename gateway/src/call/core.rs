@@ -1264,6 +1264,12 @@ impl CallCore {
         self.negotiated = n;
         self.inbound.update(n);
         self.out.set_law(law_of(n.payload_type));
+        if codec_changed || on_hold(&n) || n.remote_rtp != old.remote_rtp {
+            // A new codec, a hold or a new media address is a new echo path: learn it again.
+            if let Some(echo) = self.echo.as_mut() {
+                echo.restart();
+            }
+        }
         let send_to = n.remote_rtp.filter(|_| sends(n.local_direction));
         if send_to.is_none() || codec_changed {
             // Hold (we must not send, RFC 3264 §8.4) or a new codec: the stream stops, its
