@@ -22,6 +22,10 @@ use serde_json::Value;
 /// Extra gateway flags for a before/after comparison (whitespace-separated).
 const GW_ARGS_ENV: &str = "ONTIME_ECHO_TEST_GW_ARGS";
 
+/// The echo under the interruptions and the backchannel of (b) and (c): delay (ms), ERL (dB), the
+/// issue's line.
+const ECHO: (u32, f32) = (150, 12.0);
+
 /// Where the caller starts talking over a reply: well inside the stub's 5.2 s sentence.
 const INTO_REPLY: Duration = Duration::from_millis(1500);
 
@@ -150,15 +154,21 @@ fn a_whole_reply_on_a_300ms_20db_echo_is_not_barged_in() {
 
 /// The last voiced packet of the reply the caller cut with utterance 1: after the onset, before
 /// that utterance ended (the answer to it cannot start earlier: the VAD needs its stop time
-/// first), so a later packet would belong to the next reply.
-fn last_of_cut_reply(call: &EchoCall) -> Duration {
+/// first), so a later packet would belong to the next reply. None when no reply was playing in
+/// the half second before the onset (the echo had cut it already).
+fn last_of_cut_reply(call: &EchoCall) -> Option<Duration> {
     let (onset, end) = (call.onset(1), call.end(1));
     call.voiced()
         .into_iter()
         .filter(|t| *t < end)
         .max()
         .filter(|t| *t > onset.saturating_sub(Duration::from_millis(500)))
-        .unwrap_or_else(|| panic!("no reply playing at the caller's onset {onset:?}"))
+}
+
+/// How long after the interruption's onset the reply it cut went quiet, in ms (None: nothing was
+/// playing at the onset).
+fn cut_after_onset_ms(call: &EchoCall) -> Option<u128> {
+    last_of_cut_reply(call).map(|last| last.saturating_sub(call.onset(1)).as_millis())
 }
 
 /// (b) The caller asks again 1.5 s into the reply, over its echo (150 ms, 12 dB): the reply
@@ -168,24 +178,23 @@ fn last_of_cut_reply(call: &EchoCall) -> Duration {
 fn an_interruption_over_the_echo_cuts_the_reply_within_15_packets() {
     let _one = one_at_a_time();
     let gw = gateway(&[]);
-    let line = EchoLine::new(150, 12.0)
+    let line = EchoLine::new(ECHO.0, ECHO.1)
         .say(Cue::At(Duration::from_millis(500)), question())
         .say(Cue::IntoReply(INTO_REPLY), question());
     let done = run(&gw, &line);
     let call = &done.call;
     let onset = call.onset(1);
-    let last = last_of_cut_reply(call);
-    let cut_ms = last.saturating_sub(onset).as_millis();
+    let cut_ms = cut_after_onset_ms(call);
     let barge_ins = done.metric("ontime_barge_ins_total");
     let turns = done.metric("ontime_turns_total");
     // The answer to the interruption: every voiced packet after it ended.
     let after = call.voiced().iter().filter(|t| **t > call.end(1)).count();
     eprintln!(
-        "interruption at {onset:?}: reply's last voiced packet {cut_ms} ms later; {barge_ins} barge-ins, {turns} turns, {after} voiced packets after it"
+        "interruption at {onset:?}: reply's last voiced packet {cut_ms:?} ms later; {barge_ins} barge-ins, {turns} turns, {after} voiced packets after it"
     );
     assert!(
-        cut_ms <= 300,
-        "reply cut {cut_ms} ms after the onset: {}",
+        cut_ms.is_some_and(|ms| ms <= 300),
+        "reply cut {cut_ms:?} ms after the onset: {}",
         done.context()
     );
     assert_eq!(barge_ins, 1.0, "barge-ins: {}", done.context());
@@ -202,14 +211,16 @@ fn an_interruption_over_the_echo_cuts_the_reply_within_15_packets() {
 const MIN_SPEECH: &str = "400ms";
 
 /// (c) With a 400 ms backchannel window, a 300 ms "mm-hmm" over the reply (on a 150 ms, 12 dB
-/// echo) leaves it playing: no barge-in, one backchannel, and every reply the caller's turns
-/// asked for is heard whole (the backchannel may be a turn of its own, answered after).
+/// echo) leaves it playing: no barge-in, one backchannel, and the reply heard whole. (The
+/// backchannel is a turn of its own once it stops, answered after the first reply: queued right
+/// behind it, the second reply's frames are cut at other sample offsets, so only the first
+/// reply's frames are counted against the WAV's.)
 #[test]
 fn a_300ms_backchannel_over_the_echo_leaves_the_reply_playing() {
     let _one = one_at_a_time();
     let gw = gateway(&["--barge-in-min-speech", MIN_SPEECH]);
     let mm_hmm = voiced_cut(&caller_utterance(3), Duration::from_millis(300));
-    let line = EchoLine::new(150, 12.0)
+    let line = EchoLine::new(ECHO.0, ECHO.1)
         .say(Cue::At(Duration::from_millis(500)), question())
         .say(Cue::IntoReply(INTO_REPLY), mm_hmm);
     let done = run(&gw, &line);
@@ -238,12 +249,6 @@ fn a_300ms_backchannel_over_the_echo_leaves_the_reply_playing() {
         "first reply whole: {}",
         done.context()
     );
-    assert_eq!(
-        voiced as f64,
-        turns * reply_voiced_frames() as f64,
-        "every reply whole: {}",
-        done.context()
-    );
 }
 
 /// (c) With the same window, a 1 s interruption cuts the reply: one barge-in, decided once the
@@ -254,21 +259,21 @@ fn a_1s_interruption_over_the_echo_cuts_the_reply_past_the_backchannel_window() 
     let _one = one_at_a_time();
     let gw = gateway(&["--barge-in-min-speech", MIN_SPEECH]);
     let interruption = voiced_cut(&caller_utterance(4), Duration::from_secs(1));
-    let line = EchoLine::new(150, 12.0)
+    let line = EchoLine::new(ECHO.0, ECHO.1)
         .say(Cue::At(Duration::from_millis(500)), question())
         .say(Cue::IntoReply(INTO_REPLY), interruption);
     let done = run(&gw, &line);
     let call = &done.call;
     let onset = call.onset(1);
-    let cut_ms = last_of_cut_reply(call).saturating_sub(onset).as_millis();
+    let cut_ms = cut_after_onset_ms(call);
     let barge_ins = done.metric("ontime_barge_ins_total");
     let backchannels = done.metric("ontime_backchannels_total");
     eprintln!(
-        "1 s interruption at {onset:?}: reply's last voiced packet {cut_ms} ms later; {barge_ins} barge-ins, {backchannels} backchannels"
+        "1 s interruption at {onset:?}: reply's last voiced packet {cut_ms:?} ms later; {barge_ins} barge-ins, {backchannels} backchannels"
     );
     assert!(
-        cut_ms <= 400 + 200 + 300,
-        "reply cut {cut_ms} ms after the onset: {}",
+        cut_ms.is_some_and(|ms| ms <= 400 + 200 + 300),
+        "reply cut {cut_ms:?} ms after the onset: {}",
         done.context()
     );
     assert_eq!(barge_ins, 1.0, "barge-ins: {}", done.context());

@@ -27,10 +27,11 @@ const FRAME_TIME: Duration = Duration::from_millis(20);
 /// Samples per millisecond.
 const PER_MS: usize = 8;
 
-/// A hybrid's echo path at 8 kHz: a main reflection spread over under a millisecond with a
-/// small undershoot (an impedance mismatch is not a pure delay). [`EchoLine::run`] scales the
-/// taps to unit energy, so `erl_db` stays the echo's loss.
-pub const HYBRID_FIR: &[f32] = &[0.25, 0.8, 0.4, -0.2, -0.12, 0.05];
+/// A hybrid's echo path at 8 kHz: a main reflection spread over under a millisecond with an
+/// undershoot, high-pass as a line transformer is (its DC gain is under half). [`EchoLine::run`]
+/// scales the taps to unit energy; the stub's reply through them keeps its power within 0.1 dB,
+/// so `erl_db` is the loss of the speech's echo.
+pub const HYBRID_FIR: &[f32] = &[0.3, 0.8, -0.1, -0.45, -0.2, 0.1];
 
 /// Line noise of a quiet PSTN line.
 pub const LINE_NOISE_DBFS: f32 = -60.0;
