@@ -65,6 +65,11 @@ impl Done {
         metric_value(&self.metrics, series).unwrap_or(-1.0)
     }
 
+    /// An exact count, with the call's facts when it is off.
+    fn expect<T: PartialEq + std::fmt::Debug>(&self, what: &str, got: T, want: T) {
+        assert_eq!(got, want, "{what}: {}", self.context());
+    }
+
     /// What to print when a check fails.
     fn context(&self) -> String {
         let voiced = self.call.voiced();
@@ -120,14 +125,9 @@ fn whole_reply_over_echo(delay_ms: u32, erl_db: f32) {
         "echo {delay_ms} ms, {erl_db} dB: {barge_ins} barge-ins, {turns} turns, {voiced} voiced packets heard (the reply has {})",
         reply_voiced_frames()
     );
-    assert_eq!(barge_ins, 0.0, "barge-ins on the echo: {}", done.context());
-    assert_eq!(turns, 1.0, "turns: {}", done.context());
-    assert_eq!(
-        voiced,
-        reply_voiced_frames(),
-        "reply heard whole: {}",
-        done.context()
-    );
+    done.expect("barge-ins on the echo", barge_ins, 0.0);
+    done.expect("turns", turns, 1.0);
+    done.expect("reply heard whole", voiced, reply_voiced_frames());
 }
 
 /// The control: the same call on a line with its noise but no echo (an infinite return loss)
@@ -171,17 +171,32 @@ fn cut_after_onset_ms(call: &EchoCall) -> Option<u128> {
     last_of_cut_reply(call).map(|last| last.saturating_sub(call.onset(1)).as_millis())
 }
 
+/// Voiced packets of the first reply the caller heard (the answer to its first utterance): the
+/// reply's frames counted from its first packet, placed by its first voiced one (0: no reply).
+fn first_reply_voiced(call: &EchoCall) -> usize {
+    let (frames, first_voiced) = stub_reply_frames();
+    call.first_voiced_after(call.end(0)).map_or(0, |onset| {
+        call.voiced_in_seq_span(onset.seq.wrapping_sub(first_voiced as u16), frames)
+    })
+}
+
+/// A call on the [`ECHO`] line to a gateway with `gw_args`: the caller's question, then `over`
+/// 1.5 s into the reply to it.
+fn talk_over(gw_args: &[&str], over: Arc<[i16]>) -> Done {
+    let gw = gateway(gw_args);
+    let line = EchoLine::new(ECHO.0, ECHO.1)
+        .say(Cue::At(Duration::from_millis(500)), question())
+        .say(Cue::IntoReply(INTO_REPLY), over);
+    run(&gw, &line)
+}
+
 /// (b) The caller asks again 1.5 s into the reply, over its echo (150 ms, 12 dB): the reply
 /// stops within 300 ms (15 packets) of the onset, measured on the caller's own clock; one
 /// barge-in, two turns, and the answer to the interruption is heard whole.
 #[test]
 fn an_interruption_over_the_echo_cuts_the_reply_within_15_packets() {
     let _one = one_at_a_time();
-    let gw = gateway(&[]);
-    let line = EchoLine::new(ECHO.0, ECHO.1)
-        .say(Cue::At(Duration::from_millis(500)), question())
-        .say(Cue::IntoReply(INTO_REPLY), question());
-    let done = run(&gw, &line);
+    let done = talk_over(&[], question());
     let call = &done.call;
     let onset = call.onset(1);
     let cut_ms = cut_after_onset_ms(call);
@@ -197,14 +212,9 @@ fn an_interruption_over_the_echo_cuts_the_reply_within_15_packets() {
         "reply cut {cut_ms:?} ms after the onset: {}",
         done.context()
     );
-    assert_eq!(barge_ins, 1.0, "barge-ins: {}", done.context());
-    assert_eq!(turns, 2.0, "turns: {}", done.context());
-    assert_eq!(
-        after,
-        reply_voiced_frames(),
-        "the answer heard whole: {}",
-        done.context()
-    );
+    done.expect("barge-ins", barge_ins, 1.0);
+    done.expect("turns", turns, 2.0);
+    done.expect("the answer heard whole", after, reply_voiced_frames());
 }
 
 /// The backchannel window of (c), as `--barge-in-min-speech` takes it.
@@ -218,37 +228,22 @@ const MIN_SPEECH: &str = "400ms";
 #[test]
 fn a_300ms_backchannel_over_the_echo_leaves_the_reply_playing() {
     let _one = one_at_a_time();
-    let gw = gateway(&["--barge-in-min-speech", MIN_SPEECH]);
     let mm_hmm = voiced_cut(&caller_utterance(3), Duration::from_millis(300));
-    let line = EchoLine::new(ECHO.0, ECHO.1)
-        .say(Cue::At(Duration::from_millis(500)), question())
-        .say(Cue::IntoReply(INTO_REPLY), mm_hmm);
-    let done = run(&gw, &line);
+    let done = talk_over(&["--barge-in-min-speech", MIN_SPEECH], mm_hmm);
     let call = &done.call;
     let barge_ins = done.metric("ontime_barge_ins_total");
     let backchannels = done.metric("ontime_backchannels_total");
     let turns = done.metric("ontime_turns_total");
-    // The first reply: the frames from its first packet, placed by its first voiced one.
-    let (frames, first_voiced) = stub_reply_frames();
-    let onset = call
-        .first_voiced_after(call.end(0))
-        .unwrap_or_else(|| panic!("no reply: {}", done.context()));
-    let first_seq = onset.seq.wrapping_sub(first_voiced as u16);
-    let first_reply = call.voiced_in_seq_span(first_seq, frames);
+    let first_reply = first_reply_voiced(call);
     let voiced = call.voiced().len();
     eprintln!(
         "backchannel at {:?}: {barge_ins} barge-ins, {backchannels} backchannels, {turns} turns; first reply {first_reply} voiced packets, {voiced} in all (a reply has {})",
         call.onset(1),
         reply_voiced_frames()
     );
-    assert_eq!(barge_ins, 0.0, "barge-ins: {}", done.context());
-    assert_eq!(backchannels, 1.0, "backchannels: {}", done.context());
-    assert_eq!(
-        first_reply,
-        reply_voiced_frames(),
-        "first reply whole: {}",
-        done.context()
-    );
+    done.expect("barge-ins", barge_ins, 0.0);
+    done.expect("backchannels", backchannels, 1.0);
+    done.expect("first reply whole", first_reply, reply_voiced_frames());
 }
 
 /// (c) With the same window, a 1 s interruption cuts the reply: one barge-in, decided once the
@@ -257,12 +252,8 @@ fn a_300ms_backchannel_over_the_echo_leaves_the_reply_playing() {
 #[test]
 fn a_1s_interruption_over_the_echo_cuts_the_reply_past_the_backchannel_window() {
     let _one = one_at_a_time();
-    let gw = gateway(&["--barge-in-min-speech", MIN_SPEECH]);
     let interruption = voiced_cut(&caller_utterance(4), Duration::from_secs(1));
-    let line = EchoLine::new(ECHO.0, ECHO.1)
-        .say(Cue::At(Duration::from_millis(500)), question())
-        .say(Cue::IntoReply(INTO_REPLY), interruption);
-    let done = run(&gw, &line);
+    let done = talk_over(&["--barge-in-min-speech", MIN_SPEECH], interruption);
     let call = &done.call;
     let onset = call.onset(1);
     let cut_ms = cut_after_onset_ms(call);
@@ -276,8 +267,8 @@ fn a_1s_interruption_over_the_echo_cuts_the_reply_past_the_backchannel_window() 
         "reply cut {cut_ms:?} ms after the onset: {}",
         done.context()
     );
-    assert_eq!(barge_ins, 1.0, "barge-ins: {}", done.context());
-    assert_eq!(backchannels, 0.0, "backchannels: {}", done.context());
+    done.expect("barge-ins", barge_ins, 1.0);
+    done.expect("backchannels", backchannels, 0.0);
 }
 
 /// Delays (ms) and echo return losses (dB) of the sweep's grid.
@@ -327,21 +318,27 @@ fn echo_sweep() {
                 |key: &str| -> u64 { calls.iter().map(|d| d.cdr[key].as_u64().unwrap_or(0)).sum() };
             let (barge_ins, turns) = (sum("barge_ins"), sum("turns"));
             let late: usize = calls.iter().map(|d| d.call.late_sends).sum();
+            let whole = calls
+                .iter()
+                .filter(|d| first_reply_voiced(&d.call) == reply_voiced_frames())
+                .count();
             let per_100 = if turns == 0 {
                 f64::NAN
             } else {
                 100.0 * barge_ins as f64 / turns as f64
             };
-            eprintln!("{delay} ms, {erl} dB: {barge_ins} barge-ins over {turns} replies ({late} late caller packets)");
-            rows.push((delay, erl, barge_ins, turns, per_100));
+            eprintln!("{delay} ms, {erl} dB: {barge_ins} barge-ins over {turns} replies, {whole} first replies whole ({late} late caller packets)");
+            rows.push((delay, erl, barge_ins, turns, per_100, whole));
         }
     }
     println!("\nfalse barge-ins on echo alone, {SWEEP_CALLS} calls per cell, line noise -60 dBFS, gateway flags: {:?}", flags.trim());
-    println!("| delay | ERL | calls | replies | barge-ins | per 100 replies |");
-    println!("| --- | --- | --- | --- | --- | --- |");
-    for (delay, erl, barge_ins, turns, per_100) in rows {
+    println!(
+        "| delay | ERL | calls | replies | barge-ins | per 100 replies | first reply heard whole |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for (delay, erl, barge_ins, turns, per_100, whole) in rows {
         println!(
-            "| {delay} ms | {erl} dB | {SWEEP_CALLS} | {turns} | {barge_ins} | {per_100:.0} |"
+            "| {delay} ms | {erl} dB | {SWEEP_CALLS} | {turns} | {barge_ins} | {per_100:.0} | {whole} of {SWEEP_CALLS} |"
         );
     }
 }
