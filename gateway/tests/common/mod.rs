@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod echo_line;
 pub mod pipecat;
 pub mod pki;
 pub mod uac;

@@ -13,6 +13,8 @@ pub struct DialogIds {
     pub to_tag: String,
     /// Where the gateway sends audio (the SDP's media address).
     pub media: SocketAddr,
+    /// Where the gateway takes audio (the media address of the 200 OK's SDP answer).
+    pub answer_media: Option<SocketAddr>,
 }
 
 /// A caller on `ip`: a SIP socket and a media socket.
@@ -47,6 +49,19 @@ pub fn header<'a>(msg: &'a str, name: &str) -> Option<&'a str> {
         let (n, v) = l.split_once(':')?;
         n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
     })
+}
+
+/// The audio address of an SDP body inside a SIP message: its `c=` address and `m=audio` port.
+pub fn sdp_media(msg: &str) -> Option<SocketAddr> {
+    let ip = msg
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("c=IN IP4 "))?;
+    let port = msg
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("m=audio "))?
+        .split_whitespace()
+        .next()?;
+    format!("{}:{port}", ip.trim()).parse().ok()
 }
 
 impl RawUac {
@@ -177,6 +192,7 @@ impl RawUac {
             from_tag,
             to_tag,
             media: self.media.local_addr().unwrap(),
+            answer_media: sdp_media(&resp),
         };
         self.send(&self.in_dialog_text(&ids, "ACK", 1, "", ""));
         self.cseq = 1;
