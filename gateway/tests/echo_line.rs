@@ -4,7 +4,7 @@
 //! gateway's reply through a simulated echo path with line noise, and says what it heard.
 //!
 //! The asserted expectation is the gateway with its echo canceller (on by default). The gateway's
-//! flags can be extended through `ONTIME_ECHO_TEST_GW_ARGS` (e.g. `--echo-canceller off`, to
+//! flags can be extended through `ONTIME_ECHO_TEST_GW_ARGS` (e.g. `--echo-canceller false`, to
 //! measure the line without it); `make test` does not set it.
 
 mod common;
@@ -286,7 +286,7 @@ const SWEEP_CALL: Duration = Duration::from_secs(17);
 /// per 100 replies (a reply is a turn the stub answered) per cell. Before and after:
 ///
 /// ```text
-/// ONTIME_ECHO_TEST_GW_ARGS="--echo-canceller off" cargo test -p ontime-gateway --test echo_line -- --ignored --nocapture echo_sweep
+/// ONTIME_ECHO_TEST_GW_ARGS="--echo-canceller false" cargo test -p ontime-gateway --test echo_line -- --ignored --nocapture echo_sweep
 /// cargo test -p ontime-gateway --test echo_line -- --ignored --nocapture echo_sweep
 /// ```
 #[test]

@@ -46,12 +46,12 @@ const RESIDUAL_MARGIN: f32 = 40.0;
 /// The bound learns only from frames whose reply is at least this loud (about −40 dBFS), so
 /// line noise over a quiet reply does not pass for echo.
 const BOUND_REFERENCE: f32 = 1e-4;
-/// Frames of reply after a path is found by which its filter must have proven it.
-const UNPROVEN_FRAMES: u32 = 100;
-/// The enhancement that proves a path (3 dB).
-const PROVEN_ERLE: f32 = 2.0;
+/// Frames (200 ms) the filter stays frozen after the last frame that showed the caller.
+const DOUBT_HANGOVER: u32 = 10;
+/// Frames (200 ms) the residual keeps passing after the caller was last heard.
+const CALLER_HANGOVER: u32 = 6;
 /// Frames in a row the residual must stand clear of the echo before they pass as the caller.
-const RESIDUAL_FRAMES: u32 = 3;
+const RESIDUAL_FRAMES: u32 = 2;
 /// ... and exceed the line's noise floor by this much (9 dB).
 const NOISE_MARGIN: f32 = 8.0 * FRAME_SAMPLES as f32;
 /// Echo return loss enhancement the filter must reach before its residual is trusted.
@@ -136,8 +136,6 @@ pub struct EchoReport {
     pub frames_double_talk: u64,
     /// Times the echo path moved (the filter restarted on a new delay).
     pub path_changes: u64,
-    /// Paths found and then dropped because the filter could not cancel along them (not echo).
-    pub paths_dropped: u64,
 }
 
 /// A line-echo canceller for one call, on one sample timeline: feed what was played with
@@ -164,14 +162,18 @@ pub struct EchoCanceller {
     gain_window: [f32; GAIN_WINDOW],
     gain_next: usize,
     active_frames: u32,
-    /// Frames of reply since the path was found.
-    locked_frames: u32,
     noise_floor: f32,
     erle_mic: f32,
     erle_residual: f32,
     erl_ref: f32,
     erl_echo: f32,
     gated_run: u32,
+    /// Frames of reply since the path was found.
+    since_lock: u32,
+    /// Frames the residual still passes after the caller was last heard.
+    caller_hold: u32,
+    /// Frames left before the filter may adapt again after double talk.
+    double_talk_hold: u32,
     /// Frames in a row whose residual was over the echo.
     residual_run: u32,
     report: EchoReport,
@@ -195,7 +197,6 @@ impl EchoCanceller {
             gain_window: [0.0; GAIN_WINDOW],
             gain_next: 0,
             active_frames: 0,
-            locked_frames: 0,
             noise_floor: 1e-5,
             erle_mic: 0.0,
             erle_residual: 0.0,
@@ -203,6 +204,9 @@ impl EchoCanceller {
             erl_echo: 0.0,
             gated_run: 0,
             residual_run: 0,
+            double_talk_hold: 0,
+            since_lock: 0,
+            caller_hold: 0,
             report: EchoReport::default(),
             residual: [0.0; FRAME_SAMPLES],
         })
@@ -218,11 +222,12 @@ impl EchoCanceller {
         self.mic_block = None;
         self.gain_window = [0.0; GAIN_WINDOW];
         self.active_frames = 0;
-        self.locked_frames = 0;
         self.erle_mic = 0.0;
         self.erle_residual = 0.0;
         self.gated_run = 0;
         self.residual_run = 0;
+        self.double_talk_hold = 0;
+        self.caller_hold = 0;
         self.report.delay = None;
     }
 
@@ -317,7 +322,7 @@ impl EchoCanceller {
             self.filter_offset = Some(offset);
             self.filter.reset();
             self.gain_window = [0.0; GAIN_WINDOW];
-            self.locked_frames = 0;
+            self.since_lock = 0;
             self.erle_mic = 0.0;
             self.erle_residual = 0.0;
             self.report.delay = Some(Duration::from_micros(
@@ -333,8 +338,8 @@ impl EchoCanceller {
 
         // The loudest reply that could echo into this frame, path known or not: one measure for
         // every frame, so the ratios the bound is learnt from compare.
-        let reference = self.reference_level(at, true);
-        if reference < REFERENCE_FLOOR {
+        let wide = self.reference_level(at, true);
+        if wide < REFERENCE_FLOOR {
             self.gated_run = 0;
             self.residual_run = 0;
             return Verdict::NoReference;
@@ -347,13 +352,21 @@ impl EchoCanceller {
             // A whole warm-up of reply and no echo found: the line is echo-free so far (the
             // search goes on, and a path found later brings the gate back).
             None => NO_ECHO_BOUND,
-            Some(_) if self.locked_frames < GAIN_WARMUP => ECHO_GAIN_PRIOR,
+            Some(_) if self.since_lock < GAIN_WARMUP => ECHO_GAIN_PRIOR,
             Some(_) => {
                 let loudest = self.gain_window.iter().copied().fold(0.0f32, f32::max);
                 (ECHO_GAIN_MARGIN * loudest).clamp(ECHO_GAIN_FLOOR, ECHO_GAIN_PRIOR)
             }
         };
-        self.locked_frames = self.locked_frames.saturating_add(1);
+        self.since_lock = self.since_lock.saturating_add(1);
+        // Before a path is found, the loudest reply that could echo into this frame at any
+        // lag; once found, the reply at the path's own lag, which the echo follows frame by
+        // frame (a caller speaking while the reply at that lag is quiet is plainly not echo).
+        // Each ratio is learnt and compared with its own kind: the window restarts at a lock.
+        let reference = match self.filter_offset {
+            Some(_) => self.reference_level(at, false).max(REFERENCE_FLOOR),
+            None => wide,
+        };
         let ratio = peak_block / reference;
         let loud = ratio > bound;
 
@@ -384,22 +397,39 @@ impl EchoCanceller {
         } else {
             0
         };
-        let caller = match filtered {
+        let heard = match filtered {
             Some(_) if converged => loud || self.residual_run >= RESIDUAL_FRAMES,
             _ => loud,
         };
-        // The echo's level is learnt only from frames the found path explains: before it is
-        // found, a caller talking over the reply would pass for echo and raise the bound
-        // against themselves.
-        if !caller && self.filter_offset.is_some() && reference >= BOUND_REFERENCE {
+        // Speech dips between syllables below what the gate can tell from echo; a VAD that saw
+        // those dips silenced would end the caller's speech early (a 1 s interruption read as
+        // two backchannels). With the filter converged the residual is the caller less the
+        // echo, so it passes for CALLER_HANGOVER frames after a frame where both the level and
+        // the residual showed the caller, audibly (either alone also passes the odd frame of
+        // echo or line noise, which must hold nothing open).
+        if residual_is_caller && loud && peak_block > AUDIBLE_ECHO {
+            self.caller_hold = CALLER_HANGOVER;
+        }
+        let caller = heard || (converged && filtered.is_some() && self.caller_hold > 0);
+        self.caller_hold = self.caller_hold.saturating_sub(1);
+        // The echo's level is learnt from every frame not taken for the caller (the bound is used
+        // only once a path is found, and learnt again from there).
+        if !caller && reference >= BOUND_REFERENCE {
             self.gain_window[self.gain_next] = ratio;
             self.gain_next = (self.gain_next + 1) % GAIN_WINDOW;
         }
         // Double talk freezes the filter: the caller louder than any echo (Geigel's rule), or,
         // once converged, a residual over the echo (the caller's speech would pull the taps
         // away from the path).
-        if let (false, false, Some(offset), Some((_, residual))) =
-            (loud, residual_is_caller, self.filter_offset, filtered)
+        // Speech has quiet stretches between its loud ones: the freeze holds DOUBT_HANGOVER
+        // frames past the last frame that showed the caller.
+        if loud || residual_is_caller {
+            self.double_talk_hold = DOUBT_HANGOVER;
+        }
+        let double_talk = self.double_talk_hold > 0;
+        self.double_talk_hold = self.double_talk_hold.saturating_sub(1);
+        if let (false, Some(offset), Some((_, residual))) =
+            (double_talk, self.filter_offset, filtered)
         {
             self.adapt(at, &mic, offset);
             {
@@ -412,7 +442,6 @@ impl EchoCanceller {
                 }
             }
         }
-        self.drop_path_that_does_not_fit();
         if caller {
             self.gated_run = 0;
             self.report.frames_double_talk += 1;
@@ -434,25 +463,6 @@ impl EchoCanceller {
         }
         frame.fill(0);
         Verdict::Echo
-    }
-
-    /// A path whose filter, after two seconds of reply, takes out less than 3 dB was not the
-    /// echo (two voices alike for a moment): forget it and search again.
-    fn drop_path_that_does_not_fit(&mut self) {
-        if self.filter_offset.is_none() || self.locked_frames < UNPROVEN_FRAMES {
-            return;
-        }
-        if self.erle_mic >= PROVEN_ERLE * self.erle_residual {
-            return;
-        }
-        self.filter_offset = None;
-        self.filter.reset();
-        self.delay.reset();
-        self.erle_mic = 0.0;
-        self.erle_residual = 0.0;
-        self.gain_window = [0.0; GAIN_WINDOW];
-        self.report.delay = None;
-        self.report.paths_dropped += 1;
     }
 
     /// Sum the caller's frame into envelope blocks for the delay search.

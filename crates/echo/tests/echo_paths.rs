@@ -357,3 +357,41 @@ fn a_caller_talking_from_the_start_is_not_taken_for_echo() {
     assert_eq!(r.report.delay, None);
     assert_eq!(gated_late, 0);
 }
+
+/// The caller interrupts 1.5 s into the first reply, when the path has only just been found:
+/// their speech reaches the VAD within 100 ms of its onset.
+#[test]
+fn an_early_interruption_is_heard_from_the_onset() {
+    let played = with_tail([reply(), reply()].concat(), 1);
+    let mut table = String::new();
+    let mut failures = 0;
+    for (delay_ms, erl_db) in [(150, 12.0), (40, 6.0), (300, 20.0)] {
+        let line = Line {
+            delay_ms,
+            erl_db,
+            noise_dbfs: -60.0,
+        };
+        let speech = caller_speech();
+        let at = 12_000;
+        let caller = caller_side(&played, |_| line, &speech, at, 13);
+        let r = run(&played, &caller);
+        let frames = speech_frames(&speech, at, r.verdicts.len());
+        let passed = frames
+            .iter()
+            .filter(|k| r.verdicts[**k] == Verdict::Caller)
+            .count();
+        let first = frames
+            .iter()
+            .position(|k| r.verdicts[*k] == Verdict::Caller);
+        table += &format!(
+            "early, delay {delay_ms} ms ERL {erl_db} dB: first passed speech frame #{first:?}, {passed}/{} passed, {:?}\n",
+            frames.len(),
+            r.report
+        );
+        if first.is_none_or(|f| f > 5) || passed * 2 < frames.len() {
+            failures += 1;
+        }
+    }
+    eprintln!("{table}");
+    assert_eq!(failures, 0, "{table}");
+}
