@@ -157,6 +157,16 @@ impl EchoLine {
         let mut pcm = [0f32; FRAME];
         let mut packet = [0u8; 12 + FRAME];
         for k in 0usize.. {
+            // Absolute deadlines: a late wake-up does not push the following packets back. The
+            // frame is made at its deadline, not before, so that the echo of audio that arrived
+            // within the frame is in it (a delay under 20 ms).
+            let deadline = origin + FRAME_TIME * (k as u32 + 1);
+            let now = Instant::now();
+            if deadline > now {
+                std::thread::sleep(deadline - now);
+            } else if now - deadline > FRAME_TIME / 2 {
+                out.late += 1;
+            }
             let first = k * FRAME;
             self.resolve_cues(&mut starts, &out.ends, first, heard);
             // The caller's own speech, and which utterance is voiced in this frame.
@@ -207,14 +217,6 @@ impl EchoLine {
             packet[8..12].copy_from_slice(&ssrc.to_be_bytes());
             for (c, &p) in packet[12..].iter_mut().zip(pcm.iter()) {
                 *c = ulaw_encode(p.clamp(-32768.0, 32767.0) as i16);
-            }
-            // Absolute deadlines: a late wake-up does not push the following packets back.
-            let deadline = origin + FRAME_TIME * (k as u32 + 1);
-            let now = Instant::now();
-            if deadline > now {
-                std::thread::sleep(deadline - now);
-            } else if now - deadline > FRAME_TIME / 2 {
-                out.late += 1;
             }
             let _ = socket.send_to(&packet, to);
             out.packets += 1;
