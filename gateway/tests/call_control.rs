@@ -15,7 +15,9 @@
 //!   the stub's reply is heard by the callee and the status callbacks arrive signed;
 //! - wrong credentials, unknown calls and unsupported TwiML get Twilio's errors, and the API
 //!   answers as soon as `/readyz` says the gateway is ready;
-//! - a pipecat bot whose pipeline ends hangs the SIP call up through the API, pipecat unchanged.
+//! - a pipecat bot whose pipeline ends hangs the SIP call up through the API, pipecat unchanged;
+//! - SIP X- headers both ways: an inbound INVITE's reach the voice webhook as `SipHeader_X-…`,
+//!   a `<Dial><Sip>` URI's ride the REFER's Refer-To, a SIP `To`'s go onto the INVITE once.
 
 #[path = "common/bot.rs"]
 mod bot;
@@ -39,6 +41,8 @@ use serde_json::Value;
 
 /// Where the transfers go (TEST-NET-1: only ever named in a Refer-To, never dialled).
 const TRANSFER_TARGET: &str = "sip:agent@192.0.2.55";
+/// [`TRANSFER_TARGET`] as the regular expression a caller's scenario matches the Refer-To with.
+const TRANSFER_TARGET_RE: &str = "sip:agent@192\\.0\\.2\\.55";
 /// `Reason` of the BYE an API hang-up sends (a regular expression for sipp's `ereg`; the dots
 /// stand for the quotes, which cannot go into the scenario's XML attribute as they are).
 const REASON_API_HANGUP: &str = "Q\\.850;cause=16;text=.Normal call clearing.";
@@ -641,7 +645,10 @@ fn refer_accepted_then_notify_200_and_the_gateway_leaves_with_bye() {
     let caller = caller(
         &cc,
         "caller_refer_accept.xml",
-        &[("@REFER_WITHIN_MS@", "30000")],
+        &[
+            ("@REFER_WITHIN_MS@", "30000"),
+            ("@REFER_TO_RE@", TRANSFER_TARGET_RE),
+        ],
         free_udp_port() & !1,
     );
     let sid = cc.live_call()["sid"].as_str().unwrap().to_string();
@@ -1172,7 +1179,10 @@ fn voice_url_webhook_is_signed_and_its_twiml_transfers_the_call() {
     let caller = caller(
         &cc,
         "caller_refer_accept.xml",
-        &[("@REFER_WITHIN_MS@", "30000")],
+        &[
+            ("@REFER_WITHIN_MS@", "30000"),
+            ("@REFER_TO_RE@", TRANSFER_TARGET_RE),
+        ],
         free_udp_port() & !1,
     );
     let failed = format!(
@@ -1522,4 +1532,142 @@ fn an_outbound_call_challenged_by_the_trunk_is_answered_with_digest() {
     );
     let logs = std::fs::read_to_string(&cc.gw.log).unwrap() + &cc.gw.stderr();
     assert!(!logs.contains(password), "the password reached the log");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. SIP X- headers both ways.
+
+/// The INVITE's X- headers reach the voice webhook as Twilio's `SipHeader_X-…` parameters (the
+/// caller's `P-Tenant` does not: only X- headers pass), signed like the rest; the X- headers of
+/// the `<Dial><Sip>` URI the webhook answers with ride the REFER's Refer-To, which the caller's
+/// scenario matches exactly; the call record names the target without them.
+#[test]
+fn x_headers_reach_the_webhook_and_ride_the_refer_to() {
+    let Some(_one) = begin() else { return };
+    let sink = HttpSink::start(&format!(
+        "<Response><Dial><Sip>{TRANSFER_TARGET}?X-Campaign=7&amp;X-Account=a1</Sip></Dial></Response>"
+    ));
+    let voice_url = format!("http://{}/voice", sink.addr);
+    let cc = start_with_api(&["--voice-url", &voice_url], free_tcp_port());
+    let cap = capture(&[cc.gw.sip.port()]);
+    let refer_to = format!("{TRANSFER_TARGET_RE}\\?X-Campaign=7&amp;X-Account=a1");
+    let caller = caller(
+        &cc,
+        "caller_refer_accept.xml",
+        &[("@REFER_WITHIN_MS@", "30000"), ("@REFER_TO_RE@", &refer_to)],
+        free_udp_port() & !1,
+    );
+    let flow = finish_transfer(&cc, caller, cap, "the transfer with X- headers failed");
+    eprintln!("SIP flow:\n{flow}");
+    let got = sink.received();
+    assert_eq!(got.len(), 1, "webhook requests: {got:?}");
+    let params = form_decode(&got[0].body);
+    let sip_headers: Vec<(&str, &str)> = params
+        .iter()
+        .filter(|(k, _)| k.starts_with("SipHeader_"))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        sip_headers,
+        [("SipHeader_X-Campaign", "7"), ("SipHeader_X-Account", "a1")],
+        "{params:?}"
+    );
+    assert!(
+        !params
+            .iter()
+            .any(|(k, v)| k.contains("Tenant") || v == "acme"),
+        "a non-X header reached the webhook: {params:?}"
+    );
+    if let Some(verdicts) = twilio_validate(&voice_url, &got, &cc.token) {
+        assert_eq!(
+            verdicts,
+            vec![(true, false)],
+            "RequestValidator: {params:?}"
+        );
+    }
+    assert_eq!(cc.metric("ontime_sip_x_headers_dropped_total"), 0.0);
+    assert!(wait_until(Duration::from_secs(5), || !cdr_end_records(
+        &cc.gw
+    )
+    .is_empty()));
+    let cdr = cdr_end_records(&cc.gw).remove(0);
+    assert_eq!(cdr["transfer_target"], TRANSFER_TARGET, "CDR {cdr}");
+    assert_eq!(cdr["transfer_result"], "completed", "CDR {cdr}");
+}
+
+/// `Calls.json` with a SIP `To` carrying `?X-Campaign=7`: the INVITE the sipp callee receives
+/// has `X-Campaign: 7` exactly once, and neither its Request-URI (the scenario matches it) nor
+/// its To carries the header part. A `To` naming any other header is refused with Twilio's 400
+/// before anything is dialled.
+#[test]
+fn a_sip_to_with_x_headers_puts_them_on_the_invite_once() {
+    let Some(_one) = begin() else { return };
+    let callee_sip = free_udp_port();
+    let callee_media = free_udp_port() & !1;
+    let trunk = format!("sip:127.0.0.1:{callee_sip}");
+    let cc = start_with_api(&["--trunk-uri", &trunk], free_tcp_port());
+    let bob = format!("sip:bob@127.0.0.1:{callee_sip}");
+    let refused = format!("{bob}?X-Campaign=7&Route=%3Csip:evil@192.0.2.66%3E");
+    let form = [
+        ("To", refused.as_str()),
+        ("From", "+15557654321"),
+        ("Twiml", "<Response/>"),
+    ];
+    let r = cc.request("POST", &cc.calls_path(), Some(&form));
+    let v = check_twilio_error(&r, 400, 21201, "a Route header in To");
+    assert_eq!(
+        v["message"],
+        "Parameter 'To' is invalid: only X- headers can be set in a SIP URI, not 'Route'"
+    );
+
+    let dir = tempdir("x-headers-out");
+    let speech = fresh_speech(&dir, "Hello there.");
+    let scen = scenario(
+        "callee_answers_speaks.xml",
+        &[
+            (
+                "@RURI_RE@",
+                &format!("^INVITE sip:bob@127\\.0\\.0\\.1:{callee_sip} SIP/2\\.0"),
+            ),
+            ("@SPEECH@", speech.to_str().unwrap()),
+            ("@LISTEN_MS@", "1000"),
+        ],
+    );
+    let cap = capture(&[callee_sip]);
+    let callee = spawn_sipp_uas(&scen, callee_sip, 1, callee_media, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(500));
+    let to = format!("{bob}?X-Campaign=7");
+    let form = [
+        ("To", to.as_str()),
+        ("From", "+15557654321"),
+        ("Twiml", r#"<Response><Pause length="1"/></Response>"#),
+    ];
+    let r = cc.request("POST", &cc.calls_path(), Some(&form));
+    assert_eq!(r.status, 201, "Calls.json: HTTP {} {}", r.status, r.body);
+    assert_eq!(r.json()["to"], bob.as_str(), "{}", r.body);
+    let (ok, log) = callee.finish(Duration::from_secs(60));
+    let pcap = cap.finish();
+    assert!(ok, "the callee's call failed:\n{log}\n{}", cc.context());
+
+    // The first INVITE as the callee received it: its header block and its To.
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(&pcap)
+        .args(["-d", &format!("udp.port=={callee_sip},sip")])
+        .args(["-Y", "sip.Method == \"INVITE\""])
+        .args(["-T", "fields", "-E", "separator=|"])
+        .args(["-e", "sip.To", "-e", "sip.msg_hdr"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("tshark -r");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let invite = text.lines().next().unwrap_or_default();
+    let (to_header, headers) = invite.split_once('|').unwrap_or_default();
+    assert_eq!(
+        headers.matches("X-Campaign:").count(),
+        1,
+        "the INVITE's headers: {headers}"
+    );
+    assert!(headers.contains("X-Campaign: 7"), "{headers}");
+    assert_eq!(to_header, format!("<{bob}>"), "the INVITE's To");
 }
