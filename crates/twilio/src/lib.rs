@@ -60,3 +60,11 @@ pub use request::{CreateRequest, ListRequest, Params, TwimlSource, UpdateRequest
 pub use sip_headers::{HeaderError, SipTarget, XHeaders};
 pub use twiml::{parse as parse_twiml, DialTarget, TwimlError, Verb, MAX_TWIML_BYTES};
 pub use webhook::API_VERSION;
+
+/// `(name, value)` pairs as the crate's functions take and give them, for its unit tests.
+#[cfg(test)]
+pub(crate) fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
+}

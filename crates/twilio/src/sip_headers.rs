@@ -254,12 +254,7 @@ fn escape_into(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-        list.iter()
-            .map(|(n, v)| (n.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::pairs;
 
     #[test]
     fn uri_headers_are_split_off_and_percent_decoded() {

@@ -951,17 +951,21 @@ fn without_telephone_event_digits_go_by_sip_info_one_per_200_ms() {
     assert!(sim.sip_at[1] - sim.sip_at[0] >= Duration::from_millis(200));
 }
 
-#[test]
-fn an_accepted_transfer_ends_our_leg_once_the_target_answers() {
+/// A call half a second old that has been told by TwiML to transfer to the SIP URI `target`.
+fn transferring_to(target: &str) -> Sim {
     let mut sim = Sim::new(settings);
     sim.run_for(seconds(0.5));
     sim.core.handle_command(
-        CallCommand::Run(vec![Verb::Transfer(DialTarget::Sip(
-            "sip:agent@192.0.2.55".into(),
-        ))]),
+        CallCommand::Run(vec![Verb::Transfer(DialTarget::Sip(target.into()))]),
         sim.now,
     );
     sim.drain();
+    sim
+}
+
+#[test]
+fn an_accepted_transfer_ends_our_leg_once_the_target_answers() {
+    let mut sim = transferring_to("sip:agent@192.0.2.55");
     assert_eq!(
         sim.sip,
         vec![SipRequest::Refer("sip:agent@192.0.2.55".into())]
@@ -996,15 +1000,7 @@ fn an_accepted_transfer_ends_our_leg_once_the_target_answers() {
 
 #[test]
 fn a_transfers_x_headers_go_in_the_refer_to_and_nowhere_else() {
-    let mut sim = Sim::new(settings);
-    sim.run_for(seconds(0.5));
-    sim.core.handle_command(
-        CallCommand::Run(vec![Verb::Transfer(DialTarget::Sip(
-            "sip:agent@192.0.2.55?X-Campaign=7&X-Account=a1".into(),
-        ))]),
-        sim.now,
-    );
-    sim.drain();
+    let mut sim = transferring_to("sip:agent@192.0.2.55?X-Campaign=7&X-Account=a1");
     assert_eq!(
         sim.sip,
         vec![SipRequest::Refer(
