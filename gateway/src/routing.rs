@@ -79,9 +79,10 @@ impl VoiceRoute {
     }
 }
 
-/// Twilio's voice webhook parameters for a ringing inbound call.
+/// Twilio's voice webhook parameters for a ringing inbound call, with each of the INVITE's
+/// `X-` headers as `SipHeader_X-…`, as Twilio sends those of calls to its SIP domains.
 pub(crate) fn webhook_params(info: &CallInfo) -> Vec<(String, String)> {
-    vec![
+    let mut params = vec![
         ("CallSid".into(), info.call_sid.clone()),
         ("AccountSid".into(), info.account_sid.clone()),
         ("From".into(), info.from.clone()),
@@ -89,5 +90,7 @@ pub(crate) fn webhook_params(info: &CallInfo) -> Vec<(String, String)> {
         ("CallStatus".into(), "ringing".into()),
         ("Direction".into(), info.direction.as_str().into()),
         ("ApiVersion".into(), "2010-04-01".into()),
-    ]
+    ];
+    params.extend(info.x_headers.webhook_params());
+    params
 }

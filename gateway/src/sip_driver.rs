@@ -276,6 +276,7 @@ fn count(counted: Counted) {
             counter!(m::CALLS_REJECTED_TOTAL, "reason" => reason.label()).increment(1)
         }
         Counted::Untrusted => counter!(m::SIP_UNTRUSTED_REJECTED_TOTAL).increment(1),
+        Counted::XHeadersDropped(n) => counter!(m::SIP_X_HEADERS_DROPPED_TOTAL).increment(n),
         Counted::Dropped(reason) => counter!(m::SIP_DROPPED_TOTAL, "reason" => reason).increment(1),
         Counted::Answered { transport, media } => {
             counter!(m::CALLS_ANSWERED_TOTAL, "transport" => transport, "media" => media)

@@ -15,7 +15,9 @@
 //!   the stub's reply is heard by the callee and the status callbacks arrive signed;
 //! - wrong credentials, unknown calls and unsupported TwiML get Twilio's errors, and the API
 //!   answers as soon as `/readyz` says the gateway is ready;
-//! - a pipecat bot whose pipeline ends hangs the SIP call up through the API, pipecat unchanged.
+//! - a pipecat bot whose pipeline ends hangs the SIP call up through the API, pipecat unchanged;
+//! - SIP X- headers both ways: an inbound INVITE's reach the voice webhook as `SipHeader_X-…`,
+//!   a `<Dial><Sip>` URI's ride the REFER's Refer-To, a SIP `To`'s go onto the INVITE once.
 
 #[path = "common/bot.rs"]
 mod bot;
@@ -39,6 +41,8 @@ use serde_json::Value;
 
 /// Where the transfers go (TEST-NET-1: only ever named in a Refer-To, never dialled).
 const TRANSFER_TARGET: &str = "sip:agent@192.0.2.55";
+/// [`TRANSFER_TARGET`] as the regular expression a caller's scenario matches the Refer-To with.
+const TRANSFER_TARGET_RE: &str = "sip:agent@192\\.0\\.2\\.55";
 /// `Reason` of the BYE an API hang-up sends (a regular expression for sipp's `ereg`; the dots
 /// stand for the quotes, which cannot go into the scenario's XML attribute as they are).
 const REASON_API_HANGUP: &str = "Q\\.850;cause=16;text=.Normal call clearing.";
@@ -641,7 +645,10 @@ fn refer_accepted_then_notify_200_and_the_gateway_leaves_with_bye() {
     let caller = caller(
         &cc,
         "caller_refer_accept.xml",
-        &[("@REFER_WITHIN_MS@", "30000")],
+        &[
+            ("@REFER_WITHIN_MS@", "30000"),
+            ("@REFER_TO_RE@", TRANSFER_TARGET_RE),
+        ],
         free_udp_port() & !1,
     );
     let sid = cc.live_call()["sid"].as_str().unwrap().to_string();
@@ -671,7 +678,14 @@ fn refer_accepted_then_notify_200_and_the_gateway_leaves_with_bye() {
         view["status"], "completed",
         "GET after the transfer: {view}"
     );
-    // The call record names the transfer.
+    let cdr = completed_transfer_record(&cc);
+    assert_eq!(cdr["call_sid"], sid.as_str(), "CDR {cdr}");
+    assert_eq!(cdr["direction"], "inbound", "CDR {cdr}");
+}
+
+/// The call's end record (waited for, bounded: 5 s), which must name a completed transfer to
+/// [`TRANSFER_TARGET`].
+fn completed_transfer_record(cc: &ApiGateway) -> Value {
     assert!(wait_until(Duration::from_secs(5), || !cdr_end_records(
         &cc.gw
     )
@@ -679,8 +693,7 @@ fn refer_accepted_then_notify_200_and_the_gateway_leaves_with_bye() {
     let cdr = cdr_end_records(&cc.gw).remove(0);
     assert_eq!(cdr["transfer_target"], TRANSFER_TARGET, "CDR {cdr}");
     assert_eq!(cdr["transfer_result"], "completed", "CDR {cdr}");
-    assert_eq!(cdr["call_sid"], sid.as_str(), "CDR {cdr}");
-    assert_eq!(cdr["direction"], "inbound", "CDR {cdr}");
+    cdr
 }
 
 /// Wait for a transfer's caller (bounded: 60 s) and stop the capture of the gateway's SIP port;
@@ -991,35 +1004,65 @@ print(json.dumps(out))
     Some(v)
 }
 
-#[test]
-fn outbound_call_rings_answers_hears_the_stub_and_sends_signed_callbacks() {
-    let Some(_one) = begin() else { return };
-    let callee_sip = free_udp_port();
-    let callee_media = free_udp_port() & !1;
-    let trunk = format!("sip:127.0.0.1:{callee_sip}");
-    let cc = start_with_api(&["--trunk-uri", &trunk], free_tcp_port());
-    let sink = HttpSink::start("<Response/>");
-    let callback_url = format!("http://{}/status?leg=outbound", sink.addr);
-    let dir = tempdir("outbound");
-    let speech = fresh_speech(
-        &dir,
-        "Hello this is the pharmacy returning your call about the prescription.",
-    );
+/// A gateway whose `--trunk-uri` is a loopback port for a sipp callee yet to start (`extra`
+/// arguments and `env` as [`start_with_api_env`]): the gateway, the callee's SIP port and an
+/// even port for its media.
+fn with_trunk(extra: &[&str], env: &[(&str, &str)]) -> (ApiGateway, u16, u16) {
+    let trunk_sip = free_udp_port();
+    let media = free_udp_port() & !1;
+    let trunk = format!("sip:127.0.0.1:{trunk_sip}");
+    let mut args = vec!["--trunk-uri", trunk.as_str()];
+    args.extend_from_slice(extra);
+    (
+        start_with_api_env(&args, free_tcp_port(), env),
+        trunk_sip,
+        media,
+    )
+}
+
+/// A sipp callee on `callee_sip` (its media on `callee_media`) standing for the trunk: its
+/// INVITE's Request-URI must be `sip:<user_re>@127.0.0.1:<callee_sip>` exactly (`user_re` a
+/// regular expression), and it answers, speaks `text`, listens `listen_ms`, then hangs up.
+/// Bounded: 60 s. Returns once sipp has had a moment to bind its port.
+fn spawn_callee(
+    callee_sip: u16,
+    callee_media: u16,
+    user_re: &str,
+    text: &str,
+    listen_ms: &str,
+) -> SippCall {
+    let speech = fresh_speech(&tempdir(&format!("callee-{callee_sip}")), text);
     let scen = scenario(
         "callee_answers_speaks.xml",
         &[
             (
                 "@RURI_RE@",
-                &format!("^INVITE sip:\\+15551234567@127\\.0\\.0\\.1:{callee_sip} SIP/2\\.0"),
+                &format!("^INVITE sip:{user_re}@127\\.0\\.0\\.1:{callee_sip} SIP/2\\.0"),
             ),
             ("@SPEECH@", speech.to_str().unwrap()),
-            ("@LISTEN_MS@", "14000"),
+            ("@LISTEN_MS@", listen_ms),
         ],
     );
-    let cap = capture(&[callee_media]);
     let callee = spawn_sipp_uas(&scen, callee_sip, 1, callee_media, Duration::from_secs(60));
     // sipp binds its port at start; give it a moment before the INVITE can arrive.
     std::thread::sleep(Duration::from_millis(500));
+    callee
+}
+
+#[test]
+fn outbound_call_rings_answers_hears_the_stub_and_sends_signed_callbacks() {
+    let Some(_one) = begin() else { return };
+    let (cc, callee_sip, callee_media) = with_trunk(&[], &[]);
+    let sink = HttpSink::start("<Response/>");
+    let callback_url = format!("http://{}/status?leg=outbound", sink.addr);
+    let cap = capture(&[callee_media]);
+    let callee = spawn_callee(
+        callee_sip,
+        callee_media,
+        "\\+15551234567",
+        "Hello this is the pharmacy returning your call about the prescription.",
+        "14000",
+    );
     let form = [
         ("To", "+15551234567"),
         ("From", "+15557654321"),
@@ -1157,31 +1200,50 @@ fn outbound_call_rings_answers_hears_the_stub_and_sends_signed_callbacks() {
     );
 }
 
-/// Inbound routing by `--voice-url`: the gateway asks the webhook what to do with the call (a
-/// signed POST with Twilio's parameters, before answering), and runs the TwiML it gets back:
-/// here a transfer, which the caller playing the trunk accepts.
-#[test]
-fn voice_url_webhook_is_signed_and_its_twiml_transfers_the_call() {
-    let Some(_one) = begin() else { return };
+/// A call routed by `--voice-url` (at `path` of a webhook answering
+/// `<Dial><Sip>{sip}</Sip></Dial>`, `sip` XML-escaped) from a caller playing the trunk, which
+/// accepts the REFER if its Refer-To matches `refer_to_re`: the gateway, the webhook's request
+/// (one, its signature checked with Twilio's own validator) and the SIP flow.
+fn routed_transfer(
+    path: &str,
+    sip: &str,
+    refer_to_re: &str,
+) -> (ApiGateway, Vec<Received>, String) {
     let sink = HttpSink::start(&format!(
-        "<Response><Dial><Sip>{TRANSFER_TARGET}</Sip></Dial></Response>"
+        "<Response><Dial><Sip>{sip}</Sip></Dial></Response>"
     ));
-    let voice_url = format!("http://{}/voice?tenant=acme", sink.addr);
+    let voice_url = format!("http://{}{path}", sink.addr);
     let cc = start_with_api(&["--voice-url", &voice_url], free_tcp_port());
     let cap = capture(&[cc.gw.sip.port()]);
     let caller = caller(
         &cc,
         "caller_refer_accept.xml",
-        &[("@REFER_WITHIN_MS@", "30000")],
+        &[
+            ("@REFER_WITHIN_MS@", "30000"),
+            ("@REFER_TO_RE@", refer_to_re),
+        ],
         free_udp_port() & !1,
     );
     let failed = format!(
         "the routed call's transfer failed (webhook requests: {:?})",
         sink.received()
     );
-    finish_transfer(&cc, caller, cap, &failed);
+    let flow = finish_transfer(&cc, caller, cap, &failed);
     let got = sink.received();
     assert_eq!(got.len(), 1, "webhook requests: {got:?}");
+    if let Some(verdicts) = twilio_validate(&voice_url, &got, &cc.token) {
+        assert_eq!(verdicts, vec![(true, false)], "RequestValidator on {got:?}");
+    }
+    (cc, got, flow)
+}
+
+/// Inbound routing by `--voice-url`: the gateway asks the webhook what to do with the call (a
+/// signed POST with Twilio's parameters, before answering), and runs the TwiML it gets back:
+/// here a transfer, which the caller playing the trunk accepts.
+#[test]
+fn voice_url_webhook_is_signed_and_its_twiml_transfers_the_call() {
+    let Some(_one) = begin() else { return };
+    let (cc, got, _) = routed_transfer("/voice?tenant=acme", TRANSFER_TARGET, TRANSFER_TARGET_RE);
     let hook = &got[0];
     check_webhook(hook, "/voice?tenant=acme", &cc.account, "inbound");
     let sid = hook.param("CallSid").unwrap_or_default();
@@ -1200,13 +1262,6 @@ fn voice_url_webhook_is_signed_and_its_twiml_transfers_the_call() {
         hook.param("To").is_some_and(|t| t.contains("bot")),
         "{hook:?}"
     );
-    if let Some(verdicts) = twilio_validate(&voice_url, &got, &cc.token) {
-        assert_eq!(
-            verdicts,
-            vec![(true, false)],
-            "RequestValidator on {hook:?}"
-        );
-    }
     assert_eq!(
         cc.metric("ontime_transfers_total{result=\"completed\"}"),
         1.0
@@ -1464,13 +1519,9 @@ fn pipecat_twilio_serializer_hangs_up_the_sip_call_through_the_api() {
 #[test]
 fn an_outbound_call_challenged_by_the_trunk_is_answered_with_digest() {
     let Some(_one) = begin() else { return };
-    let trunk_sip = free_udp_port();
-    let callee_media = free_udp_port() & !1;
-    let trunk = format!("sip:127.0.0.1:{trunk_sip}");
     let password = "trunk-pw-5c1d";
-    let cc = start_with_api_env(
-        &["--trunk-uri", &trunk, "--register-user", "carol"],
-        free_tcp_port(),
+    let (cc, trunk_sip, callee_media) = with_trunk(
+        &["--register-user", "carol"],
         &[("ONTIME_REGISTER_PASSWORD", password)],
     );
     let dir = tempdir("challenged");
@@ -1522,4 +1573,103 @@ fn an_outbound_call_challenged_by_the_trunk_is_answered_with_digest() {
     );
     let logs = std::fs::read_to_string(&cc.gw.log).unwrap() + &cc.gw.stderr();
     assert!(!logs.contains(password), "the password reached the log");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. SIP X- headers both ways.
+
+/// The INVITE's X- headers reach the voice webhook as Twilio's `SipHeader_X-…` parameters (the
+/// caller's `P-Tenant` does not: only X- headers pass), signed like the rest; the X- headers of
+/// the `<Dial><Sip>` URI the webhook answers with ride the REFER's Refer-To, which the caller's
+/// scenario matches exactly; the call record names the target without them.
+#[test]
+fn x_headers_reach_the_webhook_and_ride_the_refer_to() {
+    let Some(_one) = begin() else { return };
+    let (cc, got, flow) = routed_transfer(
+        "/voice",
+        &format!("{TRANSFER_TARGET}?X-Campaign=7&amp;X-Account=a1"),
+        &format!("{TRANSFER_TARGET_RE}\\?X-Campaign=7&amp;X-Account=a1"),
+    );
+    eprintln!("SIP flow:\n{flow}");
+    let params = form_decode(&got[0].body);
+    let sip_headers: Vec<(&str, &str)> = params
+        .iter()
+        .filter(|(k, _)| k.starts_with("SipHeader_"))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        sip_headers,
+        [("SipHeader_X-Campaign", "7"), ("SipHeader_X-Account", "a1")],
+        "{params:?}"
+    );
+    assert!(
+        !params
+            .iter()
+            .any(|(k, v)| k.contains("Tenant") || v == "acme"),
+        "a non-X header reached the webhook: {params:?}"
+    );
+    assert_eq!(cc.metric("ontime_sip_x_headers_dropped_total"), 0.0);
+    // The record names the target without the headers.
+    completed_transfer_record(&cc);
+}
+
+/// `Calls.json` with a SIP `To` carrying `?X-Campaign=7`: the INVITE the sipp callee receives
+/// has `X-Campaign: 7` exactly once, and neither its Request-URI (the scenario matches it) nor
+/// its To carries the header part. A `To` naming any other header is refused with Twilio's 400
+/// before anything is dialled.
+#[test]
+fn a_sip_to_with_x_headers_puts_them_on_the_invite_once() {
+    let Some(_one) = begin() else { return };
+    let (cc, callee_sip, callee_media) = with_trunk(&[], &[]);
+    let bob = format!("sip:bob@127.0.0.1:{callee_sip}");
+    let refused = format!("{bob}?X-Campaign=7&Route=%3Csip:evil@192.0.2.66%3E");
+    let form = [
+        ("To", refused.as_str()),
+        ("From", "+15557654321"),
+        ("Twiml", "<Response/>"),
+    ];
+    let r = cc.request("POST", &cc.calls_path(), Some(&form));
+    let v = check_twilio_error(&r, 400, 21201, "a Route header in To");
+    assert_eq!(
+        v["message"],
+        "Parameter 'To' is invalid: only X- headers can be set in a SIP URI, not 'Route'"
+    );
+
+    // The Request-URI is `sip:bob@…` to its end: no header part.
+    let cap = capture(&[callee_sip]);
+    let callee = spawn_callee(callee_sip, callee_media, "bob", "Hello there.", "1000");
+    let to = format!("{bob}?X-Campaign=7");
+    let form = [
+        ("To", to.as_str()),
+        ("From", "+15557654321"),
+        ("Twiml", r#"<Response><Pause length="1"/></Response>"#),
+    ];
+    let r = cc.request("POST", &cc.calls_path(), Some(&form));
+    assert_eq!(r.status, 201, "Calls.json: HTTP {} {}", r.status, r.body);
+    assert_eq!(r.json()["to"], bob.as_str(), "{}", r.body);
+    let (ok, log) = callee.finish(Duration::from_secs(60));
+    let pcap = cap.finish();
+    assert!(ok, "the callee's call failed:\n{log}\n{}", cc.context());
+
+    // The first INVITE as the callee received it: its header block and its To.
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(&pcap)
+        .args(["-d", &format!("udp.port=={callee_sip},sip")])
+        .args(["-Y", "sip.Method == \"INVITE\""])
+        .args(["-T", "fields", "-E", "separator=|"])
+        .args(["-e", "sip.To", "-e", "sip.msg_hdr"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("tshark -r");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let invite = text.lines().next().unwrap_or_default();
+    let (to_header, headers) = invite.split_once('|').unwrap_or_default();
+    assert_eq!(
+        headers.matches("X-Campaign:").count(),
+        1,
+        "the INVITE's headers: {headers}"
+    );
+    assert!(headers.contains("X-Campaign: 7"), "{headers}");
+    assert_eq!(to_header, format!("<{bob}>"), "the INVITE's To");
 }

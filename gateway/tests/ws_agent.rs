@@ -149,6 +149,8 @@ fn burst_reply_is_paced_and_its_mark_returns_after_it_played() {
     assert_eq!(custom["from_number"], "caller");
     assert_eq!(custom["to_number"], "bot");
     assert_eq!(custom["X-Customer-Id"], "4711", "{custom}");
+    // Every X- header comes too without naming it, as the voice webhook names it.
+    assert_eq!(custom["SipHeader_X-Customer-Id"], "4711", "{custom}");
     assert_eq!(custom["tenant"], "acme", "{custom}");
 
     // Every later message carries the stream and the next sequence number.

@@ -343,6 +343,7 @@ pub async fn run_caller(
         Err(e) => return fail(format!("SRTP keys for the offer: {e}")),
     };
     let params = CallParams {
+        headers: Vec::new(),
         target: setup.target_uri.clone(),
         from: None,
         destination: setup.destination,

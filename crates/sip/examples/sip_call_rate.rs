@@ -27,6 +27,7 @@ fn main() {
     let started = Instant::now();
     for _ in 0..calls {
         let params = CallParams {
+            headers: Vec::new(),
             target: "sip:bot@10.0.0.2:5060".into(),
             from: None,
             destination: uas_addr,

@@ -20,6 +20,12 @@ pub enum Error {
     /// A URI we were asked to send to is not a `sip:`/`sips:` URI `rsip` can read.
     #[error("URI {0:?} is not a usable sip: URI")]
     InvalidUri(String),
+    /// A header we were asked to add is not one a request may carry from the application:
+    /// its name is not a token, its value holds a CR, LF or NUL, or the endpoint writes that
+    /// header itself (Via, From, To, Call-ID, CSeq, Contact, ...). The name only: values may
+    /// be secrets.
+    #[error("header {0:?} cannot be added to the request")]
+    InvalidHeader(String),
     /// The call handle is unknown (never existed, or the call has ended).
     #[error("no call with handle {0}")]
     UnknownCall(u64),

@@ -267,7 +267,7 @@ pub(crate) fn is_token_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || "-.!%*_+`'~".contains(c)
 }
 
-fn is_token(s: &str) -> bool {
+pub(crate) fn is_token(s: &str) -> bool {
     !s.is_empty() && s.chars().all(is_token_char)
 }
 

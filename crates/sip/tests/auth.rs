@@ -271,6 +271,7 @@ impl Hand {
         let call = uac
             .place_call(
                 CallParams {
+                    headers: Vec::new(),
                     target: "sip:bot@10.0.0.2:5060".into(),
                     from: None,
                     destination: addr(UAS_ADDR),

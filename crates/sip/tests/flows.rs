@@ -210,6 +210,7 @@ fn no_common_codec_is_answered_488() {
         .uac
         .place_call(
             ontime_sip::CallParams {
+                headers: Vec::new(),
                 target: "sip:bot@10.0.0.2:5060".into(),
                 from: None,
                 destination: addr(UAS_ADDR),

@@ -11,6 +11,7 @@ use ontime_sip::{CallParams, EndReason, Event, Transport};
 
 fn call_params(uas: &UdpPeer, offer_port: u16) -> CallParams {
     CallParams {
+        headers: Vec::new(),
         target: format!("sip:bot@{}", uas.addr()),
         from: None,
         destination: uas.addr(),

@@ -152,6 +152,7 @@ fn our_uac_calls_sipp_uas() {
     let deadline = Instant::now() + Duration::from_secs(20);
     for _ in 0..CALLS {
         let params = CallParams {
+            headers: Vec::new(),
             target: format!("sip:service@{sipp_addr}"),
             from: None,
             destination: sipp_addr,

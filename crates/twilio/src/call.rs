@@ -8,6 +8,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::sip_headers::XHeaders;
 use crate::twiml::Verb;
 
 /// A call's status, as Twilio names them (`Status` of the Call resource).
@@ -174,8 +175,11 @@ pub struct StatusCallback {
 /// What `POST .../Calls.json` asks: dial out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewCall {
-    /// `To`: a number (`+15551234567`) or a SIP URI.
+    /// `To`: a number (`+15551234567`) or a SIP URI, without the header part it may have had.
     pub to: String,
+    /// The `X-` headers of `To`'s header part (`sip:bob@host?X-Campaign=7`): they go onto the
+    /// INVITE.
+    pub sip_headers: XHeaders,
     /// `From`: our number or SIP URI.
     pub from: String,
     /// What to run once answered (`Twiml=`, or `Url=` fetched by the HTTP layer).

@@ -15,7 +15,9 @@
 //! - [`json`]: the Call resource and list pages as Twilio writes them; [`Error`]: Twilio's
 //!   error codes and bodies;
 //! - [`webhook`]: the parameters of TwiML fetches and status callbacks; [`signature`]:
-//!   `X-Twilio-Signature`; [`date`]: RFC 2822 dates as Twilio writes them.
+//!   `X-Twilio-Signature`; [`date`]: RFC 2822 dates as Twilio writes them;
+//! - [`sip_headers`]: SIP `X-` headers, inbound to `SipHeader_X-…` webhook parameters and
+//!   outbound from a SIP URI's header part ([`SipTarget`], [`XHeaders`]), bounded.
 //!
 //! ```
 //! use ontime_twilio::{parse_twiml, request::Params, signature, UpdateRequest, Verb};
@@ -45,6 +47,7 @@ mod error;
 pub mod json;
 pub mod request;
 pub mod signature;
+pub mod sip_headers;
 pub mod twiml;
 pub mod webhook;
 
@@ -54,5 +57,14 @@ pub use call::{
 };
 pub use error::{Error, Result};
 pub use request::{CreateRequest, ListRequest, Params, TwimlSource, UpdateRequest};
+pub use sip_headers::{HeaderError, SipTarget, XHeaders};
 pub use twiml::{parse as parse_twiml, DialTarget, TwimlError, Verb, MAX_TWIML_BYTES};
 pub use webhook::API_VERSION;
+
+/// `(name, value)` pairs as the crate's functions take and give them, for its unit tests.
+#[cfg(test)]
+pub(crate) fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
+}

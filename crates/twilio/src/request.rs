@@ -14,6 +14,7 @@ use crate::call::{
     CallFilter, CallStatus, CallUpdate, Direction, NewCall, StatusCallback, StatusCallbackEvent,
 };
 use crate::error::{Error, Result};
+use crate::sip_headers::{SipTarget, XHeaders};
 use crate::twiml::{self, Verb};
 use crate::webhook::API_VERSION;
 
@@ -280,8 +281,11 @@ pub enum TwimlSource {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct CreateRequest {
-    /// `To`: a number or SIP URI (trimmed, not empty).
+    /// `To`: a number or SIP URI (trimmed, not empty), without a SIP URI's header part.
     pub to: String,
+    /// The `X-` headers of a SIP `To`'s header part (`sip:bob@host?X-Campaign=7`), checked
+    /// ([`crate::sip_headers`]): they go onto the INVITE.
+    pub sip_headers: XHeaders,
     /// `From` (trimmed, not empty).
     pub from: String,
     /// `Timeout`: how long to ring.
@@ -310,6 +314,7 @@ impl CreateRequest {
         ])?;
         let present = |name| params.get(name).map(str::trim).filter(|v| !v.is_empty());
         let to = present("To").ok_or_else(|| Error::bad(21201, "No 'To' number is specified"))?;
+        let (to, sip_headers) = split_sip_to(to)?;
         let from =
             present("From").ok_or_else(|| Error::bad(21213, "No 'From' number is specified"))?;
         let timeout = Duration::from_secs(params.timeout_secs()?);
@@ -336,7 +341,8 @@ impl CreateRequest {
             }
         };
         Ok(CreateRequest {
-            to: to.to_string(),
+            to,
+            sip_headers,
             from: from.to_string(),
             timeout,
             status_callback,
@@ -364,12 +370,26 @@ impl CreateRequest {
     pub fn into_new_call(self, twiml: Vec<Verb>) -> NewCall {
         NewCall {
             to: self.to,
+            sip_headers: self.sip_headers,
             from: self.from,
             twiml,
             timeout: self.timeout,
             status_callback: self.status_callback,
         }
     }
+}
+
+/// A SIP `To` split from its headers (Twilio's form for headers on a SIP call it places); a
+/// number as it is. Headers that may not be set refuse the request (400, code 21201): sending
+/// the call without them would lose what the bot asked for without telling it.
+fn split_sip_to(to: &str) -> Result<(String, XHeaders)> {
+    let scheme = to.split(':').next().unwrap_or_default();
+    if !(scheme.eq_ignore_ascii_case("sip") || scheme.eq_ignore_ascii_case("sips")) {
+        return Ok((to.to_string(), XHeaders::default()));
+    }
+    let target = SipTarget::parse(to)
+        .map_err(|e| Error::bad(21201, format!("Parameter 'To' is invalid: {e}")))?;
+    Ok((target.uri, target.headers))
 }
 
 /// `POST Calls/{CallSid}.json`: `Status=completed|canceled`, `Twiml=` or `Url=` (+ `Method`).
@@ -626,6 +646,52 @@ mod tests {
                 CreateRequest::parse(&params(form)).map_err(|e| e.code),
                 Err(code),
                 "{form}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_sip_to_carries_x_headers_onto_the_call() {
+        // As a bot's form encodes it: the URI's own `%40` stays an escape inside the header.
+        let form = "To=sip%3Abob%40pbx.example%3FX-Campaign%3D7%26X-Note%3Da%2540b&From=%2B1\
+                    &Twiml=%3CResponse%2F%3E";
+        let c = CreateRequest::parse(&params(form)).unwrap();
+        assert_eq!(c.to, "sip:bob@pbx.example");
+        assert_eq!(
+            c.sip_headers.pairs(),
+            [
+                ("X-Campaign".to_string(), "7".to_string()),
+                ("X-Note".to_string(), "a@b".to_string())
+            ]
+        );
+        assert!(c
+            .fetch_params("AC1")
+            .contains(&("To".into(), "sip:bob@pbx.example".into())));
+        let call = c.into_new_call(Vec::new());
+        assert_eq!(
+            (call.to.as_str(), call.sip_headers.len()),
+            ("sip:bob@pbx.example", 2)
+        );
+        // A number has no header part; its `?` is left for the trunk to refuse.
+        let c = CreateRequest::parse(&params("To=%2B1555&From=a&Twiml=%3CResponse%2F%3E")).unwrap();
+        assert!(c.sip_headers.is_empty());
+        // Anything but X- headers, or past the bounds: 400, naming the header, never its value.
+        for (to, message) in [
+            (
+                "sip%3Ab%40h%3FRoute%3D%253Csip%3Aevil%253E",
+                "Parameter 'To' is invalid: only X- headers can be set in a SIP URI, not 'Route'",
+            ),
+            (
+                "sip%3Ab%40h%3FX-A%3Dx%250D%250AVia%3A1",
+                "Parameter 'To' is invalid: the value of header 'X-A' contains a control character",
+            ),
+        ] {
+            let e =
+                CreateRequest::parse(&params(&format!("To={to}&From=a&Twiml=%3CResponse%2F%3E")))
+                    .unwrap_err();
+            assert_eq!(
+                (e.status, e.code, e.message.as_str()),
+                (400, 21201, message)
             );
         }
     }

@@ -44,12 +44,7 @@ pub fn validate(auth_token: &str, url: &str, params: &[(String, String)], signat
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
-        p.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::pairs;
 
     const URL: &str = "https://mycompany.com/myapp.php?foo=1&bar=2";
 

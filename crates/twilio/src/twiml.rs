@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use crate::sip_headers::SipTarget;
+
 /// Where `<Dial>` / `<Refer>` sends the caller (a blind transfer by SIP REFER).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DialTarget {
@@ -438,7 +440,10 @@ fn verb(el: &Element) -> Result<Verb, TwimlError> {
 }
 
 /// `<Sip>sip:...</Sip>` (in `<Dial>` or `<Refer>`); its attributes (username, password, url,
-/// statusCallback, ...) belong to a bridged leg, so none is honoured.
+/// statusCallback, ...) belong to a bridged leg, so none is honoured. Headers in the URI
+/// (`?X-Campaign=7`, [`crate::sip_headers`]) are checked here, so that a header that may not be
+/// set refuses the document (400 naming it on the API) before anything runs, as any other
+/// TwiML ontime does not honour; the URI keeps them, written back canonically escaped.
 fn sip_target(el: &Element) -> Result<Verb, TwimlError> {
     el.only_attrs(&[])?;
     el.no_children()?;
@@ -449,7 +454,8 @@ fn sip_target(el: &Element) -> Result<Verb, TwimlError> {
         .or_else(|| lower.strip_prefix("sips:"));
     match rest {
         Some(r) if !r.is_empty() && !uri.chars().any(|c| c.is_whitespace() || c.is_control()) => {
-            Ok(Verb::Transfer(DialTarget::Sip(uri.to_string())))
+            let target = SipTarget::parse(uri).map_err(|e| el.invalid(e.to_string()))?;
+            Ok(Verb::Transfer(DialTarget::Sip(target.with_headers())))
         }
         _ => Err(el.invalid(format!("a sip: or sips: URI is needed, got {uri:?}"))),
     }
@@ -540,6 +546,29 @@ mod tests {
         assert_eq!(
             ok("<Response><Dial><Sip>sip:a@b;x=1&amp;y=2</Sip></Dial></Response>"),
             vec![Verb::Transfer(DialTarget::Sip("sip:a@b;x=1&y=2".into()))]
+        );
+    }
+
+    #[test]
+    fn sip_uri_headers_are_checked_and_kept_escaped() {
+        assert_eq!(
+            ok("<Response><Dial><Sip>sip:bob@pbx?X-Campaign=7&amp;X-Note=a%20b</Sip></Dial></Response>"),
+            vec![Verb::Transfer(DialTarget::Sip(
+                "sip:bob@pbx?X-Campaign=7&X-Note=a%20b".into()
+            ))]
+        );
+        // Written back canonically: an escape a URI does not need is undone.
+        assert_eq!(
+            ok("<Response><Refer><Sip>sip:bob@pbx?X-%41=%31</Sip></Refer></Response>"),
+            vec![Verb::Transfer(DialTarget::Sip("sip:bob@pbx?X-A=1".into()))]
+        );
+        assert_eq!(
+            err("<Response><Refer><Sip>sip:bob@pbx?X-A=1&amp;Route=%3Csip:x%3E</Sip></Refer></Response>"),
+            "<Sip>: only X- headers can be set in a SIP URI, not 'Route'"
+        );
+        assert_eq!(
+            err("<Response><Dial><Sip>sip:bob@pbx?X-A=%0D%0AVia:1</Sip></Dial></Response>"),
+            "<Sip>: the value of header 'X-A' contains a control character"
         );
     }
 

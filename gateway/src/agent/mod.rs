@@ -33,6 +33,11 @@ pub struct CallInfo {
     /// Every header of the INVITE (name, value), for agents that forward some (the WebSocket
     /// agent's `ws_forward_headers`).
     pub sip_headers: Vec<(String, String)>,
+    /// The INVITE's `X-` headers within bounds (at most 16, names ≤ 64 bytes, values ≤ 256
+    /// bytes without control characters; `ontime_twilio::sip_headers`): what the voice webhook
+    /// gets as `SipHeader_X-…` and a WebSocket bot in `customParameters`. Empty for outbound
+    /// calls.
+    pub x_headers: ontime_twilio::XHeaders,
 }
 
 /// What happens on a call, as the agent sees it.

@@ -126,6 +126,7 @@ mod tests {
             from: "a".into(),
             to: "b".into(),
             sip_headers: Vec::new(),
+            x_headers: Default::default(),
         };
         let mut call = stub.start_call(&info, AgentOutput::new(tx));
         call.on_event(AgentEvent::SpeechStarted);

@@ -20,10 +20,10 @@ use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_
 use ontime_sender::{StreamEvent, StreamId, StreamProducer};
 use ontime_sip::{Direction, NegotiatedMedia};
 use ontime_srtp::{SdesKeys, SrtpContext, SRTCP_TRAILER_LEN};
-use ontime_twilio::{DialTarget, Verb};
+use ontime_twilio::{DialTarget, SipTarget, Verb};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::inbound::{law_of, InboundMedia, InboundOutcome};
 use super::outbound::Outbound;
@@ -735,7 +735,32 @@ impl CallCore {
     }
 
     fn start_transfer(&mut self, target: &DialTarget, now: Instant) {
-        let uri = refer_to(target, &self.settings.transfer_domain);
+        let written = refer_to(target, &self.settings.transfer_domain);
+        // The URI's X- headers (`?X-Campaign=7`) travel as headers of the Refer-To URI, not as
+        // headers of the REFER: RFC 3515 §2.1 has the referee (the trunk or PBX acting on the
+        // REFER) copy them onto the INVITE it sends to the target, which is where the bot
+        // wants them to arrive, and Twilio's own <Refer> puts them there; headers of the REFER
+        // itself stop at the referee. TwiML's were checked when it was parsed; an agent's
+        // `AgentAction::Transfer` is checked here. What is recorded and reported is the URI
+        // without them (their values may be secrets).
+        let (uri, refer_to_uri) = match SipTarget::parse(&written) {
+            Ok(t) => {
+                if !t.headers.is_empty() {
+                    info!(headers = %t.headers.names(), "the Refer-To carries X- headers");
+                }
+                let with = t.with_headers();
+                (t.uri, with)
+            }
+            Err(e) => {
+                warn!(error = %e, "transfer refused: its URI's headers cannot be sent");
+                let o = TransferOutcome {
+                    target: written.split('?').next().unwrap_or_default().to_string(),
+                    result: TransferResult::Rejected,
+                    sip_status: None,
+                };
+                return self.transfer_ended(o, now);
+            }
+        };
         if self.transfer.is_some() {
             // One REFER at a time (RFC 3515 subscriptions would otherwise need ids).
             let o = TransferOutcome {
@@ -748,7 +773,7 @@ impl CallCore {
         info!(target = %uri, "transferring the call (REFER)");
         self.transfer = Some(PendingTransfer::new(uri.clone(), now));
         self.outputs
-            .push_back(CallOutput::Sip(SipRequest::Refer(uri)));
+            .push_back(CallOutput::Sip(SipRequest::Refer(refer_to_uri)));
     }
 
     fn transfer_ended(&mut self, outcome: TransferOutcome, now: Instant) {

@@ -167,7 +167,7 @@ impl Program {
 /// The outcome of a transfer, for the agent, the status callback and the record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransferOutcome {
-    /// The Refer-To URI.
+    /// The Refer-To URI, without the X- headers it may carry.
     pub target: String,
     /// What happened.
     pub result: TransferResult,

@@ -140,6 +140,7 @@ impl Sim {
             from: "sip:caller@example.com".into(),
             to: "sip:bot@example.com".into(),
             sip_headers: Vec::new(),
+            x_headers: Default::default(),
         };
         let core = CallCore::new(
             settings_of(origin),
@@ -950,17 +951,21 @@ fn without_telephone_event_digits_go_by_sip_info_one_per_200_ms() {
     assert!(sim.sip_at[1] - sim.sip_at[0] >= Duration::from_millis(200));
 }
 
-#[test]
-fn an_accepted_transfer_ends_our_leg_once_the_target_answers() {
+/// A call half a second old that has been told by TwiML to transfer to the SIP URI `target`.
+fn transferring_to(target: &str) -> Sim {
     let mut sim = Sim::new(settings);
     sim.run_for(seconds(0.5));
     sim.core.handle_command(
-        CallCommand::Run(vec![Verb::Transfer(DialTarget::Sip(
-            "sip:agent@192.0.2.55".into(),
-        ))]),
+        CallCommand::Run(vec![Verb::Transfer(DialTarget::Sip(target.into()))]),
         sim.now,
     );
     sim.drain();
+    sim
+}
+
+#[test]
+fn an_accepted_transfer_ends_our_leg_once_the_target_answers() {
+    let mut sim = transferring_to("sip:agent@192.0.2.55");
     assert_eq!(
         sim.sip,
         vec![SipRequest::Refer("sip:agent@192.0.2.55".into())]
@@ -991,6 +996,34 @@ fn an_accepted_transfer_ends_our_leg_once_the_target_answers() {
     assert_eq!(cdr.cause, Some(EndCause::Transferred));
     assert_eq!(cdr.transfer_target.as_deref(), Some("sip:agent@192.0.2.55"));
     assert_eq!(cdr.transfer_result, Some("completed"));
+}
+
+#[test]
+fn a_transfers_x_headers_go_in_the_refer_to_and_nowhere_else() {
+    let mut sim = transferring_to("sip:agent@192.0.2.55?X-Campaign=7&X-Account=a1");
+    assert_eq!(
+        sim.sip,
+        vec![SipRequest::Refer(
+            "sip:agent@192.0.2.55?X-Campaign=7&X-Account=a1".into()
+        )]
+    );
+    sim.dialog(DialogEvent::ReferResponse(603));
+    // What is reported and recorded is the URI alone.
+    assert_eq!(sim.transfers[0].target, "sip:agent@192.0.2.55");
+    // An agent's transfer is checked as TwiML is: headers that may not be set send no REFER.
+    sim.agent(AgentAction::Transfer(
+        "sip:agent@192.0.2.55?Route=%3Csip:evil%3E".into(),
+    ));
+    assert_eq!(sim.sip.len(), 1, "{:?}", sim.sip);
+    assert_eq!(
+        sim.transfers[1],
+        TransferOutcome {
+            target: "sip:agent@192.0.2.55".into(),
+            result: TransferResult::Rejected,
+            sip_status: None,
+        }
+    );
+    assert!(sim.ended.is_none());
 }
 
 #[test]

@@ -50,6 +50,9 @@ pub const AGENT_AUDIO_CUT_FRAMES_TOTAL: &str = "ontime_agent_audio_cut_frames_to
 pub const SIP_DROPPED_TOTAL: &str = "ontime_sip_dropped_total";
 /// Stateless 403s sent to sources outside the trunk networks (`untrusted_sip = reject`).
 pub const SIP_UNTRUSTED_REJECTED_TOTAL: &str = "ontime_sip_untrusted_rejected_total";
+/// `X-` headers of inbound INVITEs not passed on to the voice webhook and the bot: past the
+/// 16th, or out of bounds (`ontime_twilio::sip_headers`).
+pub const SIP_X_HEADERS_DROPPED_TOTAL: &str = "ontime_sip_x_headers_dropped_total";
 /// Reasons of [`SIP_DROPPED_TOTAL`] (`slow_message`: a TCP/TLS message not complete within
 /// its time, the connection closed).
 pub const SIP_DROP_REASONS: &[&str] = &["untrusted", "rate_limited", "slow_message"];
@@ -273,6 +276,12 @@ pub(crate) fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
         "Stateless 403s sent to sources outside the trunk networks."
     );
     counter!(SIP_UNTRUSTED_REJECTED_TOTAL).absolute(0);
+    describe_counter!(
+        SIP_X_HEADERS_DROPPED_TOTAL,
+        Unit::Count,
+        "X- headers of inbound INVITEs dropped: past 16 per call, or out of bounds."
+    );
+    counter!(SIP_X_HEADERS_DROPPED_TOTAL).absolute(0);
     describe_counter!(
         SIP_INVALID_MESSAGES_TOTAL,
         Unit::Count,

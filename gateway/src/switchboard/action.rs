@@ -88,6 +88,8 @@ pub(crate) enum Counted {
     Rejected(RejectReason),
     /// A stateless 403 to a source outside the trunk networks.
     Untrusted,
+    /// `X-` headers of an inbound INVITE dropped (past the 16th, or out of bounds).
+    XHeadersDropped(u64),
     /// A datagram dropped before the endpoint, and why.
     Dropped(&'static str),
     /// A call answered, over this SIP transport, with RTP or SRTP.

@@ -355,11 +355,17 @@ impl Harness {
 
     /// The trunk places a call to the gateway; its handle at the trunk.
     pub(super) fn call_in(&mut self) -> CallHandle {
+        self.call_in_with(Vec::new())
+    }
+
+    /// [`Harness::call_in`] with these extra headers on the INVITE.
+    pub(super) fn call_in_with(&mut self, headers: Vec<(String, String)>) -> CallHandle {
         let offer = sdp::build_offer(&LocalMedia::new(addr("127.0.0.1:40000"), 11));
         let call = self
             .peer
             .place_call(
                 CallParams {
+                    headers,
                     target: format!("sip:bot@{GATEWAY}"),
                     from: Some("sip:+15550001111@127.0.0.1".into()),
                     destination: addr(GATEWAY),

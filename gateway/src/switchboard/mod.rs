@@ -40,7 +40,7 @@ use ontime_sip::{
     CallHandle, Codec, Config as SipConfig, EndReason, Endpoint, Event, LocalMedia, Method,
     RegistrationHandle, SessionDescription, Transmit, Transport,
 };
-use ontime_twilio::{CallStatus, Direction as CallDirection, NewCall, Verb};
+use ontime_twilio::{CallStatus, Direction as CallDirection, NewCall, Verb, XHeaders};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tracing::{info, warn};
@@ -727,7 +727,18 @@ impl Switchboard {
                 )
             }
         };
+        let (x_headers, x_dropped) = XHeaders::from_inbound(&incoming.headers);
+        if x_dropped > 0 {
+            // Names only: a value may be a secret, and a trunk sending too many is the news.
+            warn!(
+                dropped = x_dropped,
+                kept = %x_headers.names(),
+                "X- headers past 16 or out of bounds are not passed on"
+            );
+            self.count(Counted::XHeadersDropped(x_dropped as u64));
+        }
         let info = CallInfo {
+            x_headers,
             call_sid: self.new_call_sid(),
             account_sid: self.config.api_account_sid.clone(),
             direction: CallDirection::Inbound,
@@ -912,6 +923,8 @@ impl Switchboard {
             destination: trunk.addr,
             transport: trunk.transport,
             offer: offer.clone(),
+            // `To`'s X- headers, checked by the API (`ontime_twilio::sip_headers`).
+            headers: call.sip_headers.pairs().to_vec(),
         };
         let handle = match self.endpoint.place_call(params, now) {
             Ok(h) => h,
@@ -925,7 +938,7 @@ impl Switchboard {
             .call_id(handle)
             .unwrap_or_default()
             .to_string();
-        info!(to = %target, from = %from, trunk = %trunk.addr, rtp_port = port, "dialling out");
+        info!(to = %target, from = %from, trunk = %trunk.addr, rtp_port = port, x_headers = %call.sip_headers.names(), "dialling out");
         self.actions
             .push_back(Action::Registry(RegistryNote::Initiated {
                 sid: sid.clone(),
@@ -940,6 +953,7 @@ impl Switchboard {
             from,
             to: target,
             sip_headers: Vec::new(),
+            x_headers: Default::default(),
         };
         let start_unix_ms = self.unix_ms(now);
         self.record(CallDetailRecord::start(&info, start_unix_ms));

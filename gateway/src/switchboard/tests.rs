@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ontime_sip::sdp::{self, Direction, LocalMedia};
 use ontime_sip::{EndReason, Event, Transport};
-use ontime_twilio::{CallStatus, NewCall};
+use ontime_twilio::{CallStatus, NewCall, XHeaders};
 
 use super::harness::{addr, Harness, RouteMode, GATEWAY, TRUNK};
 use super::{Action, Counted, RegistryNote, LINGER};
@@ -373,8 +373,13 @@ fn trunk_config(c: &mut Config) {
 }
 
 fn dial(h: &mut Harness, sid: &str, timeout: Duration) {
+    dial_to(h, sid, "+15557654321", XHeaders::default(), timeout);
+}
+
+fn dial_to(h: &mut Harness, sid: &str, to: &str, sip_headers: XHeaders, timeout: Duration) {
     let call = NewCall {
-        to: "+15557654321".into(),
+        to: to.into(),
+        sip_headers,
         from: "+15550001111".into(),
         twiml: Vec::new(),
         timeout,
@@ -438,6 +443,67 @@ fn dial_out_rings_then_is_answered_and_started() {
     assert_eq!(cdr.cause, Some(EndCause::RtpTimeout));
     assert_eq!(cdr.call_sid, "CA1");
     assert_eq!(h.slots.active(), 0);
+}
+
+#[test]
+fn dial_out_puts_the_x_headers_of_to_on_the_invite_once() {
+    let mut h = with(trunk_config);
+    let target =
+        ontime_twilio::SipTarget::parse(&format!("sip:bob@{TRUNK}?X-Campaign=7&X-Note=a%20b"))
+            .unwrap();
+    dial_to(
+        &mut h,
+        "CA9",
+        &target.uri,
+        target.headers,
+        Duration::from_secs(30),
+    );
+    // RFC 3261 §19.1.5: the headers are on the request, not in its Request-URI or To.
+    assert_eq!(h.lines()[0], format!("> INVITE sip:bob@{TRUNK} SIP/2.0"));
+    let invite = h
+        .peer_events
+        .iter()
+        .find_map(|e| match e {
+            Event::IncomingCall(i) => Some(i.clone()),
+            _ => None,
+        })
+        .expect("the INVITE reached the trunk");
+    let x: Vec<(&str, &str)> = invite
+        .headers
+        .iter()
+        .filter(|(n, _)| n.starts_with("X-"))
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(x, [("X-Campaign", "7"), ("X-Note", "a b")]);
+    assert_eq!(invite.to.uri, format!("sip:bob@{TRUNK}"));
+}
+
+#[test]
+fn inbound_x_headers_reach_the_route_bounded_and_the_rest_are_counted() {
+    let mut h = with(|_| {});
+    let mut headers: Vec<(String, String)> = (0..18)
+        .map(|i| (format!("X-H{i}"), i.to_string()))
+        .collect();
+    headers.insert(0, ("P-Tenant".into(), "acme".into()));
+    h.call_in_with(headers);
+    let info = h
+        .actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Route(_, info) => Some(info.clone()),
+            _ => None,
+        })
+        .expect("routed");
+    assert_eq!(info.x_headers.len(), 16);
+    assert_eq!(count_of(&h, &Counted::XHeadersDropped(2)), 1);
+    let params = crate::routing::webhook_params(&info);
+    let sip: Vec<&(String, String)> = params
+        .iter()
+        .filter(|(k, _)| k.starts_with("SipHeader_"))
+        .collect();
+    assert_eq!(sip.len(), 16);
+    assert_eq!(sip[0], &("SipHeader_X-H0".to_string(), "0".to_string()));
+    assert_eq!(sip[15], &("SipHeader_X-H15".to_string(), "15".to_string()));
 }
 
 #[test]

@@ -245,4 +245,8 @@ pub struct CallParams {
     pub transport: Transport,
     /// The SDP offer.
     pub offer: SessionDescription,
+    /// Header fields added to the INVITE after the endpoint's own, as (name, value): e.g. a
+    /// trunk's `X-` headers. A name must be a token and not one the endpoint writes itself, a
+    /// value free of CR, LF and NUL ([`crate::Error::InvalidHeader`]).
+    pub headers: Vec<(String, String)>,
 }

@@ -230,6 +230,9 @@ impl Endpoint {
         if !crate::message::is_valid_sip_uri(&params.target) {
             return Err(Error::InvalidUri(params.target));
         }
+        if let Some((name, _)) = params.headers.iter().find(|(n, v)| !is_addable(n, v)) {
+            return Err(Error::InvalidHeader(name.clone()));
+        }
         let call = CallHandle(self.new_id());
         let local_tag = self.random_token();
         let call_id = format!("{}@{}", self.random_token(), self.config.local_addr.ip());
@@ -263,6 +266,7 @@ impl Endpoint {
             headers.push(h("Session-Expires", se.as_secs().to_string()));
             headers.push(h("Min-SE", self.config.min_se.as_secs().to_string()));
         }
+        headers.extend(params.headers.iter().cloned());
         headers.push(h("Content-Type", "application/sdp"));
         let bytes = build::request(&Method::Invite, &params.target, &headers, &body)?;
         self.calls.insert(
@@ -591,6 +595,70 @@ impl Endpoint {
                 };
                 self.end_call(call, now, reason);
             }
+        }
+    }
+}
+
+/// Headers the endpoint writes on an INVITE itself: one more of them from the application would
+/// contradict ours (a second Via or Call-ID) or change where the dialog goes (Route, Contact).
+const OWN_HEADERS: &[&str] = &[
+    "via",
+    "v",
+    "max-forwards",
+    "from",
+    "f",
+    "to",
+    "t",
+    "call-id",
+    "i",
+    "cseq",
+    "contact",
+    "m",
+    "route",
+    "record-route",
+    "allow",
+    "supported",
+    "k",
+    "user-agent",
+    "session-expires",
+    "x",
+    "min-se",
+    "content-type",
+    "c",
+    "content-length",
+    "l",
+    "authorization",
+    "proxy-authorization",
+];
+
+/// A header the application may add to an INVITE: a token name that is not one of
+/// [`OWN_HEADERS`], a value that cannot end the header early.
+fn is_addable(name: &str, value: &str) -> bool {
+    crate::message::is_token(name)
+        && !OWN_HEADERS.iter().any(|o| o.eq_ignore_ascii_case(name))
+        && !value.contains(['\r', '\n', '\0'])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_addable;
+
+    #[test]
+    fn only_headers_the_endpoint_does_not_write_can_be_added() {
+        assert!(is_addable("X-Campaign", "7"));
+        assert!(is_addable("P-Asserted-Identity", "<sip:a@b>"));
+        for (name, value) in [
+            ("Via", "SIP/2.0/UDP x"),
+            ("call-id", "1"),
+            ("i", "1"),
+            ("Route", "<sip:x>"),
+            ("Content-Length", "0"),
+            ("X A", "1"),
+            ("", "1"),
+            ("X-A", "1\r\nVia: x"),
+            ("X-A", "a\0"),
+        ] {
+            assert!(!is_addable(name, value), "{name:?}: {value:?}");
         }
     }
 }

@@ -186,6 +186,7 @@ impl Net {
             .uac
             .place_call(
                 CallParams {
+                    headers: Vec::new(),
                     target: "sip:bot@10.0.0.2:5060".into(),
                     from: None,
                     destination: addr(UAS_ADDR),

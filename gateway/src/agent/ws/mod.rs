@@ -322,6 +322,10 @@ impl Agent for WsAgent {
         let (media_tx, media_rx) = mpsc::channel(self.config.send_queue_frames.max(1));
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let mut custom = call_parameters(info);
+        // The INVITE's X- headers, under the names the voice webhook gives them
+        // (`SipHeader_X-…`), so a bot reads them the same way from either; before the
+        // operator's and the TwiML's parameters, which win a clash.
+        custom.extend(info.x_headers.webhook_params());
         custom.extend(self.config.custom_parameters.iter().cloned());
         for name in &self.config.forward_headers {
             if let Some((_, v)) = info
@@ -729,6 +733,7 @@ mod tests {
             from: "sip:+15551230000@trunk.example.com".into(),
             to: "sip:bot@gw".into(),
             sip_headers: Vec::new(),
+            x_headers: Default::default(),
         };
         let sent: Vec<String> = call_parameters(&info).into_iter().map(|(k, _)| k).collect();
         // docs/agents.md's table: the rows whose key is one literal name are the fixed keys.
