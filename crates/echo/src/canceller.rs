@@ -60,6 +60,17 @@ const CONVERGED_ERLE: f32 = 4.0;
 const AUDIBLE_ECHO: f32 = 3e-5;
 /// Gated frames in a row that make one burst of audible echo.
 const BURST_FRAMES: u32 = 3;
+/// Frames of the caller's recent audio remembered for [`EchoCanceller::speech_began`] (640 ms).
+const ONSET_MEMORY: usize = 32;
+/// A gated frame within this of passing (1.5 dB) may still have been the caller's speech
+/// beginning: a little quieter than the gate requires (wider, and the walk back crosses into
+/// the echo before the speech on a 6 dB line).
+const ONSET_EVIDENCE: f32 = 0.7;
+/// ... and this far over the line's noise floor (20 dB).
+const ONSET_OVER_NOISE: f32 = 100.0;
+/// Frames in a row that could not be the caller which the walk back to the onset crosses
+/// (120 ms: a gap between words, or a quiet stretch of speech the gate held back whole).
+const ONSET_GAP_FRAMES: u32 = 6;
 
 /// What the canceller may assume about a line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,6 +189,10 @@ pub struct EchoCanceller {
     residual_run: u32,
     report: EchoReport,
     residual: [f32; FRAME_SAMPLES],
+    /// The recent frames, ring by frame number: (position, whether it could have been the
+    /// caller's speech).
+    recent: [(u64, bool); ONSET_MEMORY],
+    recent_next: usize,
 }
 
 impl EchoCanceller {
@@ -209,6 +224,8 @@ impl EchoCanceller {
             caller_hold: 0,
             report: EchoReport::default(),
             residual: [0.0; FRAME_SAMPLES],
+            recent: [(u64::MAX, false); ONSET_MEMORY],
+            recent_next: 0,
         })
     }
 
@@ -229,6 +246,52 @@ impl EchoCanceller {
         self.double_talk_hold = 0;
         self.caller_hold = 0;
         self.report.delay = None;
+        self.recent = [(u64::MAX, false); ONSET_MEMORY];
+    }
+
+    /// Where speech that a VAD found starting at `onset` (a position of this timeline) most
+    /// likely began: the gate holds back the first, quieter part of speech that starts over
+    /// the echo, so the VAD hears it late. Walks back from `onset` over the remembered frames
+    /// that could have been the caller (passed, or gated yet close to passing, and well over
+    /// the line's noise), across gaps of up to 120 ms that could not; at most 640 ms back.
+    pub fn speech_began(&self, onset: u64) -> u64 {
+        let frame = FRAME_SAMPLES as u64;
+        let mut began = onset;
+        // The frame that held the onset, then the ones before it, newest first.
+        let mut expected: Option<u64> = None;
+        let mut misses = 0;
+        for back in 1..=ONSET_MEMORY {
+            let (position, caller_like) =
+                self.recent[(self.recent_next + ONSET_MEMORY - back) % ONSET_MEMORY];
+            match expected {
+                None if position == u64::MAX => break,
+                None if position > onset => continue,
+                // The frame holding the onset is where the VAD began; look before it.
+                None => {
+                    expected = position.checked_sub(frame);
+                    continue;
+                }
+                // The timeline jumped (or the memory ends): nothing older is the same speech.
+                Some(e) if position != e => break,
+                Some(_) => {}
+            }
+            if caller_like {
+                began = position;
+                misses = 0;
+            } else {
+                misses += 1;
+                if misses > ONSET_GAP_FRAMES {
+                    break;
+                }
+            }
+            expected = position.checked_sub(frame);
+        }
+        began.min(onset)
+    }
+
+    fn remember(&mut self, at: u64, caller_like: bool) {
+        self.recent[self.recent_next] = (at, caller_like);
+        self.recent_next = (self.recent_next + 1) % ONSET_MEMORY;
     }
 
     /// What was played towards the caller, starting at sample `at` of the timeline. Frames
@@ -339,9 +402,11 @@ impl EchoCanceller {
         // The loudest reply that could echo into this frame, path known or not: one measure for
         // every frame, so the ratios the bound is learnt from compare.
         let wide = self.reference_level(at, true);
+        let audible = frame_energy > ONSET_OVER_NOISE * self.noise_floor;
         if wide < REFERENCE_FLOOR {
             self.gated_run = 0;
             self.residual_run = 0;
+            self.remember(at, audible);
             return Verdict::NoReference;
         }
         self.active_frames = self.active_frames.saturating_add(1);
@@ -411,6 +476,12 @@ impl EchoCanceller {
             self.caller_hold = CALLER_HANGOVER;
         }
         let caller = heard || (converged && filtered.is_some() && self.caller_hold > 0);
+        let near_residual = filtered.is_some_and(|(echo, residual)| {
+            converged
+                && residual > ONSET_EVIDENCE * (share * echo + NOISE_MARGIN * self.noise_floor)
+        });
+        let near = ratio > ONSET_EVIDENCE * bound || near_residual;
+        self.remember(at, audible && (caller || near));
         self.caller_hold = self.caller_hold.saturating_sub(1);
         // The echo's level is learnt from every frame not taken for the caller (the bound is used
         // only once a path is found, and learnt again from there).

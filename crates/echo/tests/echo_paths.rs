@@ -24,6 +24,21 @@ fn caller_speech() -> Vec<i16> {
     wav("fixtures/speech/book_table_8k.wav")
 }
 
+/// A caller's question as the gateway's tests play it (µ-law WAV).
+fn caller_utterance() -> Vec<i16> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/callers/utterance_2.ulaw.wav");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let data = bytes
+        .windows(4)
+        .position(|w| w == b"data")
+        .expect("a data chunk")
+        + 8;
+    let mut pcm = vec![0i16; bytes.len() - data];
+    ulaw_decode_slice(&bytes[data..], &mut pcm);
+    pcm
+}
+
 /// A line: echo delay (ms), echo return loss (dB), noise (dBFS), the hybrid's response.
 #[derive(Clone, Copy)]
 struct Line {
@@ -394,4 +409,62 @@ fn an_early_interruption_is_heard_from_the_onset() {
     }
     eprintln!("{table}");
     assert_eq!(failures, 0, "{table}");
+}
+
+/// The caller talks over the reply, early in it (the line not yet learnt, 1.5 s in) and later
+/// (3 s): wherever the gate held back the start of their speech, the VAD would hear it from
+/// the first three frames passed in a row, and [`EchoCanceller::speech_began`] walks back from
+/// there to within 40 ms of where the speech really began.
+#[test]
+fn the_start_of_speech_the_gate_held_back_is_found_again() {
+    let played = with_tail([reply(), reply()].concat(), 1);
+    let speech = caller_utterance();
+    let mut table = String::new();
+    let mut misses = 0;
+    for (delay_ms, erl_db) in [(150, 12.0), (40, 6.0), (300, 20.0), (212, 12.0)] {
+        for at_ms in [1500, 1540, 3000, 3020] {
+            let line = Line {
+                delay_ms,
+                erl_db,
+                noise_dbfs: -60.0,
+            };
+            let at = at_ms * 8;
+            let caller = caller_side(&played, |_| line, &speech, at, 7);
+            let first = speech_frames(&speech, at, played.len() / FRAME_SAMPLES)[0];
+            let mut aec = EchoCanceller::new(&EchoConfig::default()).unwrap();
+            let mut passed = 0;
+            let mut found = None;
+            for k in 0..played.len() / FRAME_SAMPLES {
+                let position = (k * FRAME_SAMPLES) as u64;
+                let r: &[i16; FRAME_SAMPLES] = played[k * FRAME_SAMPLES..][..FRAME_SAMPLES]
+                    .try_into()
+                    .unwrap();
+                aec.push_reference(position, r);
+                let mut c: [i16; FRAME_SAMPLES] = caller[k * FRAME_SAMPLES..][..FRAME_SAMPLES]
+                    .try_into()
+                    .unwrap();
+                let caller_frame = aec.process(position, &mut c) == Verdict::Caller;
+                passed = if caller_frame && k >= first {
+                    passed + 1
+                } else {
+                    0
+                };
+                if passed == 3 {
+                    let heard_from = position - 2 * FRAME_SAMPLES as u64;
+                    let began = aec.speech_began(heard_from) / FRAME_SAMPLES as u64;
+                    found = Some((heard_from / FRAME_SAMPLES as u64, began));
+                    break;
+                }
+            }
+            let (heard_from, began) = found.expect("the caller is heard");
+            table += &format!(
+                "delay {delay_ms} ms ERL {erl_db} dB, speech at {at_ms} ms: began at frame {first}, heard from {heard_from}, walked back to {began}\n"
+            );
+            if began.abs_diff(first as u64) > 2 {
+                misses += 1;
+            }
+        }
+    }
+    eprintln!("{table}");
+    assert_eq!(misses, 0, "{table}");
 }

@@ -311,8 +311,9 @@ enum Phase {
 struct PendingBargeIn {
     /// The speech's onset on the VAD's audio clock.
     onset: Duration,
-    /// The onset on the call's clock (the VAD confirms speech some time after it began).
-    onset_at: Instant,
+    /// When the caller began speaking on the call's clock (the VAD confirms speech some time
+    /// after it began, and the echo canceller can hold back its first part).
+    spoke_at: Instant,
     /// When the speech, if not stopped, has lasted the minimum as far as the VAD can tell.
     decide_at: Instant,
 }
@@ -348,6 +349,10 @@ pub struct CallCore {
     /// Where the next caller frame sits on the echo canceller's timeline: one frame per frame
     /// played, the jitter buffer's steady clock (the canceller needs sample-exact spacing).
     echo_cursor: Option<u64>,
+    /// The caller's audio handed to the VAD so far (samples: the VAD's stream time) and when
+    /// the last of it was: the VAD's events come late by however long the inference thread
+    /// took, and their stream times map back to the call's clock through this.
+    vad_stream: (u64, Option<Instant>),
     speaking: bool,
     barge_in_allowed: bool,
     /// After a local barge-in: when the interrupted reply was last heard from (its audio is
@@ -442,6 +447,7 @@ impl CallCore {
             caller_cursor: None,
             echo: None,
             echo_cursor: None,
+            vad_stream: (0, None),
             speaking: false,
             barge_in_allowed: true,
             cut: None,
@@ -803,16 +809,21 @@ impl CallCore {
                 self.speaking = true;
                 if self.may_barge_in() {
                     let lasted = detected.saturating_sub(onset);
-                    let onset_at = now.checked_sub(lasted).unwrap_or(now);
+                    let onset_at = self.stream_instant(onset, now);
+                    // What the caller heard is counted to when they began, which can be before
+                    // the VAD heard them; the decisions go by what the VAD heard.
+                    let spoke_at = onset_at
+                        .checked_sub(self.echo_held(onset))
+                        .unwrap_or(onset_at);
                     let min = self.settings.barge_in_min_speech;
                     if lasted >= min {
-                        self.barge_in(onset_at, now);
+                        self.barge_in(spoke_at, now);
                     } else {
                         // Perhaps a backchannel: barge in only once the speech has lasted the
                         // minimum and the VAD has had time to tell if it stopped before.
                         self.pending_barge_in = Some(PendingBargeIn {
                             onset,
-                            onset_at,
+                            spoke_at,
                             decide_at: onset_at + min + self.settings.speech_stop_lag,
                         });
                     }
@@ -829,7 +840,7 @@ impl CallCore {
                             speech_ms: lasted.as_millis() as u64,
                         });
                     } else if self.may_barge_in() {
-                        self.barge_in(p.onset_at, now);
+                        self.barge_in(p.spoke_at, now);
                     }
                 }
                 self.notify(AgentNotice::SpeechStopped);
@@ -1102,20 +1113,22 @@ impl CallCore {
         };
         self.pending_barge_in = None;
         if self.speaking && self.may_barge_in() {
-            self.barge_in(p.onset_at, now);
+            self.barge_in(p.spoke_at, now);
         }
     }
 
     /// Milliseconds of the current reply the caller heard before the speech that is barging
-    /// in began: the reply's audio the sender has sent, less what it sent since the onset (the
-    /// reply played on while the VAD confirmed the speech) and less half the RTCP round trip
-    /// when known (our packets' way to the caller).
+    /// in began: the reply's audio the sender has sent, less what it sent since the VAD's onset
+    /// (the reply played on while the VAD confirmed the speech), less the time the onset spent
+    /// in our jitter buffer before the VAD heard it, and less the RTCP round trip when known
+    /// (the caller's speech on its way to us, and our packets on theirs: what the caller had
+    /// heard when they began is what we sent one round trip before their speech reached us).
     fn heard_ms(&self, since_onset: Duration) -> u64 {
         let sent = self.out.sent_position().saturating_sub(self.reply_start);
         let sent_ms = sent * 1000 / u64::from(SAMPLE_RATE_HZ);
-        let one_way = self.rtcp.peer().rtt.map_or(Duration::ZERO, |rtt| rtt / 2);
-        let since_onset = since_onset + one_way;
-        sent_ms.saturating_sub(since_onset.as_millis() as u64)
+        let round_trip = self.rtcp.peer().rtt.unwrap_or(Duration::ZERO);
+        let before = since_onset + self.jitter_depth() + round_trip;
+        sent_ms.saturating_sub(before.as_millis() as u64)
     }
 
     fn release_prebuffer(&mut self, now: Instant) {
@@ -1150,6 +1163,34 @@ impl CallCore {
         samples_in(t.saturating_duration_since(self.answered))
     }
 
+    /// When the VAD was handed the caller's audio at `stream` time: the events it sends say
+    /// when on the audio's own clock, and reach us as late as the inference thread was busy
+    /// (a batch, a Smart Turn run, the first run of a model), so `now` less the event's own
+    /// durations would count that wait as audio heard.
+    /// How much of the speech the VAD found starting at `stream` time the echo canceller had
+    /// held back before it (the start of speech over the echo, quieter than the gate passes).
+    fn echo_held(&self, stream: Duration) -> Duration {
+        let (Some(echo), Some(cursor)) = (self.echo.as_ref(), self.echo_cursor) else {
+            return Duration::ZERO;
+        };
+        // The canceller's timeline and the VAD's stream advance together, a frame for a frame.
+        let ahead = self.vad_stream.0.saturating_sub(samples_in(stream));
+        let Some(onset) = cursor.checked_sub(ahead) else {
+            return Duration::ZERO;
+        };
+        let held = onset - echo.speech_began(onset);
+        Duration::from_micros(held * 1_000_000 / u64::from(SAMPLE_RATE_HZ))
+    }
+
+    fn stream_instant(&self, stream: Duration, now: Instant) -> Instant {
+        let (pushed, Some(pushed_at)) = self.vad_stream else {
+            return now;
+        };
+        let ahead = Duration::from_micros(pushed * 1_000_000 / u64::from(SAMPLE_RATE_HZ))
+            .saturating_sub(stream);
+        pushed_at.checked_sub(ahead).unwrap_or(pushed_at)
+    }
+
     /// Plays the caller's audio due by `now` (to the VAD, the recording and the agent). Called
     /// on every tick and on every packet's arrival: at a steady 20 ms the previous frame falls
     /// due as the next packet arrives, so the VAD hears it then rather than at the next tick
@@ -1168,6 +1209,7 @@ impl CallCore {
             self.cancel_echo(start, &mut heard);
             self.outputs
                 .push_back(CallOutput::Inference(Box::new(heard)));
+            self.vad_stream = (self.vad_stream.0 + SAMPLES_PER_FRAME as u64, Some(now));
             if record {
                 // The caller's track runs on from its first frame, one frame per frame played:
                 // the jitter buffer's playout clock is the caller's timeline.

@@ -257,6 +257,11 @@ impl Sim {
         }
     }
 
+    /// The VAD's stream time: the caller's audio handed to it so far.
+    fn stream_time(&self) -> Duration {
+        FRAME * self.inference_frames as u32
+    }
+
     /// Move the clock to `until`, serving the sender's slots, the core's timer and the caller's
     /// packets in time order.
     fn run_until(&mut self, until: Instant) {
@@ -1369,10 +1374,13 @@ fn a_barge_in_tells_the_agent_how_much_of_the_reply_was_heard() {
     sim.run_for(seconds(1.0 + 1.2) + confirm);
     let onset_at = sim.now - confirm;
     let first_reply_ms = 1000;
-    let expected = sim.voiced_ms_until(onset_at) - first_reply_ms;
+    // The caller began speaking one jitter buffer before the VAD heard it (no network here).
+    let spoke_at = onset_at - sim.core.jitter_depth();
+    let expected = sim.voiced_ms_until(spoke_at) - first_reply_ms;
+    let detected = sim.stream_time();
     sim.inference(InferenceEvent::SpeechStarted {
-        onset: seconds(30.0),
-        detected: seconds(30.0) + confirm,
+        onset: detected - confirm,
+        detected,
     });
     let (heard_ms, last_mark) = sim.heard()[0].clone();
     assert!(
@@ -1387,7 +1395,11 @@ fn a_barge_in_tells_the_agent_how_much_of_the_reply_was_heard() {
     sim.run_for(seconds(0.5));
     sim.agent(AgentAction::Play(tone(1.0)));
     sim.run_for(seconds(0.3));
-    sim.inference(speech_started());
+    let detected = sim.stream_time();
+    sim.inference(InferenceEvent::SpeechStarted {
+        onset: detected,
+        detected,
+    });
     let last = sim.notices.last().cloned();
     let heard = sim.heard();
     assert_eq!(heard.len(), 2);
@@ -1395,6 +1407,35 @@ fn a_barge_in_tells_the_agent_how_much_of_the_reply_was_heard() {
     assert!((180..=300).contains(&second.0), "{second:?}");
     assert_eq!(second.1, None);
     assert_eq!(last, Some(AgentNotice::SpeechStarted));
+}
+
+/// The VAD's events reach the call as late as the inference thread was busy (here 400 ms: a
+/// Smart Turn run, a model's first run): what the caller heard is still counted to the onset
+/// on the audio's own clock, not to the moment the event arrived less its own durations.
+#[test]
+fn a_late_vad_event_still_counts_what_was_heard_to_the_onset() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    sim.agent(AgentAction::Play(tone(3.0)));
+    sim.run_for(seconds(1.0));
+    let onset_at = sim.now;
+    let onset = sim.stream_time();
+    // Ten frames, as the sim hands the VAD whole frames.
+    let confirm = Duration::from_millis(200);
+    sim.run_for(confirm);
+    let detected = sim.stream_time();
+    assert_eq!(detected - onset, confirm);
+    sim.run_for(Duration::from_millis(400));
+    sim.inference(InferenceEvent::SpeechStarted { onset, detected });
+    let expected = sim.voiced_ms_until(onset_at - sim.core.jitter_depth());
+    let (heard_ms, _) = sim.heard()[0].clone();
+    assert!(
+        heard_ms.abs_diff(expected) <= 20,
+        "heard {heard_ms} ms, the sink saw {expected} ms"
+    );
+    // The sender had played about 1.6 s by the time the event came: not that.
+    assert!((900..=1100).contains(&heard_ms), "{heard_ms}");
 }
 
 /// Backchannels: the caller speaks for `speech` over a 3 s reply half a second in, the VAD's
@@ -1411,7 +1452,7 @@ fn speak_over_a_reply(speech: Duration) -> (Sim, Instant) {
     sim.agent(AgentAction::Play(tone(3.0)));
     sim.run_for(seconds(0.5));
     let onset_at = sim.now;
-    let onset = seconds(10.0);
+    let onset = sim.stream_time();
     sim.run_for(confirm);
     sim.inference(InferenceEvent::SpeechStarted {
         onset,
@@ -1461,8 +1502,9 @@ fn speech_longer_than_the_minimum_barges_in_within_the_bound() {
     );
     // Everything the caller got of the reply: the 1.1 s before the cut (55 packets).
     assert_eq!(sim.voiced_packets(), 55);
-    // What the caller heard is counted to the onset, not to the decision.
-    let expected = sim.voiced_ms_until(onset_at);
+    // What the caller heard is counted to the onset (as the caller spoke it, one jitter buffer
+    // before the VAD heard it), not to the decision.
+    let expected = sim.voiced_ms_until(onset_at - sim.core.jitter_depth());
     let (heard_ms, _) = sim.heard()[0].clone();
     assert!(
         heard_ms.abs_diff(expected) <= 40,
