@@ -324,6 +324,10 @@ def make_app(args) -> FastAPI:
                 add_wav_header=False,
                 serializer=serializer,
                 audio_out_auto_silence=args.auto_silence == "on",
+                # pipecat sends 2 s of silence after an EndFrame by default; the gateway hangs
+                # up once what the bot sent has played, so that silence is dead air before the
+                # BYE on a phone line.
+                audio_out_end_silence_secs=0,
             ),
         )
         context = LLMContext()
