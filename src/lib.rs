@@ -4,6 +4,7 @@
 //! company's own SIP trunk. Each crate owns one concern; `docs/architecture.md` in the repository
 //! says which, and how a call flows through them.
 
+pub use ontime_amd as amd;
 pub use ontime_cgroup as cgroup;
 pub use ontime_echo as echo;
 pub use ontime_inference as inference;

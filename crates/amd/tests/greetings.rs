@@ -1,0 +1,333 @@
+//! The detector on generated calls with exact verdicts: voicemail greetings (the repository's
+//! synthesised speech, concatenated) with and without a beep, a short "Yes." then silence,
+//! a fax's CNG, silence and line noise. Every call passes through G.711 µ-law, as it would
+//! arrive from a trunk.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ontime_amd::{AmdConfig, AnsweredBy, Detector, Mode, Verdict, FRAME_SAMPLES};
+use ontime_rtp::g711::{ulaw_decode, ulaw_encode};
+use rand::{Rng, SeedableRng};
+
+const RATE: usize = 8000;
+
+/// The samples of a committed 8 kHz µ-law WAV (`fixtures/callers`).
+fn utterance(n: u32) -> Vec<i16> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../../fixtures/callers/utterance_{n}.ulaw.wav"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut at = 12;
+    while at + 8 <= bytes.len() {
+        let size = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        let body = &bytes[at + 8..(at + 8 + size).min(bytes.len())];
+        if &bytes[at..at + 4] == b"data" {
+            return body.iter().map(|&c| ulaw_decode(c)).collect();
+        }
+        at += 8 + size + size % 2;
+    }
+    panic!("{}: no data chunk", path.display())
+}
+
+/// Milliseconds from the start of `audio` to the end of its last audible sample: synthesised
+/// speech ends in silence of its own.
+fn audible_until_ms(audio: &[i16]) -> u128 {
+    let last = audio
+        .iter()
+        .rposition(|&s| s.unsigned_abs() > 300)
+        .unwrap_or(0);
+    ((last + 1) * 1000 / RATE) as u128
+}
+
+fn silence(ms: usize) -> Vec<i16> {
+    vec![0; RATE * ms / 1000]
+}
+
+fn tone(hz: f32, ms: usize, amplitude: f32) -> Vec<i16> {
+    (0..RATE * ms / 1000)
+        .map(|i| {
+            (amplitude * (2.0 * std::f32::consts::PI * hz * i as f32 / RATE as f32).sin()) as i16
+        })
+        .collect()
+}
+
+/// Gaussian-ish line noise (sum of uniforms), seeded.
+fn noise(ms: usize, rms: f32, seed: u64) -> Vec<i16> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..RATE * ms / 1000)
+        .map(|_| {
+            let sum: f32 = (0..12).map(|_| rng.random::<f32>()).sum::<f32>() - 6.0;
+            (sum * rms) as i16
+        })
+        .collect()
+}
+
+/// A voicemail greeting of about 4 s: two sentences with a breath between them.
+fn greeting() -> Vec<i16> {
+    let mut audio = utterance(2);
+    audio.extend(silence(300));
+    audio.extend(utterance(3));
+    audio
+}
+
+/// Feed `audio` (through µ-law, in 20 ms frames, each at its arrival time) to a detector for
+/// a call answered at the first frame, then the clock alone up to a minute; the verdict.
+fn detect(config: &AmdConfig, audio: &[i16]) -> Verdict {
+    let answered = Instant::now();
+    let mut detector = Detector::new(config, answered).unwrap();
+    let mut verdict = None;
+    let mut frames = 0u32;
+    for chunk in audio.chunks(FRAME_SAMPLES) {
+        let mut frame = [0i16; FRAME_SAMPLES];
+        for (out, &s) in frame.iter_mut().zip(chunk) {
+            *out = ulaw_decode(ulaw_encode(s));
+        }
+        frames += 1;
+        let now = answered + Duration::from_millis(20) * frames;
+        if let Some(v) = detector.push_frame(now, &frame) {
+            assert_eq!(verdict, None, "one verdict per call");
+            verdict = Some(v);
+        }
+    }
+    for ms in (0..60_000).step_by(20) {
+        let now = answered + Duration::from_millis(20) * frames + Duration::from_millis(ms);
+        if let Some(v) = detector.poll(now) {
+            assert_eq!(verdict, None, "one verdict per call");
+            verdict = Some(v);
+        }
+    }
+    assert_eq!(detector.verdict(), verdict);
+    verdict.expect("a verdict by the timeout")
+}
+
+fn mode(mode: Mode) -> AmdConfig {
+    AmdConfig {
+        mode,
+        ..AmdConfig::default()
+    }
+}
+
+fn voicemail(beep: bool) -> Vec<i16> {
+    let mut audio = silence(400);
+    audio.extend(greeting());
+    audio.extend(silence(300));
+    if beep {
+        audio.extend(tone(1000.0, 400, 8000.0));
+    }
+    audio.extend(silence(3000));
+    audio
+}
+
+#[test]
+fn the_greeting_is_about_four_seconds() {
+    let secs = greeting().len() as f64 / RATE as f64;
+    assert!((3.5..4.5).contains(&secs), "{secs}");
+}
+
+#[test]
+fn a_greeting_with_a_beep_is_a_machine_at_its_start_and_at_the_beep() {
+    let start = detect(&mode(Mode::Enable), &voicemail(true));
+    assert_eq!(start.answered_by, AnsweredBy::MachineStart);
+    // 400 ms of silence, then 2.4 s of speech activity.
+    assert!((2700..3000).contains(&start.after.as_millis()), "{start:?}");
+    let end = detect(&mode(Mode::DetectMessageEnd), &voicemail(true));
+    assert_eq!(end.answered_by, AnsweredBy::MachineEndBeep);
+    let beep_starts_ms = (400 + greeting().len() * 1000 / RATE + 300) as u128;
+    assert!(
+        (beep_starts_ms + 250..beep_starts_ms + 320).contains(&end.after.as_millis()),
+        "{end:?}, beep from {beep_starts_ms} ms"
+    );
+}
+
+#[test]
+fn a_greeting_then_silence_ends_in_silence() {
+    assert_eq!(
+        detect(&mode(Mode::Enable), &voicemail(false)).answered_by,
+        AnsweredBy::MachineStart
+    );
+    let end = detect(&mode(Mode::DetectMessageEnd), &voicemail(false));
+    assert_eq!(end.answered_by, AnsweredBy::MachineEndSilence);
+    let greeting_ends_ms = audible_until_ms(&voicemail(false));
+    assert!(
+        (greeting_ends_ms + 1200..greeting_ends_ms + 1300).contains(&end.after.as_millis()),
+        "{end:?}, greeting ends at {greeting_ends_ms} ms"
+    );
+}
+
+#[test]
+fn a_greeting_that_never_ends_is_machine_end_other_at_the_timeout() {
+    let config = AmdConfig {
+        mode: Mode::DetectMessageEnd,
+        timeout: Duration::from_secs(10),
+        ..AmdConfig::default()
+    };
+    let mut audio = Vec::new();
+    while audio.len() < RATE * 12 {
+        audio.extend(greeting());
+        audio.extend(silence(200));
+    }
+    let verdict = detect(&config, &audio);
+    assert_eq!(
+        verdict,
+        Verdict {
+            answered_by: AnsweredBy::MachineEndOther,
+            after: Duration::from_secs(10)
+        }
+    );
+}
+
+#[test]
+fn a_short_hello_then_silence_is_a_person() {
+    for config in [mode(Mode::Enable), mode(Mode::DetectMessageEnd)] {
+        let mut audio = silence(500);
+        audio.extend(utterance(3));
+        audio.extend(silence(6000));
+        let verdict = detect(&config, &audio);
+        assert_eq!(verdict.answered_by, AnsweredBy::Human, "{config:?}");
+        let hello_ends_ms = audible_until_ms(&audio);
+        assert!(
+            (hello_ends_ms + 1200..hello_ends_ms + 1300).contains(&verdict.after.as_millis()),
+            "{verdict:?}, hello ends at {hello_ends_ms} ms"
+        );
+    }
+}
+
+#[test]
+fn a_fax_calling_tone_is_a_fax() {
+    let mut audio = silence(300);
+    for _ in 0..3 {
+        audio.extend(tone(1100.0, 500, 6000.0));
+        audio.extend(silence(3000));
+    }
+    for config in [mode(Mode::Enable), mode(Mode::DetectMessageEnd)] {
+        let verdict = detect(&config, &audio);
+        assert_eq!(verdict.answered_by, AnsweredBy::Fax, "{config:?}");
+        assert!(
+            (750..800).contains(&verdict.after.as_millis()),
+            "{verdict:?}"
+        );
+    }
+}
+
+#[test]
+fn a_short_beep_alone_is_a_machine_not_a_fax() {
+    // An 1100 Hz tone too short for CNG but long enough for a beep: once it ends.
+    let mut audio = silence(300);
+    audio.extend(tone(1100.0, 300, 6000.0));
+    audio.extend(silence(2000));
+    assert_eq!(
+        detect(&mode(Mode::Enable), &audio).answered_by,
+        AnsweredBy::MachineStart
+    );
+    // A tone too short to be a beep is nothing.
+    let mut audio = silence(300);
+    audio.extend(tone(1000.0, 200, 6000.0));
+    audio.extend(silence(2000));
+    assert_eq!(
+        detect(&mode(Mode::Enable), &audio).answered_by,
+        AnsweredBy::Unknown
+    );
+}
+
+#[test]
+fn silence_is_unknown_at_the_silence_timeout() {
+    for config in [mode(Mode::Enable), mode(Mode::DetectMessageEnd)] {
+        assert_eq!(
+            detect(&config, &silence(8000)),
+            Verdict {
+                answered_by: AnsweredBy::Unknown,
+                after: Duration::from_secs(5)
+            }
+        );
+    }
+}
+
+#[test]
+fn line_noise_is_unknown_at_the_silence_timeout() {
+    for (rms, seed) in [(100.0, 1), (400.0, 2), (1500.0, 3)] {
+        assert_eq!(
+            detect(&mode(Mode::DetectMessageEnd), &noise(8000, rms, seed)),
+            Verdict {
+                answered_by: AnsweredBy::Unknown,
+                after: Duration::from_secs(5)
+            },
+            "noise of rms {rms}"
+        );
+    }
+}
+
+#[test]
+fn a_callee_that_never_sends_audio_is_unknown_at_the_silence_timeout() {
+    let verdict = detect(&mode(Mode::Enable), &[]);
+    assert_eq!(
+        verdict,
+        Verdict {
+            answered_by: AnsweredBy::Unknown,
+            after: Duration::from_secs(5)
+        }
+    );
+}
+
+#[test]
+fn speech_from_a_vad_decides_as_speech_from_energy() {
+    let answered = Instant::now();
+    let at = |ms: u64| answered + Duration::from_millis(ms);
+    let mut detector = Detector::new(&mode(Mode::Enable), answered).unwrap();
+    detector.use_vad_segments();
+    // Speech energy is ignored once a VAD's segments are used.
+    let loud = tone(300.0, 20, 8000.0);
+    for n in 1..=100 {
+        assert_eq!(detector.push_frame(at(20 * n), &loud), None);
+    }
+    assert_eq!(detector.speech_started(at(2100)), None);
+    assert_eq!(detector.speech_stopped(at(2700)), None);
+    assert_eq!(detector.poll(at(3899)), None);
+    assert_eq!(
+        detector.poll(at(3900)),
+        Some(Verdict {
+            answered_by: AnsweredBy::Human,
+            after: Duration::from_millis(3900)
+        })
+    );
+    assert_eq!(detector.poll(at(9000)), None, "one verdict");
+
+    let mut detector = Detector::new(&mode(Mode::Enable), answered).unwrap();
+    detector.use_vad_segments();
+    assert_eq!(detector.speech_started(at(500)), None);
+    assert_eq!(detector.speech_stopped(at(1500)), None);
+    // A pause shorter than the end threshold is bridged.
+    assert_eq!(detector.speech_started(at(2000)), None);
+    assert_eq!(
+        detector.poll(at(2900)),
+        Some(Verdict {
+            answered_by: AnsweredBy::MachineStart,
+            after: Duration::from_millis(2900)
+        })
+    );
+}
+
+#[test]
+fn frames_of_the_wrong_length_are_not_analysed() {
+    let answered = Instant::now();
+    let mut detector = Detector::new(&AmdConfig::default(), answered).unwrap();
+    let beep = tone(1000.0, 1000, 8000.0);
+    for n in 1..=50u32 {
+        assert_eq!(
+            detector.push_frame(answered + Duration::from_millis(20) * n, &beep[..100]),
+            None
+        );
+    }
+}
+
+#[test]
+fn a_config_outside_its_bounds_is_refused_by_name() {
+    let config = AmdConfig {
+        speech_end_threshold: Duration::ZERO,
+        ..AmdConfig::default()
+    };
+    let e = Detector::new(&config, Instant::now()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "answering-machine detection: speech_end_threshold is 0 ms, expected 20 ms to 600 s"
+    );
+}
