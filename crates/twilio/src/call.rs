@@ -172,6 +172,39 @@ pub struct StatusCallback {
     pub events: Vec<StatusCallbackEvent>,
 }
 
+/// Where an answering-machine verdict is posted when detection is asynchronous
+/// (`AsyncAmdStatusCallback`, `AsyncAmdStatusCallbackMethod`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmdStatusCallback {
+    /// The URL.
+    pub url: String,
+    /// `GET` instead of the default `POST`.
+    pub method_get: bool,
+}
+
+/// `MachineDetection` and its settings on `POST .../Calls.json`: answering-machine detection
+/// from the answer on. Each duration is within Twilio's range (checked when the form is read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineDetection {
+    /// `MachineDetection=DetectMessageEnd` (a machine's verdict waits for its greeting to end)
+    /// rather than `Enable`.
+    pub detect_message_end: bool,
+    /// `MachineDetectionTimeout` (3–59 s, default 30 s).
+    pub timeout: Duration,
+    /// `MachineDetectionSpeechThreshold` (1000–6000 ms, default 2400 ms).
+    pub speech_threshold: Duration,
+    /// `MachineDetectionSpeechEndThreshold` (500–5000 ms, default 1200 ms).
+    pub speech_end_threshold: Duration,
+    /// `MachineDetectionSilenceTimeout` (2000–10000 ms, default 5000 ms).
+    pub silence_timeout: Duration,
+    /// `AsyncAmd=true`: the call's TwiML runs at once and the verdict goes to
+    /// [`MachineDetection::status_callback`]; otherwise the TwiML waits for the verdict and its
+    /// fetch carries it (`AnsweredBy`, `MachineDetectionDuration`).
+    pub asynchronous: bool,
+    /// `AsyncAmdStatusCallback`, if given.
+    pub status_callback: Option<AmdStatusCallback>,
+}
+
 /// What `POST .../Calls.json` asks: dial out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewCall {
@@ -184,6 +217,12 @@ pub struct NewCall {
     pub from: String,
     /// What to run once answered (`Twiml=`, or `Url=` fetched by the HTTP layer).
     pub twiml: Vec<Verb>,
+    /// `Url=` (and `Method=GET`) when its fetch must wait for the call: answering-machine
+    /// detection that is not asynchronous fetches it once the verdict is in, with the verdict
+    /// among its parameters. `twiml` is empty then.
+    pub twiml_url: Option<(String, bool)>,
+    /// Answering-machine detection, if asked for.
+    pub machine_detection: Option<MachineDetection>,
     /// `Timeout`: how long to ring (Twilio's default 60 s).
     pub timeout: Duration,
     /// Status callbacks, if asked for.

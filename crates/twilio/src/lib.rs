@@ -52,8 +52,8 @@ pub mod twiml;
 pub mod webhook;
 
 pub use call::{
-    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
-    StatusCallback, StatusCallbackEvent,
+    AmdStatusCallback, CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError,
+    Direction, MachineDetection, NewCall, StatusCallback, StatusCallbackEvent,
 };
 pub use error::{Error, Result};
 pub use request::{CreateRequest, ListRequest, Params, TwimlSource, UpdateRequest};

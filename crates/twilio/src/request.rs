@@ -11,7 +11,8 @@ use base64::Engine as _;
 use subtle::ConstantTimeEq;
 
 use crate::call::{
-    CallFilter, CallStatus, CallUpdate, Direction, NewCall, StatusCallback, StatusCallbackEvent,
+    AmdStatusCallback, CallFilter, CallStatus, CallUpdate, Direction, MachineDetection, NewCall,
+    StatusCallback, StatusCallbackEvent,
 };
 use crate::error::{Error, Result};
 use crate::sip_headers::{SipTarget, XHeaders};
@@ -28,6 +29,10 @@ pub const MAX_PAGE_SIZE: usize = 1000;
 pub const DEFAULT_RING_SECS: u64 = 60;
 /// Longest `Timeout` of `POST Calls.json`, in seconds: Twilio's maximum.
 pub const MAX_RING_SECS: u64 = 600;
+
+/// Twilio's code for a `MachineDetection…` parameter it does not accept ("Invalid Machine
+/// Detection configuration value").
+pub const INVALID_MACHINE_DETECTION: u32 = 21234;
 
 /// Which resource a path names.
 #[derive(Debug, PartialEq, Eq)]
@@ -220,6 +225,99 @@ impl Params {
         Ok(events)
     }
 
+    /// A whole number `name` within `range` (`unit` names it in the error), `default` when
+    /// absent; anything else is Twilio's 400 naming the parameter.
+    fn bounded(
+        &self,
+        name: &str,
+        range: std::ops::RangeInclusive<u64>,
+        unit: &str,
+        default: u64,
+    ) -> Result<u64> {
+        let Some(v) = self.get(name) else {
+            return Ok(default);
+        };
+        match v.trim().parse::<u64>() {
+            Ok(n) if range.contains(&n) => Ok(n),
+            _ => Err(Error::bad(
+                INVALID_MACHINE_DETECTION,
+                format!(
+                    "{name} must be a whole number of {unit} from {} to {}, got '{v}'",
+                    range.start(),
+                    range.end()
+                ),
+            )),
+        }
+    }
+
+    /// `MachineDetection` and its settings, with Twilio's ranges and defaults (None when
+    /// `MachineDetection` is absent: the other `MachineDetection…` and `AsyncAmd…` parameters
+    /// mean nothing without it, as on Twilio).
+    pub fn machine_detection(&self) -> Result<Option<MachineDetection>> {
+        let detect_message_end = match self.get("MachineDetection").map(str::trim) {
+            None => return Ok(None),
+            Some("Enable") => false,
+            Some("DetectMessageEnd") => true,
+            Some(other) => {
+                return Err(Error::bad(
+                    INVALID_MACHINE_DETECTION,
+                    format!("MachineDetection must be Enable or DetectMessageEnd, got '{other}'"),
+                ))
+            }
+        };
+        let asynchronous = match self.get("AsyncAmd").map(str::trim) {
+            None => false,
+            Some(v) if v.eq_ignore_ascii_case("true") => true,
+            Some(v) if v.eq_ignore_ascii_case("false") => false,
+            Some(other) => {
+                return Err(Error::bad(
+                    INVALID_MACHINE_DETECTION,
+                    format!("AsyncAmd must be true or false, got '{other}'"),
+                ))
+            }
+        };
+        let status_callback = match self
+            .get("AsyncAmdStatusCallback")
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+        {
+            None => None,
+            Some(url) => Some(AmdStatusCallback {
+                url: url.to_string(),
+                method_get: self.method_get("AsyncAmdStatusCallbackMethod")?,
+            }),
+        };
+        Ok(Some(MachineDetection {
+            detect_message_end,
+            timeout: Duration::from_secs(self.bounded(
+                "MachineDetectionTimeout",
+                3..=59,
+                "seconds",
+                30,
+            )?),
+            speech_threshold: Duration::from_millis(self.bounded(
+                "MachineDetectionSpeechThreshold",
+                1000..=6000,
+                "milliseconds",
+                2400,
+            )?),
+            speech_end_threshold: Duration::from_millis(self.bounded(
+                "MachineDetectionSpeechEndThreshold",
+                500..=5000,
+                "milliseconds",
+                1200,
+            )?),
+            silence_timeout: Duration::from_millis(self.bounded(
+                "MachineDetectionSilenceTimeout",
+                2000..=10000,
+                "milliseconds",
+                5000,
+            )?),
+            asynchronous,
+            status_callback,
+        }))
+    }
+
     /// `Status` of a call update: `completed` or `canceled` (None when absent).
     pub fn update_status(&self) -> Result<Option<CallUpdate>> {
         match self.get("Status") {
@@ -295,6 +393,8 @@ pub struct CreateRequest {
     pub status_callback: Option<StatusCallback>,
     /// What the call runs once answered.
     pub twiml: TwimlSource,
+    /// `MachineDetection` and its settings, if asked for.
+    pub machine_detection: Option<MachineDetection>,
 }
 
 impl CreateRequest {
@@ -311,6 +411,14 @@ impl CreateRequest {
             "StatusCallback",
             "StatusCallbackEvent",
             "StatusCallbackMethod",
+            "MachineDetection",
+            "MachineDetectionTimeout",
+            "MachineDetectionSpeechThreshold",
+            "MachineDetectionSpeechEndThreshold",
+            "MachineDetectionSilenceTimeout",
+            "AsyncAmd",
+            "AsyncAmdStatusCallback",
+            "AsyncAmdStatusCallbackMethod",
         ])?;
         let present = |name| params.get(name).map(str::trim).filter(|v| !v.is_empty());
         let to = present("To").ok_or_else(|| Error::bad(21201, "No 'To' number is specified"))?;
@@ -340,6 +448,7 @@ impl CreateRequest {
                 ))
             }
         };
+        let machine_detection = params.machine_detection()?;
         Ok(CreateRequest {
             to,
             sip_headers,
@@ -347,7 +456,18 @@ impl CreateRequest {
             timeout,
             status_callback,
             twiml,
+            machine_detection,
         })
+    }
+
+    /// Whether a `Url=` is fetched once the call has been answered and detection has given
+    /// its verdict (detection that is not asynchronous), rather than before dialling.
+    pub fn fetch_waits_for_verdict(&self) -> bool {
+        matches!(self.twiml, TwimlSource::Fetch { .. })
+            && self
+                .machine_detection
+                .as_ref()
+                .is_some_and(|amd| !amd.asynchronous)
     }
 
     /// The parameters of the `Url=` fetch. The call does not exist yet, so they describe it
@@ -366,9 +486,16 @@ impl CreateRequest {
         ]
     }
 
-    /// The call to place, running `twiml` (the inline document, or the fetched one).
+    /// The call to place, running `twiml` (the inline document, or the fetched one; nothing
+    /// when [`CreateRequest::fetch_waits_for_verdict`], the URL then goes with the call).
     pub fn into_new_call(self, twiml: Vec<Verb>) -> NewCall {
+        let twiml_url = match (&self.twiml, self.fetch_waits_for_verdict()) {
+            (TwimlSource::Fetch { url, method_get }, true) => Some((url.clone(), *method_get)),
+            _ => None,
+        };
         NewCall {
+            twiml_url,
+            machine_detection: self.machine_detection,
             to: self.to,
             sip_headers: self.sip_headers,
             from: self.from,
@@ -641,6 +768,7 @@ mod tests {
             ("To=a&From=b&Twiml=%3CResponse%2F%3E&Url=u", 21201),
             ("To=a&From=b&Twiml=%3CSay%2F%3E", 12100),
             ("To=a&From=b&Url=u&Record=true", 21201),
+            ("To=a&From=b&Url=u&MachineDetection=Off", 21234),
         ] {
             assert_eq!(
                 CreateRequest::parse(&params(form)).map_err(|e| e.code),
@@ -692,6 +820,101 @@ mod tests {
             assert_eq!(
                 (e.status, e.code, e.message.as_str()),
                 (400, 21201, message)
+            );
+        }
+    }
+
+    #[test]
+    fn machine_detection_reads_twilio_parameters_and_ranges() {
+        let base = "To=%2B1&From=%2B2&Url=https%3A%2F%2Fb%2Ft";
+        let c = CreateRequest::parse(&params(base)).unwrap();
+        assert_eq!(c.machine_detection, None);
+        assert!(!c.fetch_waits_for_verdict());
+
+        let c = CreateRequest::parse(&params(&format!("{base}&MachineDetection=Enable"))).unwrap();
+        assert_eq!(
+            c.machine_detection,
+            Some(MachineDetection {
+                detect_message_end: false,
+                timeout: Duration::from_secs(30),
+                speech_threshold: Duration::from_millis(2400),
+                speech_end_threshold: Duration::from_millis(1200),
+                silence_timeout: Duration::from_millis(5000),
+                asynchronous: false,
+                status_callback: None,
+            })
+        );
+        assert!(c.fetch_waits_for_verdict());
+        let call = c.into_new_call(Vec::new());
+        assert_eq!(call.twiml_url, Some(("https://b/t".to_string(), false)));
+
+        let c = CreateRequest::parse(&params(&format!(
+            "{base}&MachineDetection=DetectMessageEnd&AsyncAmd=true\
+             &AsyncAmdStatusCallback=https%3A%2F%2Fb%2Famd&AsyncAmdStatusCallbackMethod=GET\
+             &MachineDetectionTimeout=3&MachineDetectionSpeechThreshold=6000\
+             &MachineDetectionSpeechEndThreshold=500&MachineDetectionSilenceTimeout=10000"
+        )))
+        .unwrap();
+        let amd = c.machine_detection.clone().unwrap();
+        assert!(amd.detect_message_end && amd.asynchronous);
+        assert_eq!(
+            (
+                amd.timeout,
+                amd.speech_threshold,
+                amd.speech_end_threshold,
+                amd.silence_timeout
+            ),
+            (
+                Duration::from_secs(3),
+                Duration::from_millis(6000),
+                Duration::from_millis(500),
+                Duration::from_millis(10000)
+            )
+        );
+        assert_eq!(
+            amd.status_callback,
+            Some(AmdStatusCallback {
+                url: "https://b/amd".into(),
+                method_get: true
+            })
+        );
+        assert!(
+            !c.fetch_waits_for_verdict(),
+            "async: the TwiML is fetched at once"
+        );
+        assert_eq!(c.into_new_call(Vec::new()).twiml_url, None);
+
+        for (extra, message) in [
+            (
+                "MachineDetection=Yes",
+                "MachineDetection must be Enable or DetectMessageEnd, got 'Yes'",
+            ),
+            (
+                "MachineDetection=Enable&MachineDetectionTimeout=60",
+                "MachineDetectionTimeout must be a whole number of seconds from 3 to 59, got '60'",
+            ),
+            (
+                "MachineDetection=Enable&MachineDetectionSpeechThreshold=999",
+                "MachineDetectionSpeechThreshold must be a whole number of milliseconds from 1000 to 6000, got '999'",
+            ),
+            (
+                "MachineDetection=Enable&MachineDetectionSpeechEndThreshold=5001",
+                "MachineDetectionSpeechEndThreshold must be a whole number of milliseconds from 500 to 5000, got '5001'",
+            ),
+            (
+                "MachineDetection=Enable&MachineDetectionSilenceTimeout=soon",
+                "MachineDetectionSilenceTimeout must be a whole number of milliseconds from 2000 to 10000, got 'soon'",
+            ),
+            (
+                "MachineDetection=Enable&AsyncAmd=maybe",
+                "AsyncAmd must be true or false, got 'maybe'",
+            ),
+        ] {
+            let e = CreateRequest::parse(&params(&format!("{base}&{extra}"))).unwrap_err();
+            assert_eq!(
+                (e.status, e.code, e.message.as_str()),
+                (400, INVALID_MACHINE_DETECTION, message),
+                "{extra}"
             );
         }
     }

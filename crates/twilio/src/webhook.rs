@@ -2,7 +2,7 @@
 //! TwiML fetches (a `Url=`, a voice URL) and status callbacks. Signed with
 //! [`crate::signature`]; sending them is the embedder's HTTP client's job.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::call::{CallView, StatusCallbackEvent};
 use crate::date::rfc2822;
@@ -64,6 +64,20 @@ pub fn status_params(
     params
 }
 
+/// The parameters carrying an answering-machine verdict: [`call_params`] plus `AnsweredBy`
+/// (`human`, `machine_start`, …) and `MachineDetectionDuration` (milliseconds from the answer
+/// to the verdict). The TwiML fetch of a call whose detection is not asynchronous carries them,
+/// and so does the `AsyncAmdStatusCallback` of one whose detection is.
+pub fn amd_params(call: &CallView, answered_by: &str, took: Duration) -> Vec<(String, String)> {
+    let mut params = call_params(call);
+    params.push(("AnsweredBy".into(), answered_by.to_string()));
+    params.push((
+        "MachineDetectionDuration".into(),
+        took.as_millis().to_string(),
+    ));
+    params
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
@@ -99,5 +113,11 @@ mod tests {
         let get = |k: &str| p.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("CallStatus"), Some("in-progress"));
         assert_eq!(get("CallDuration"), None);
+        let p = amd_params(&call, "machine_end_beep", Duration::from_millis(4321));
+        let get = |k: &str| p.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("AnsweredBy"), Some("machine_end_beep"));
+        assert_eq!(get("MachineDetectionDuration"), Some("4321"));
+        assert_eq!(get("CallSid"), Some("CA1"));
+        assert_eq!(get("AccountSid"), Some("AC1"));
     }
 }
