@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use ontime_amd::{AmdConfig, Detector, Mode};
 use ontime_inference::InferencePool;
 use ontime_sender::{Sender, StreamConfig, StreamOutput};
 use ontime_sip::CallHandle;
@@ -21,7 +22,7 @@ use crate::ops::metrics::JitterDepthGauge;
 use crate::records::recording::CallRecording;
 use crate::registry::CallRegistry;
 use crate::switchboard::CallStart;
-use ontime_twilio::{CallStatus, Verb};
+use ontime_twilio::{CallStatus, MachineDetection, Verb};
 
 /// Sent frames the sender keeps for a recording call: the driver drains them every 20 ms, so a
 /// second leaves room for a stalled task.
@@ -64,6 +65,36 @@ struct NoAgent;
 
 impl AgentCall for NoAgent {
     fn on_event(&mut self, _event: AgentEvent<'_>) {}
+}
+
+/// The detector's settings for a call's `MachineDetection`.
+fn amd_config(asked: &MachineDetection) -> AmdConfig {
+    AmdConfig {
+        mode: if asked.detect_message_end {
+            Mode::DetectMessageEnd
+        } else {
+            Mode::Enable
+        },
+        timeout: asked.timeout,
+        speech_threshold: asked.speech_threshold,
+        speech_end_threshold: asked.speech_end_threshold,
+        silence_timeout: asked.silence_timeout,
+    }
+}
+
+/// Tell an agent detection's verdict.
+fn tell_verdict(agent: &mut dyn AgentCall, verdict: &ontime_amd::Verdict) {
+    agent.on_event(AgentEvent::Amd {
+        answered_by: verdict.answered_by.as_str(),
+        duration_ms: verdict.after.as_millis() as u64,
+    });
+}
+
+/// The TwiML of a call whose answering-machine detection is not asynchronous: it runs once the
+/// verdict is in, fetched then from `url` if it came as a `Url=`.
+struct HeldProgram {
+    program: Vec<Verb>,
+    url: Option<(String, bool)>,
 }
 
 /// Run one call to its end.
@@ -122,9 +153,25 @@ pub async fn run(
     let tap_sent = settings.record || settings.echo_canceller;
     settings.sender_origin = services.sender.origin();
 
+    // Answering-machine detection: unless asynchronous, the TwiML (and with it the agent)
+    // waits for the verdict, and the callee hears silence meanwhile, as on Twilio.
+    let machine_detection = services.registry.machine_detection(&sid);
+    let (program, mut held) = match &machine_detection {
+        Some((asked, url)) if !asked.asynchronous => (
+            Vec::new(),
+            Some(HeldProgram {
+                program,
+                url: url.clone(),
+            }),
+        ),
+        _ => (program, None),
+    };
+    let (fetched_tx, mut fetched_rx) = mpsc::unbounded_channel::<Vec<Verb>>();
+    let mut verdict: Option<ontime_amd::Verdict> = None;
+
     let (agent_tx, mut agent_rx) = mpsc::unbounded_channel();
     let mut agent: Box<dyn AgentCall> =
-        if matches!(program.first(), Some(Verb::ConnectStream { .. })) {
+        if held.is_some() || matches!(program.first(), Some(Verb::ConnectStream { .. })) {
             Box::new(NoAgent)
         } else {
             services
@@ -147,6 +194,23 @@ pub async fn run(
     }
     if services.symmetric_rtp {
         core.use_symmetric_rtp();
+    }
+    if let Some((asked, _)) = &machine_detection {
+        match Detector::new(&amd_config(asked), Instant::now()) {
+            Ok(mut detector) => {
+                if inference.is_some() {
+                    detector.use_vad_segments();
+                }
+                core.detect_machine(detector);
+            }
+            Err(e) => {
+                // Twilio's ranges are checked when the API reads them; this would be a bug.
+                warn!(error = %e, "answering-machine detection off for this call");
+                if let Some(h) = held.take() {
+                    let _ = fetched_tx.send(h.program);
+                }
+            }
+        }
     }
     if !program.is_empty() {
         core.handle_command(CallCommand::Run(program), Instant::now());
@@ -237,6 +301,43 @@ pub async fn run(
                     }
                 }
                 CallOutput::Transfer(outcome) => services.registry.transferred(&sid, &outcome),
+                CallOutput::Amd(v) => {
+                    verdict = Some(v);
+                    tell_verdict(agent.as_mut(), &v);
+                    let params =
+                        services
+                            .registry
+                            .amd_verdict(&sid, v.answered_by.as_str(), v.after);
+                    match held.take() {
+                        None => {}
+                        Some(HeldProgram { url: None, program }) => {
+                            let _ = fetched_tx.send(program);
+                        }
+                        Some(HeldProgram {
+                            url: Some((url, method_get)),
+                            ..
+                        }) => {
+                            // The bot's server answers in its own time; the call goes on.
+                            let callbacks = services.registry.callbacks().clone();
+                            let params = params.unwrap_or_default();
+                            let tx = fetched_tx.clone();
+                            tokio::spawn(async move {
+                                let program = match callbacks
+                                    .fetch_twiml(&url, method_get, &params)
+                                    .await
+                                {
+                                    Ok(program) => program,
+                                    Err(e) => {
+                                        // Twilio ends a call whose TwiML cannot be had.
+                                        warn!(error = %e, "TwiML fetch after the verdict failed: hanging up");
+                                        vec![Verb::Hangup]
+                                    }
+                                };
+                                let _ = tx.send(program);
+                            });
+                        }
+                    }
+                }
                 CallOutput::Sip(request) => {
                     let _ = services.sip.send(SipCall { call, request });
                 }
@@ -273,7 +374,26 @@ pub async fn run(
             Some(command) = control.recv() => core.handle_command(command, Instant::now()),
             Some(ws) = connected_rx.recv() => {
                 agent = ws.start_call(core.info(), AgentOutput::new(agent_tx.clone()));
+                if let Some(v) = &verdict {
+                    tell_verdict(agent.as_mut(), v);
+                }
                 _stream_agent = Some(ws);
+            }
+            Some(program) = fetched_rx.recv() => {
+                // The TwiML held for the verdict: its agent starts now (a `<Connect><Stream>`
+                // bot once connected, above).
+                if !matches!(program.first(), Some(Verb::ConnectStream { .. })) {
+                    agent.on_event(AgentEvent::Ended);
+                    agent = services
+                        .agent
+                        .start_call(core.info(), AgentOutput::new(agent_tx.clone()));
+                    if let Some(v) = &verdict {
+                        tell_verdict(agent.as_mut(), v);
+                    }
+                }
+                if !program.is_empty() {
+                    core.handle_command(CallCommand::Run(program), Instant::now());
+                }
             }
             ev = dialog.recv() => match ev {
                 Some(ev) => core.handle_dialog(ev, Instant::now()),
@@ -349,5 +469,8 @@ fn record_stats(stats: CallStats) {
     add(m::RTP_TIMEOUTS_TOTAL, stats.rtp_timeouts);
     if let Some(result) = stats.ended {
         counter!(m::CALLS_TOTAL, "result" => result).increment(1);
+    }
+    if let Some(answered_by) = stats.amd_verdict {
+        counter!(m::AMD_VERDICTS_TOTAL, "answered_by" => answered_by).increment(1);
     }
 }

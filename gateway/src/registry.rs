@@ -5,12 +5,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use ontime_twilio::webhook::call_params;
+use ontime_twilio::webhook::{amd_params, call_params};
 use ontime_twilio::{
-    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction, NewCall,
-    StatusCallback, StatusCallbackEvent,
+    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction,
+    MachineDetection, NewCall, StatusCallback, StatusCallbackEvent,
 };
 use tokio::sync::mpsc;
 
@@ -45,6 +45,10 @@ struct Entry {
     /// Where the call's progress goes, if it asked (`StatusCallback`).
     status_callback: Option<StatusCallback>,
     reporter: Option<StatusReporter>,
+    /// Answering-machine detection, if the call was placed with it.
+    machine_detection: Option<MachineDetection>,
+    /// The `Url=` whose fetch waits for detection's verdict (`NewCall::twiml_url`).
+    twiml_url: Option<(String, bool)>,
 }
 
 #[derive(Default)]
@@ -121,6 +125,8 @@ impl CallRegistry {
                 control: None,
                 status_callback: None,
                 reporter: None,
+                machine_detection: None,
+                twiml_url: None,
             },
         );
     }
@@ -156,6 +162,46 @@ impl CallRegistry {
         e.control = Some(control);
         drop(inner);
         self.callback(sid, StatusCallbackEvent::Answered, Some(200));
+    }
+
+    /// The answering-machine detection a call was placed with, and the `Url=` whose fetch
+    /// waits for its verdict.
+    pub(crate) fn machine_detection(
+        &self,
+        sid: &str,
+    ) -> Option<(MachineDetection, Option<(String, bool)>)> {
+        let inner = self.lock();
+        let e = inner.calls.get(sid)?;
+        Some((e.machine_detection.clone()?, e.twiml_url.clone()))
+    }
+
+    /// Detection gave its verdict: an asynchronous detection's `AsyncAmdStatusCallback` hears
+    /// it (signed, as the status callbacks). Returns the parameters that carry it (the held
+    /// TwiML fetch's), `None` for a call the registry does not know.
+    pub(crate) fn amd_verdict(
+        &self,
+        sid: &str,
+        answered_by: &str,
+        took: Duration,
+    ) -> Option<Vec<(String, String)>> {
+        let inner = self.lock();
+        let e = inner.calls.get(sid)?;
+        let params = amd_params(&e.view, answered_by, took);
+        let asynchronous = e.machine_detection.as_ref().filter(|m| m.asynchronous);
+        if let Some(cb) = asynchronous.and_then(|m| m.status_callback.as_ref()) {
+            let target = StatusCallback {
+                url: cb.url.clone(),
+                method_get: cb.method_get,
+                events: Vec::new(),
+            };
+            self.callbacks.send(&target, params.clone());
+        }
+        Some(params)
+    }
+
+    /// The client that fetches TwiML and posts callbacks.
+    pub(crate) fn callbacks(&self) -> &Callbacks {
+        &self.callbacks
     }
 
     /// A transfer ended: the status callback hears of it.
@@ -227,6 +273,8 @@ impl CallRegistry {
                     .status_callback
                     .clone()
                     .map(|cb| self.callbacks.reporter(cb)),
+                machine_detection: call.machine_detection.clone(),
+                twiml_url: call.twiml_url.clone(),
             },
         );
         view

@@ -85,6 +85,14 @@ pub enum AgentEvent<'a> {
         /// The SIP status that decided it (REFER response or NOTIFY sipfrag), if any.
         sip_status: Option<u16>,
     },
+    /// Answering-machine detection (`MachineDetection` on `Calls.json`) gave its verdict.
+    Amd {
+        /// Twilio's `AnsweredBy`: `human`, `machine_start`, `machine_end_beep`,
+        /// `machine_end_silence`, `machine_end_other`, `fax` or `unknown`.
+        answered_by: &'a str,
+        /// Milliseconds from the answer to the verdict (`MachineDetectionDuration`).
+        duration_ms: u64,
+    },
     /// The call ended.
     Ended,
 }

@@ -318,8 +318,22 @@ async fn create(
         callback::check_url(&cb.url)
             .map_err(|e| Error::bad(21205, format!("StatusCallback is not valid: {e}")))?;
     }
+    let amd_callback = request
+        .machine_detection
+        .as_ref()
+        .and_then(|amd| amd.status_callback.as_ref());
+    if let Some(cb) = amd_callback {
+        callback::check_url(&cb.url)
+            .map_err(|e| Error::bad(21205, format!("AsyncAmdStatusCallback is not valid: {e}")))?;
+    }
     let twiml = match &request.twiml {
         TwimlSource::Inline(verbs) => verbs.clone(),
+        // Fetched once answered, with the verdict (answering-machine detection, not async).
+        TwimlSource::Fetch { url, .. } if request.fetch_waits_for_verdict() => {
+            callback::check_url(url)
+                .map_err(|e| Error::bad(21205, format!("Url is not valid: {e}")))?;
+            Vec::new()
+        }
         TwimlSource::Fetch { url, method_get } => state
             .callbacks
             .fetch_twiml(

@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
 
+use ontime_amd::{AnsweredBy, Detector};
 use ontime_echo::{EchoCanceller, EchoConfig, Verdict};
 use ontime_inference::InferenceEvent;
 use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_HZ};
@@ -285,6 +286,9 @@ pub enum CallOutput {
     },
     /// A transfer has an outcome (for the status callback).
     Transfer(TransferOutcome),
+    /// Answering-machine detection gave its verdict (for the metrics, the callbacks, the held
+    /// TwiML and the agent).
+    Amd(ontime_amd::Verdict),
     /// The call is over: log the record, close the recording at `recording_end` samples and
     /// give the resources back. Nothing follows.
     Ended {
@@ -375,6 +379,10 @@ pub struct CallCore {
     barge_ins: u64,
     dtmf: String,
     program: Program,
+    /// Answering-machine detection, until its verdict.
+    amd: Option<Detector>,
+    /// Its verdict, for the record.
+    answered_by: Option<AnsweredBy>,
     srtp: Option<CallSrtp>,
     transfer: Option<PendingTransfer>,
     last_transfer: Option<TransferOutcome>,
@@ -461,6 +469,8 @@ impl CallCore {
             barge_ins: 0,
             dtmf: String::new(),
             program: Program::default(),
+            amd: None,
+            answered_by: None,
             srtp: None,
             transfer: None,
             last_transfer: None,
@@ -502,6 +512,29 @@ impl CallCore {
             ),
             Phase::HangingUp { give_up_at, .. } => Some(self.next_tick.min(give_up_at)),
             Phase::Ended => None,
+        }
+    }
+
+    /// Detect who answered from now on (`MachineDetection`): the callee's frames feed
+    /// `detector` (after the echo canceller, as the VAD hears them), and so do the VAD's speech
+    /// segments once [`Detector::use_vad_segments`] was called on it. The verdict comes out as
+    /// [`CallOutput::Amd`], once.
+    pub fn detect_machine(&mut self, detector: Detector) {
+        self.amd = Some(detector);
+    }
+
+    /// Hand a verdict on, if there is one, and stop detecting.
+    fn amd_decided(&mut self, verdict: Option<ontime_amd::Verdict>) {
+        if let Some(verdict) = verdict {
+            info!(
+                answered_by = verdict.answered_by.as_str(),
+                after_ms = verdict.after.as_millis() as u64,
+                "answering-machine detection decided"
+            );
+            self.amd = None;
+            self.answered_by = Some(verdict.answered_by);
+            self.stats.amd_verdict = Some(verdict.answered_by.as_str());
+            self.outputs.push_back(CallOutput::Amd(verdict));
         }
     }
 
@@ -807,6 +840,13 @@ impl CallCore {
         match event {
             InferenceEvent::SpeechStarted { onset, detected } => {
                 self.speaking = true;
+                if let Some(amd) = self.amd.as_mut() {
+                    let onset_at = now
+                        .checked_sub(detected.saturating_sub(onset))
+                        .unwrap_or(now);
+                    let verdict = amd.speech_started(onset_at);
+                    self.amd_decided(verdict);
+                }
                 if self.may_barge_in() {
                     let lasted = detected.saturating_sub(onset);
                     let onset_at = self.stream_instant(onset, now);
@@ -830,8 +870,13 @@ impl CallCore {
                 }
                 self.notify(AgentNotice::SpeechStarted);
             }
-            InferenceEvent::SpeechStopped { end, .. } => {
+            InferenceEvent::SpeechStopped { end, detected } => {
                 self.speaking = false;
+                if let Some(amd) = self.amd.as_mut() {
+                    let end_at = now.checked_sub(detected.saturating_sub(end)).unwrap_or(now);
+                    let verdict = amd.speech_stopped(end_at);
+                    self.amd_decided(verdict);
+                }
                 if let Some(p) = self.pending_barge_in.take() {
                     let lasted = end.saturating_sub(p.onset);
                     if lasted < self.settings.barge_in_min_speech {
@@ -958,6 +1003,11 @@ impl CallCore {
             self.next_tick + FRAME
         };
         self.play_caller_audio(now);
+        if let Some(amd) = self.amd.as_mut() {
+            // A callee that sends nothing still gets its verdict at the timeouts.
+            let verdict = amd.poll(now);
+            self.amd_decided(verdict);
+        }
         let transfer_over = self.transfer.as_ref().and_then(|t| t.on_timeout(now));
         if let Some(o) = transfer_over {
             self.transfer_ended(o, now);
@@ -1207,6 +1257,10 @@ impl CallCore {
         for frame in frames {
             let mut heard = frame;
             self.cancel_echo(start, &mut heard);
+            if let Some(amd) = self.amd.as_mut() {
+                let verdict = amd.push_frame(now, &heard);
+                self.amd_decided(verdict);
+            }
             self.outputs
                 .push_back(CallOutput::Inference(Box::new(heard)));
             self.vad_stream = (self.vad_stream.0 + SAMPLES_PER_FRAME as u64, Some(now));
@@ -1445,6 +1499,7 @@ impl CallCore {
             call_sid: self.info.call_sid.clone(),
             transfer_target: self.last_transfer.as_ref().map(|t| t.target.clone()),
             transfer_result: self.last_transfer.as_ref().map(|t| t.result.as_str()),
+            answered_by: self.answered_by.map(AnsweredBy::as_str),
         }
     }
 }

@@ -126,6 +126,10 @@ pub const OUTBOUND_CALLS_TOTAL: &str = "ontime_outbound_calls_total";
 /// Results of [`OUTBOUND_CALLS_TOTAL`].
 pub const OUTBOUND_RESULTS: &[&str] = &["answered", "busy", "no-answer", "failed", "canceled"];
 
+/// Answering-machine detection's verdicts on calls placed with `MachineDetection`, by
+/// `answered_by` (Twilio's `AnsweredBy` values, [`ontime_amd::AnsweredBy::ALL`]).
+pub const AMD_VERDICTS_TOTAL: &str = "ontime_amd_verdicts_total";
+
 /// Results of ended calls (label values of [`CALLS_TOTAL`]).
 pub const CALL_RESULTS: &[&str] = &["completed", "cancelled", "failed"];
 /// Reasons a datagram on an RTP port is dropped besides the parser's own.
@@ -339,6 +343,14 @@ pub(crate) fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
     );
     for r in OUTBOUND_RESULTS {
         counter!(OUTBOUND_CALLS_TOTAL, "result" => *r).absolute(0);
+    }
+    describe_counter!(
+        AMD_VERDICTS_TOTAL,
+        Unit::Count,
+        "Answering-machine detection verdicts on outbound calls, by AnsweredBy."
+    );
+    for answered_by in ontime_amd::AnsweredBy::ALL {
+        counter!(AMD_VERDICTS_TOTAL, "answered_by" => answered_by.as_str()).absolute(0);
     }
     for t in ["tcp", "tls"] {
         gauge!(SIP_CONNECTIONS, "transport" => t).set(0.0);

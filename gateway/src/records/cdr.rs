@@ -112,6 +112,9 @@ pub struct CallDetailRecord {
     pub transfer_target: Option<String>,
     /// Its result (`completed`, `rejected`, `failed`).
     pub transfer_result: Option<&'static str>,
+    /// Answering-machine detection's verdict, Twilio's `AnsweredBy` (`human`, `machine_start`,
+    /// …), on an outbound call placed with `MachineDetection` once it was given.
+    pub answered_by: Option<&'static str>,
 }
 
 /// Unix time now in ms (for CDR fields).
@@ -162,6 +165,7 @@ impl CallDetailRecord {
             call_sid: info.call_sid.clone(),
             transfer_target: None,
             transfer_result: None,
+            answered_by: None,
         }
     }
 

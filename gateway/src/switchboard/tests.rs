@@ -382,6 +382,8 @@ fn dial_to(h: &mut Harness, sid: &str, to: &str, sip_headers: XHeaders, timeout:
         sip_headers,
         from: "+15550001111".into(),
         twiml: Vec::new(),
+        twiml_url: None,
+        machine_detection: None,
         timeout,
         status_callback: None,
     };

@@ -56,6 +56,7 @@ pub const SENT_EVENTS: &[&str] = &[
     protocol::EVENT_BARGE_IN,
     protocol::EVENT_BACKCHANNEL,
     protocol::EVENT_TRANSFER,
+    protocol::EVENT_AMD,
 ];
 
 /// The Reason header (RFC 3326) of the BYE sent when the bot goes away mid-call: Q.850 cause 41,
@@ -393,6 +394,10 @@ enum ToBot {
         result: &'static str,
         sip_status: Option<u16>,
     },
+    Amd {
+        answered_by: String,
+        duration_ms: u64,
+    },
 }
 
 /// The call task's side: turns events into messages for the connection task, never waiting.
@@ -442,6 +447,13 @@ impl AgentCall for WsCall {
                 target: target.to_string(),
                 result: result.as_str(),
                 sip_status,
+            }),
+            AgentEvent::Amd {
+                answered_by,
+                duration_ms,
+            } => self.control(ToBot::Amd {
+                answered_by: answered_by.to_string(),
+                duration_ms,
             }),
             AgentEvent::SpeechStarted if self.ontime_events => self.control(ToBot::SpeechStarted),
             AgentEvent::SpeechStopped if self.ontime_events => self.control(ToBot::SpeechStopped),
@@ -621,6 +633,13 @@ impl ConnectionTask {
             } => {
                 let t = self.encoder.transfer(&target, result, sip_status);
                 self.send(protocol::EVENT_TRANSFER, t).await
+            }
+            ToBot::Amd {
+                answered_by,
+                duration_ms,
+            } => {
+                let a = self.encoder.amd(&answered_by, duration_ms);
+                self.send(protocol::EVENT_AMD, a).await
             }
         }
     }

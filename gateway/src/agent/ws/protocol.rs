@@ -23,6 +23,10 @@ pub const EVENT_BARGE_IN: &str = "ontime.barge_in";
 pub const EVENT_TRANSFER: &str = "ontime.transfer";
 /// Caller speech over the reply too short to barge in: the reply plays on.
 pub const EVENT_BACKCHANNEL: &str = "ontime.backchannel";
+/// ontime event: answering-machine detection's verdict (`amd.answeredBy`, Twilio's values;
+/// `amd.machineDetectionDurationMs`). Always sent: a bot on a call placed with
+/// `MachineDetection` asked for it.
+pub const EVENT_AMD: &str = "ontime.amd";
 
 /// The identifiers of one stream, in Twilio's shapes (`MZ…`, `CA…`, `AC…` + 32 hex digits).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,6 +197,17 @@ impl TwilioEncoder {
             "sequenceNumber": self.next_sequence(),
             "streamSid": self.ids.stream_sid,
             "backchannel": {"speechMs": speech_ms},
+        })
+        .to_string()
+    }
+
+    /// `ontime.amd`: who answered, and how long detection took.
+    pub fn amd(&mut self, answered_by: &str, duration_ms: u64) -> String {
+        json!({
+            "event": EVENT_AMD,
+            "sequenceNumber": self.next_sequence(),
+            "streamSid": self.ids.stream_sid,
+            "amd": {"answeredBy": answered_by, "machineDetectionDurationMs": duration_ms},
         })
         .to_string()
     }
@@ -413,6 +428,12 @@ mod tests {
         let st: Value = serde_json::from_str(&e.stop()).unwrap();
         assert_eq!(st["stop"], json!({"accountSid":"AC1","callSid":"CA1"}));
         assert_eq!(st["sequenceNumber"], "11");
+        let a: Value = serde_json::from_str(&e.amd("machine_end_beep", 4660)).unwrap();
+        assert_eq!(
+            a,
+            json!({"event":"ontime.amd","sequenceNumber":"12","streamSid":"MZ1",
+                "amd":{"answeredBy":"machine_end_beep","machineDetectionDurationMs":4660}})
+        );
     }
 
     #[test]
