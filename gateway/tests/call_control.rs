@@ -17,7 +17,10 @@
 //!   answers as soon as `/readyz` says the gateway is ready;
 //! - a pipecat bot whose pipeline ends hangs the SIP call up through the API, pipecat unchanged;
 //! - SIP X- headers both ways: an inbound INVITE's reach the voice webhook as `SipHeader_X-…`,
-//!   a `<Dial><Sip>` URI's ride the REFER's Refer-To, a SIP `To`'s go onto the INVITE once.
+//!   a `<Dial><Sip>` URI's ride the REFER's Refer-To, a SIP `To`'s go onto the INVITE once;
+//! - answering-machine detection on dial-out (`MachineDetection`): a sipp callee playing a
+//!   voicemail greeting and a beep is `machine_start` in the held TwiML fetch and
+//!   `machine_end_beep` in the async callback; one saying "Hello?" is `human`.
 
 #[path = "common/bot.rs"]
 mod bot;
@@ -1032,6 +1035,17 @@ fn spawn_callee(
     listen_ms: &str,
 ) -> SippCall {
     let speech = fresh_speech(&tempdir(&format!("callee-{callee_sip}")), text);
+    spawn_callee_playing(callee_sip, callee_media, user_re, &speech, listen_ms)
+}
+
+/// [`spawn_callee`] playing `speech` (an 8 kHz µ-law WAV) instead of fresh speech.
+fn spawn_callee_playing(
+    callee_sip: u16,
+    callee_media: u16,
+    user_re: &str,
+    speech: &Path,
+    listen_ms: &str,
+) -> SippCall {
     let scen = scenario(
         "callee_answers_speaks.xml",
         &[
@@ -1672,4 +1686,251 @@ fn a_sip_to_with_x_headers_puts_them_on_the_invite_once() {
     );
     assert!(headers.contains("X-Campaign: 7"), "{headers}");
     assert_eq!(to_header, format!("<{bob}>"), "the INVITE's To");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Answering-machine detection on dial-out.
+
+/// A voicemail greeting (espeak-ng, about 5 s) and, if `beep`, 300 ms of silence then a
+/// 1000 Hz beep of 400 ms, as an 8 kHz µ-law WAV for sipp's `rtp_stream`.
+fn voicemail_greeting(dir: &Path, beep: bool) -> PathBuf {
+    let raw = dir.join("greeting-raw.wav");
+    let pcm = dir.join("greeting.wav");
+    let gap = dir.join("gap.wav");
+    let tone = dir.join("beep.wav");
+    let out = dir.join("voicemail.ulaw.wav");
+    let run = |cmd: &mut Command| {
+        let status = cmd.status().expect("run espeak-ng/sox");
+        assert!(status.success(), "{cmd:?}: {status}");
+    };
+    run(Command::new("espeak-ng")
+        .args(["-v", "en-us", "-s", "170", "-w"])
+        .arg(&raw)
+        .arg("Hi, you have reached the voicemail of Jordan Smith. I cannot take your call right now, please leave a message."));
+    run(Command::new("sox")
+        .arg(&raw)
+        .args(["-r", "8000", "-c", "1", "-b", "16", "-e", "signed-integer"])
+        .arg(&pcm));
+    let mut parts = vec![pcm];
+    if beep {
+        run(Command::new("sox")
+            .args([
+                "-n",
+                "-r",
+                "8000",
+                "-c",
+                "1",
+                "-b",
+                "16",
+                "-e",
+                "signed-integer",
+            ])
+            .arg(&gap)
+            .args(["trim", "0", "0.3"]));
+        run(Command::new("sox")
+            .args([
+                "-n",
+                "-r",
+                "8000",
+                "-c",
+                "1",
+                "-b",
+                "16",
+                "-e",
+                "signed-integer",
+            ])
+            .arg(&tone)
+            .args(["synth", "0.4", "sine", "1000", "vol", "0.4"]));
+        parts.extend([gap, tone]);
+    }
+    run(Command::new("sox")
+        .args(&parts)
+        .args(["-r", "8000", "-c", "1", "-e", "mu-law"])
+        .arg(&out));
+    out
+}
+
+/// Dial out to a sipp callee playing `speech` then listening `listen_ms`, with `form` added to
+/// `To` and `From`: the gateway and its call's SID, once the callee has hung up and the call
+/// reads `completed`.
+fn dial_out_with_amd(
+    speech: &Path,
+    listen_ms: &str,
+    form: &[(&str, &str)],
+) -> (ApiGateway, String) {
+    let (cc, callee_sip, callee_media) = with_trunk(&[], &[]);
+    let callee = spawn_callee_playing(
+        callee_sip,
+        callee_media,
+        "\\+15551234567",
+        speech,
+        listen_ms,
+    );
+    let mut all = vec![("To", "+15551234567"), ("From", "+15557654321")];
+    all.extend_from_slice(form);
+    let r = cc.request("POST", &cc.calls_path(), Some(&all));
+    assert_eq!(
+        r.status,
+        201,
+        "Calls.json: HTTP {} {}\n{}",
+        r.status,
+        r.body,
+        cc.context()
+    );
+    let sid = r.json()["sid"].as_str().unwrap_or_default().to_string();
+    let (ok, log) = callee.finish(Duration::from_secs(60));
+    assert!(ok, "the callee's call failed:\n{log}\n{}", cc.context());
+    let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
+    assert_eq!(view["status"], "completed", "{view}");
+    // Callbacks are posted from their own tasks: let the last arrive.
+    std::thread::sleep(Duration::from_millis(500));
+    (cc, sid)
+}
+
+/// The requests of `sink` to `path` (its target before any query).
+fn requests_to(sink: &HttpSink, path: &str) -> Vec<Received> {
+    sink.received()
+        .into_iter()
+        .filter(|r| r.target.split('?').next() == Some(path))
+        .collect()
+}
+
+/// `MachineDetectionDuration` of a request, in ms.
+fn detection_ms(r: &Received) -> u64 {
+    let ms = r
+        .param("MachineDetectionDuration")
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("no MachineDetectionDuration: {r:?}"));
+    eprintln!(
+        "AnsweredBy {} after {ms} ms",
+        r.param("AnsweredBy").unwrap_or_default()
+    );
+    ms
+}
+
+/// The `answered_by` of the gateway's end records.
+fn cdr_answered_by(cc: &ApiGateway) -> Vec<Value> {
+    cdr_end_records(&cc.gw)
+        .into_iter()
+        .map(|r| r["answered_by"].clone())
+        .collect()
+}
+
+#[test]
+fn a_voicemail_greeting_with_a_beep_is_machine_start_in_the_held_twiml_fetch() {
+    let Some(_one) = begin() else { return };
+    let speech = voicemail_greeting(&tempdir("amd-voicemail"), true);
+    let sink = HttpSink::start("<Response/>");
+    let url = format!("http://{}/twiml", sink.addr);
+    let (cc, sid) = dial_out_with_amd(
+        &speech,
+        "9000",
+        &[("Url", url.as_str()), ("MachineDetection", "Enable")],
+    );
+    // Not async: one fetch, after the verdict, carrying it.
+    let fetches = requests_to(&sink, "/twiml");
+    assert_eq!(fetches.len(), 1, "{fetches:?}\n{}", cc.context());
+    let fetch = &fetches[0];
+    check_webhook(fetch, "/twiml", &cc.account, "outbound-api");
+    assert_eq!(fetch.param("CallSid").as_deref(), Some(sid.as_str()));
+    assert_eq!(fetch.param("CallStatus").as_deref(), Some("in-progress"));
+    assert_eq!(
+        fetch.param("AnsweredBy").as_deref(),
+        Some("machine_start"),
+        "{fetch:?}\n{}",
+        cc.context()
+    );
+    // The greeting's speech has lasted MachineDetectionSpeechThreshold (2.4 s).
+    let ms = detection_ms(fetch);
+    assert!((2400..6000).contains(&ms), "detected after {ms} ms");
+    assert_eq!(
+        cc.metric("ontime_amd_verdicts_total{answered_by=\"machine_start\"}"),
+        1.0
+    );
+    assert_eq!(
+        cc.metric("ontime_amd_verdicts_total{answered_by=\"human\"}"),
+        0.0
+    );
+    assert_eq!(cdr_answered_by(&cc), [Value::from("machine_start")]);
+}
+
+#[test]
+fn detect_message_end_posts_machine_end_beep_to_the_async_callback() {
+    let Some(_one) = begin() else { return };
+    let speech = voicemail_greeting(&tempdir("amd-message-end"), true);
+    let sink = HttpSink::start("<Response/>");
+    let amd_url = format!("http://{}/amd", sink.addr);
+    let (cc, sid) = dial_out_with_amd(
+        &speech,
+        "10000",
+        &[
+            ("Twiml", "<Response/>"),
+            ("MachineDetection", "DetectMessageEnd"),
+            ("AsyncAmd", "true"),
+            ("AsyncAmdStatusCallback", amd_url.as_str()),
+        ],
+    );
+    let verdicts = requests_to(&sink, "/amd");
+    assert_eq!(verdicts.len(), 1, "{verdicts:?}\n{}", cc.context());
+    let verdict = &verdicts[0];
+    check_webhook(verdict, "/amd", &cc.account, "outbound-api");
+    assert_eq!(verdict.param("CallSid").as_deref(), Some(sid.as_str()));
+    assert_eq!(
+        verdict.param("AnsweredBy").as_deref(),
+        Some("machine_end_beep"),
+        "{verdict:?}\n{}",
+        cc.context()
+    );
+    // The beep follows the whole greeting (about 5 s) and takes 250 ms to be one.
+    let ms = detection_ms(verdict);
+    assert!((4000..9000).contains(&ms), "detected after {ms} ms");
+    if let Some(checked) = twilio_validate(&amd_url, &verdicts, &cc.token) {
+        assert_eq!(checked, [(true, false)], "the callback's signature");
+    }
+    assert_eq!(
+        cc.metric("ontime_amd_verdicts_total{answered_by=\"machine_end_beep\"}"),
+        1.0
+    );
+    assert_eq!(cdr_answered_by(&cc), [Value::from("machine_end_beep")]);
+}
+
+#[test]
+fn a_short_hello_then_silence_is_human_in_the_async_callback() {
+    let Some(_one) = begin() else { return };
+    let speech = fresh_speech(&tempdir("amd-hello"), "Hello?");
+    let sink = HttpSink::start("<Response/>");
+    let amd_url = format!("http://{}/amd", sink.addr);
+    let twiml_url = format!("http://{}/twiml", sink.addr);
+    let (cc, sid) = dial_out_with_amd(
+        &speech,
+        "6000",
+        &[
+            ("Url", twiml_url.as_str()),
+            ("MachineDetection", "Enable"),
+            ("AsyncAmd", "true"),
+            ("AsyncAmdStatusCallback", amd_url.as_str()),
+        ],
+    );
+    // Async: the TwiML was fetched before dialling, without a verdict.
+    let fetches = requests_to(&sink, "/twiml");
+    assert_eq!(fetches.len(), 1, "{fetches:?}");
+    assert_eq!(fetches[0].param("AnsweredBy"), None);
+    let verdicts = requests_to(&sink, "/amd");
+    assert_eq!(verdicts.len(), 1, "{verdicts:?}\n{}", cc.context());
+    assert_eq!(verdicts[0].param("CallSid").as_deref(), Some(sid.as_str()));
+    assert_eq!(
+        verdicts[0].param("AnsweredBy").as_deref(),
+        Some("human"),
+        "{:?}\n{}",
+        verdicts[0],
+        cc.context()
+    );
+    // "Hello?" (under a second), then 1.2 s of silence (MachineDetectionSpeechEndThreshold).
+    let ms = detection_ms(&verdicts[0]);
+    assert!((1200..4000).contains(&ms), "detected after {ms} ms");
+    assert_eq!(
+        cc.metric("ontime_amd_verdicts_total{answered_by=\"human\"}"),
+        1.0
+    );
+    assert_eq!(cdr_answered_by(&cc), [Value::from("human")]);
 }
