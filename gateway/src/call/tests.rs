@@ -120,6 +120,8 @@ struct Sim {
     stream_remotes: Vec<std::net::SocketAddr>,
     /// Where each RTCP compound went.
     rtcp_to: Vec<std::net::SocketAddr>,
+    /// Answering-machine detection's verdicts.
+    amd: Vec<ontime_amd::Verdict>,
 }
 
 impl Sim {
@@ -177,6 +179,7 @@ impl Sim {
             timed: std::collections::VecDeque::new(),
             stream_remotes: Vec::new(),
             rtcp_to: Vec::new(),
+            amd: Vec::new(),
         };
         sim.drain();
         sim
@@ -248,6 +251,7 @@ impl Sim {
                 }
                 CallOutput::ConnectStream { url, .. } => self.connects.push(url),
                 CallOutput::Transfer(t) => self.transfers.push(t),
+                CallOutput::Amd(v) => self.amd.push(v),
                 CallOutput::Interim(r) => self.interim.push(*r),
                 CallOutput::Ended { cdr, recording_end } => {
                     assert!(self.ended.is_none(), "ended twice");
@@ -1510,4 +1514,64 @@ fn speech_longer_than_the_minimum_barges_in_within_the_bound() {
         heard_ms.abs_diff(expected) <= 40,
         "heard {heard_ms} ms, the sink saw {expected} ms"
     );
+}
+
+/// A call detecting who answered with Twilio's default settings, from the answer.
+fn detecting(sim: &mut Sim, vad: bool) {
+    let mut detector =
+        ontime_amd::Detector::new(&ontime_amd::AmdConfig::default(), sim.now).unwrap();
+    if vad {
+        detector.use_vad_segments();
+    }
+    sim.core.detect_machine(detector);
+}
+
+#[test]
+fn a_callee_that_never_sends_rtp_is_unknown_at_the_silence_timeout_and_the_call_goes_on() {
+    let mut sim = Sim::new(settings);
+    detecting(&mut sim, true);
+    sim.run_for(Duration::from_millis(4980));
+    assert_eq!(sim.amd.len(), 0);
+    sim.run_for(Duration::from_secs(20));
+    assert_eq!(sim.amd.len(), 1, "{:?}", sim.amd);
+    assert_eq!(sim.amd[0].answered_by, ontime_amd::AnsweredBy::Unknown);
+    // On the call's 20 ms ticks: within a tick of the 5 s silence timeout.
+    let after = sim.amd[0].after;
+    assert!(
+        (Duration::from_secs(5)..=Duration::from_millis(5020)).contains(&after),
+        "{after:?}"
+    );
+    assert!(sim.ended.is_none(), "a verdict does not end the call");
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.cdr().answered_by, Some("unknown"));
+}
+
+#[test]
+fn the_vads_speech_segments_decide_a_short_hello_is_a_person() {
+    let mut sim = Sim::new(settings);
+    detecting(&mut sim, true);
+    sim.caller_talks(0x55);
+    sim.run_for(Duration::from_millis(500));
+    sim.inference(speech_started());
+    sim.run_for(Duration::from_millis(600));
+    sim.inference(speech_stopped());
+    sim.run_for(Duration::from_millis(1180));
+    assert_eq!(sim.amd.len(), 0, "{:?}", sim.amd);
+    sim.run_for(Duration::from_millis(40));
+    assert_eq!(sim.amd.len(), 1, "{:?}", sim.amd);
+    assert_eq!(sim.amd[0].answered_by, ontime_amd::AnsweredBy::Human);
+    sim.run_for(Duration::from_secs(30));
+    assert_eq!(sim.amd.len(), 1, "one verdict a call");
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.cdr().answered_by, Some("human"));
+}
+
+#[test]
+fn a_call_without_detection_has_no_verdict() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0x55);
+    sim.run_for(Duration::from_secs(40));
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.amd.len(), 0);
+    assert_eq!(sim.cdr().answered_by, None);
 }
