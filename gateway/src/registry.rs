@@ -28,8 +28,8 @@ pub(crate) enum RegistryRequest {
     DialOut {
         /// The CallSid.
         sid: String,
-        /// What to place.
-        call: NewCall,
+        /// What to place (boxed: it is most of the request's size).
+        call: Box<NewCall>,
     },
     /// End a call not answered yet: CANCEL ours, refuse theirs.
     EndRinging {
@@ -391,7 +391,10 @@ impl CallControl for CallRegistry {
         }
         let sid = crate::call::new_call_sid();
         let view = self.outbound(&sid, &call);
-        let _ = self.sip.send(RegistryRequest::DialOut { sid, call });
+        let _ = self.sip.send(RegistryRequest::DialOut {
+            sid,
+            call: Box::new(call),
+        });
         Ok(view)
     }
 }

@@ -340,7 +340,7 @@ impl Switchboard {
     /// The call-control API asks: dial out, or end a call not answered yet.
     pub(crate) fn registry_request(&mut self, request: RegistryRequest, now: Instant) {
         match request {
-            RegistryRequest::DialOut { sid, call } => self.dial_out(sid, call, now),
+            RegistryRequest::DialOut { sid, call } => self.dial_out(sid, *call, now),
             RegistryRequest::EndRinging { sid } => {
                 if let Some(&call) = self.sids.get(&sid) {
                     if self.dialing.contains_key(&call) {

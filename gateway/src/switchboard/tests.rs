@@ -390,7 +390,7 @@ fn dial_to(h: &mut Harness, sid: &str, to: &str, sip_headers: XHeaders, timeout:
     h.board.registry_request(
         RegistryRequest::DialOut {
             sid: sid.into(),
-            call,
+            call: Box::new(call),
         },
         h.now,
     );
