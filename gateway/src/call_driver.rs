@@ -6,7 +6,7 @@
 //! drains the inbound jitter buffer, where a few ms of tokio lateness are absorbed by its depth.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use ontime_amd::{AmdConfig, Detector, Mode};
 use ontime_inference::InferencePool;
@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::agent::{Admission, Agent, AgentCall, AgentEvent, AgentOutput, WsAgent, WsAgentConfig};
+use crate::api::Callbacks;
 use crate::call::{CallCommand, CallCore, CallOutput, CallStats, DialogEvent, SipRequest};
 use crate::ops::metrics::JitterDepthGauge;
 use crate::records::recording::CallRecording;
@@ -95,6 +96,35 @@ fn tell_verdict(agent: &mut dyn AgentCall, verdict: &ontime_amd::Verdict) {
 struct HeldProgram {
     program: Vec<Verb>,
     url: Option<(String, bool)>,
+}
+
+impl HeldProgram {
+    /// Hand the program to the call task on `ready`: at once, or once fetched with `params`
+    /// (the verdict's). The bot's server answers in its own time; the call goes on meanwhile.
+    fn release(
+        self,
+        params: Vec<(String, String)>,
+        callbacks: &Callbacks,
+        ready: &mpsc::UnboundedSender<Vec<Verb>>,
+    ) {
+        let Some((url, method_get)) = self.url else {
+            let _ = ready.send(self.program);
+            return;
+        };
+        let callbacks = callbacks.clone();
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            let program = match callbacks.fetch_twiml(&url, method_get, &params).await {
+                Ok(program) => program,
+                Err(e) => {
+                    // Twilio ends a call whose TwiML cannot be had.
+                    warn!(error = %e, "TwiML fetch after the verdict failed: hanging up");
+                    vec![Verb::Hangup]
+                }
+            };
+            let _ = ready.send(program);
+        });
+    }
 }
 
 /// Run one call to its end.
@@ -204,10 +234,19 @@ pub async fn run(
                 core.detect_machine(detector);
             }
             Err(e) => {
-                // Twilio's ranges are checked when the API reads them; this would be a bug.
+                // Twilio's ranges are checked when the API reads them, so this would be a bug;
+                // the call runs as one whose detection could not decide.
                 warn!(error = %e, "answering-machine detection off for this call");
+                let params = services
+                    .registry
+                    .amd_verdict(
+                        &sid,
+                        ontime_amd::AnsweredBy::Unknown.as_str(),
+                        Duration::ZERO,
+                    )
+                    .unwrap_or_default();
                 if let Some(h) = held.take() {
-                    let _ = fetched_tx.send(h.program);
+                    h.release(params, services.registry.callbacks(), &fetched_tx);
                 }
             }
         }
@@ -308,34 +347,12 @@ pub async fn run(
                         services
                             .registry
                             .amd_verdict(&sid, v.answered_by.as_str(), v.after);
-                    match held.take() {
-                        None => {}
-                        Some(HeldProgram { url: None, program }) => {
-                            let _ = fetched_tx.send(program);
-                        }
-                        Some(HeldProgram {
-                            url: Some((url, method_get)),
-                            ..
-                        }) => {
-                            // The bot's server answers in its own time; the call goes on.
-                            let callbacks = services.registry.callbacks().clone();
-                            let params = params.unwrap_or_default();
-                            let tx = fetched_tx.clone();
-                            tokio::spawn(async move {
-                                let program = match callbacks
-                                    .fetch_twiml(&url, method_get, &params)
-                                    .await
-                                {
-                                    Ok(program) => program,
-                                    Err(e) => {
-                                        // Twilio ends a call whose TwiML cannot be had.
-                                        warn!(error = %e, "TwiML fetch after the verdict failed: hanging up");
-                                        vec![Verb::Hangup]
-                                    }
-                                };
-                                let _ = tx.send(program);
-                            });
-                        }
+                    if let Some(h) = held.take() {
+                        h.release(
+                            params.unwrap_or_default(),
+                            services.registry.callbacks(),
+                            &fetched_tx,
+                        );
                     }
                 }
                 CallOutput::Sip(request) => {
