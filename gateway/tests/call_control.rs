@@ -20,7 +20,8 @@
 //!   a `<Dial><Sip>` URI's ride the REFER's Refer-To, a SIP `To`'s go onto the INVITE once;
 //! - answering-machine detection on dial-out (`MachineDetection`): a sipp callee playing a
 //!   voicemail greeting and a beep is `machine_start` in the held TwiML fetch and
-//!   `machine_end_beep` in the async callback; one saying "Hello?" is `human`.
+//!   `machine_end_beep` in the async callback and the bot's `ontime.amd`; one saying "Hello?"
+//!   is `human`.
 
 #[path = "common/bot.rs"]
 mod bot;
@@ -1691,7 +1692,7 @@ fn a_sip_to_with_x_headers_puts_them_on_the_invite_once() {
 // ---------------------------------------------------------------------------------------------
 // 5. Answering-machine detection on dial-out.
 
-/// A voicemail greeting (espeak-ng, about 5 s) and, if `beep`, 300 ms of silence then a
+/// A voicemail greeting (espeak-ng, about 6.7 s) and, if `beep`, 300 ms of silence then a
 /// 1000 Hz beep of 400 ms, as an 8 kHz µ-law WAV for sipp's `rtp_stream`.
 fn voicemail_greeting(dir: &Path, beep: bool) -> PathBuf {
     let raw = dir.join("greeting-raw.wav");
@@ -1855,16 +1856,22 @@ fn a_voicemail_greeting_with_a_beep_is_machine_start_in_the_held_twiml_fetch() {
 }
 
 #[test]
-fn detect_message_end_posts_machine_end_beep_to_the_async_callback() {
+fn detect_message_end_posts_machine_end_beep_to_the_async_callback_and_the_bot() {
     let Some(_one) = begin() else { return };
     let speech = voicemail_greeting(&tempdir("amd-message-end"), true);
     let sink = HttpSink::start("<Response/>");
     let amd_url = format!("http://{}/amd", sink.addr);
+    // Async: the bot is on the call from the answer and hears the verdict as `ontime.amd`.
+    let bot = TestBot::start(vec![Step::WaitMedia(1)]);
+    let twiml = format!(
+        r#"<Response><Connect><Stream url="{}"/></Connect></Response>"#,
+        bot.url()
+    );
     let (cc, sid) = dial_out_with_amd(
         &speech,
         "10000",
         &[
-            ("Twiml", "<Response/>"),
+            ("Twiml", twiml.as_str()),
             ("MachineDetection", "DetectMessageEnd"),
             ("AsyncAmd", "true"),
             ("AsyncAmdStatusCallback", amd_url.as_str()),
@@ -1881,9 +1888,25 @@ fn detect_message_end_posts_machine_end_beep_to_the_async_callback() {
         "{verdict:?}\n{}",
         cc.context()
     );
-    // The beep follows the whole greeting (about 5 s) and takes 250 ms to be one.
+    // The beep follows the whole greeting (about 6.7 s) and takes 250 ms to be one.
     let ms = detection_ms(verdict);
-    assert!((4000..9000).contains(&ms), "detected after {ms} ms");
+    assert!((6000..9000).contains(&ms), "detected after {ms} ms");
+    let amd = bot
+        .connection(0)
+        .map(|c| {
+            c.events("ontime.amd")
+                .into_iter()
+                .map(|(_, v)| v.clone())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    assert_eq!(amd.len(), 1, "{amd:?}\n{}", cc.context());
+    assert_eq!(
+        amd[0]["amd"],
+        serde_json::json!({"answeredBy": "machine_end_beep", "machineDetectionDurationMs": ms}),
+        "{}",
+        amd[0]
+    );
     if let Some(checked) = twilio_validate(&amd_url, &verdicts, &cc.token) {
         assert_eq!(checked, [(true, false)], "the callback's signature");
     }
