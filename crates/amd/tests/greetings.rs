@@ -100,6 +100,14 @@ fn detect(config: &AmdConfig, audio: &[i16]) -> Verdict {
     verdict.expect("a verdict by the timeout")
 }
 
+/// A verdict of `answered_by`, `after_ms` after the answer.
+fn expected(answered_by: AnsweredBy, after_ms: u64) -> Verdict {
+    Verdict {
+        answered_by,
+        after: Duration::from_millis(after_ms),
+    }
+}
+
 fn mode(mode: Mode) -> AmdConfig {
     AmdConfig {
         mode,
@@ -167,13 +175,7 @@ fn a_greeting_that_never_ends_is_machine_end_other_at_the_timeout() {
         audio.extend(silence(200));
     }
     let verdict = detect(&config, &audio);
-    assert_eq!(
-        verdict,
-        Verdict {
-            answered_by: AnsweredBy::MachineEndOther,
-            after: Duration::from_secs(10)
-        }
-    );
+    assert_eq!(verdict, expected(AnsweredBy::MachineEndOther, 10000));
 }
 
 #[test]
@@ -211,22 +213,17 @@ fn a_fax_calling_tone_is_a_fax() {
 
 #[test]
 fn a_short_beep_alone_is_a_machine_not_a_fax() {
+    // `ms` of a tone of `hz` between 300 ms and 2 s of silence.
+    let lone_tone = |hz: f32, ms: usize| {
+        let mut audio = silence(300);
+        audio.extend(tone(hz, ms, 6000.0));
+        audio.extend(silence(2000));
+        detect(&mode(Mode::Enable), &audio).answered_by
+    };
     // An 1100 Hz tone too short for CNG but long enough for a beep: once it ends.
-    let mut audio = silence(300);
-    audio.extend(tone(1100.0, 300, 6000.0));
-    audio.extend(silence(2000));
-    assert_eq!(
-        detect(&mode(Mode::Enable), &audio).answered_by,
-        AnsweredBy::MachineStart
-    );
+    assert_eq!(lone_tone(1100.0, 300), AnsweredBy::MachineStart);
     // A tone too short to be a beep is nothing.
-    let mut audio = silence(300);
-    audio.extend(tone(1000.0, 200, 6000.0));
-    audio.extend(silence(2000));
-    assert_eq!(
-        detect(&mode(Mode::Enable), &audio).answered_by,
-        AnsweredBy::Unknown
-    );
+    assert_eq!(lone_tone(1000.0, 200), AnsweredBy::Unknown);
 }
 
 #[test]
@@ -234,10 +231,7 @@ fn silence_is_unknown_at_the_silence_timeout() {
     for config in [mode(Mode::Enable), mode(Mode::DetectMessageEnd)] {
         assert_eq!(
             detect(&config, &silence(8000)),
-            Verdict {
-                answered_by: AnsweredBy::Unknown,
-                after: Duration::from_secs(5)
-            }
+            expected(AnsweredBy::Unknown, 5000)
         );
     }
 }
@@ -247,10 +241,7 @@ fn line_noise_is_unknown_at_the_silence_timeout() {
     for (rms, seed) in [(100.0, 1), (400.0, 2), (1500.0, 3)] {
         assert_eq!(
             detect(&mode(Mode::DetectMessageEnd), &noise(8000, rms, seed)),
-            Verdict {
-                answered_by: AnsweredBy::Unknown,
-                after: Duration::from_secs(5)
-            },
+            expected(AnsweredBy::Unknown, 5000),
             "noise of rms {rms}"
         );
     }
@@ -259,13 +250,7 @@ fn line_noise_is_unknown_at_the_silence_timeout() {
 #[test]
 fn a_callee_that_never_sends_audio_is_unknown_at_the_silence_timeout() {
     let verdict = detect(&mode(Mode::Enable), &[]);
-    assert_eq!(
-        verdict,
-        Verdict {
-            answered_by: AnsweredBy::Unknown,
-            after: Duration::from_secs(5)
-        }
-    );
+    assert_eq!(verdict, expected(AnsweredBy::Unknown, 5000));
 }
 
 #[test]
@@ -284,10 +269,7 @@ fn speech_from_a_vad_decides_as_speech_from_energy() {
     assert_eq!(detector.poll(at(3899)), None);
     assert_eq!(
         detector.poll(at(3900)),
-        Some(Verdict {
-            answered_by: AnsweredBy::Human,
-            after: Duration::from_millis(3900)
-        })
+        Some(expected(AnsweredBy::Human, 3900))
     );
     assert_eq!(detector.poll(at(9000)), None, "one verdict");
 
@@ -299,10 +281,7 @@ fn speech_from_a_vad_decides_as_speech_from_energy() {
     assert_eq!(detector.speech_started(at(2000)), None);
     assert_eq!(
         detector.poll(at(2900)),
-        Some(Verdict {
-            answered_by: AnsweredBy::MachineStart,
-            after: Duration::from_millis(2900)
-        })
+        Some(expected(AnsweredBy::MachineStart, 2900))
     );
 }
 

@@ -287,6 +287,10 @@ impl Params {
                 method_get: self.method_get("AsyncAmdStatusCallbackMethod")?,
             }),
         };
+        let millis = |name, range, default| {
+            self.bounded(name, range, "milliseconds", default)
+                .map(Duration::from_millis)
+        };
         Ok(Some(MachineDetection {
             detect_message_end,
             timeout: Duration::from_secs(self.bounded(
@@ -295,24 +299,9 @@ impl Params {
                 "seconds",
                 30,
             )?),
-            speech_threshold: Duration::from_millis(self.bounded(
-                "MachineDetectionSpeechThreshold",
-                1000..=6000,
-                "milliseconds",
-                2400,
-            )?),
-            speech_end_threshold: Duration::from_millis(self.bounded(
-                "MachineDetectionSpeechEndThreshold",
-                500..=5000,
-                "milliseconds",
-                1200,
-            )?),
-            silence_timeout: Duration::from_millis(self.bounded(
-                "MachineDetectionSilenceTimeout",
-                2000..=10000,
-                "milliseconds",
-                5000,
-            )?),
+            speech_threshold: millis("MachineDetectionSpeechThreshold", 1000..=6000, 2400)?,
+            speech_end_threshold: millis("MachineDetectionSpeechEndThreshold", 500..=5000, 1200)?,
+            silence_timeout: millis("MachineDetectionSilenceTimeout", 2000..=10000, 5000)?,
             asynchronous,
             status_callback,
         }))
