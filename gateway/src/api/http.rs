@@ -935,6 +935,68 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn machine_detection_holds_the_url_for_the_verdict() {
+        let h = start().await;
+        let mut web = WebServer::start(vec![Answer::new(200, "<Response/>")]).await;
+        let twiml_url = web.url("/answer");
+        let base = [
+            ("To", "+15551234567"),
+            ("From", "+15557654321"),
+            ("Url", twiml_url.as_str()),
+            ("MachineDetection", "Enable"),
+        ];
+        let r = h.post(&calls_path(), &base).await;
+        assert_eq!(r.status, 201, "{}", r.json);
+        // Not fetched before dialling: the URL goes with the call, fetched after the verdict.
+        assert!(web.requests.try_recv().is_err());
+        let created = h.control.created.lock().expect("ok: not poisoned").clone();
+        let [new] = created.as_slice() else {
+            panic!("one call created: {created:?}");
+        };
+        assert_eq!(new.twiml, []);
+        assert_eq!(new.twiml_url, Some((twiml_url.clone(), false)));
+        let amd = new.machine_detection.clone().expect("ok: asked for");
+        assert!(!amd.asynchronous && !amd.detect_message_end);
+
+        // Async: fetched at once, as without detection.
+        let mut asynchronous = base.to_vec();
+        asynchronous.push(("AsyncAmd", "true"));
+        let r = h.post(&calls_path(), &asynchronous).await;
+        assert_eq!(r.status, 201, "{}", r.json);
+        assert_eq!(web.next().await.uri, "/answer");
+        let created = h.control.created.lock().expect("ok: not poisoned").clone();
+        assert!(created[1].twiml.is_empty(), "the fetched <Response/>");
+        assert_eq!(created[1].twiml_url, None);
+
+        // Out of Twilio's ranges, or a callback that cannot be reached: refused, named.
+        for (extra, code, named) in [
+            (
+                ("MachineDetectionTimeout", "60"),
+                21234,
+                "MachineDetectionTimeout",
+            ),
+            (
+                ("MachineDetectionSilenceTimeout", "1999"),
+                21234,
+                "MachineDetectionSilenceTimeout",
+            ),
+            (
+                ("AsyncAmdStatusCallback", "nope"),
+                21205,
+                "AsyncAmdStatusCallback",
+            ),
+        ] {
+            let mut form = base.to_vec();
+            form.push(extra);
+            let r = h.post(&calls_path(), &form).await;
+            assert_eq!((r.status, r.code()), (400, code), "{extra:?}");
+            assert!(r.message().starts_with(named), "{}", r.message());
+        }
+        assert_eq!(h.control.created.lock().expect("ok: not poisoned").len(), 2);
+        assert!(web.requests.try_recv().is_err(), "nothing else fetched");
+    }
+
+    #[tokio::test]
     async fn an_unset_token_lets_nobody_in() {
         let h = start_with("").await;
         for creds in [Some((ACCOUNT, "")), Some((ACCOUNT, TOKEN)), None] {
