@@ -117,6 +117,7 @@ impl CallRegistry {
             end_time: None,
             duration_secs: None,
             sip_call_id: info.call_id.clone(),
+            answered_by: None,
         };
         self.lock().calls.insert(
             view.sid.clone(),
@@ -175,7 +176,8 @@ impl CallRegistry {
         Some((e.machine_detection.clone()?, e.twiml_url.clone()))
     }
 
-    /// Detection gave its verdict: an asynchronous detection's `AsyncAmdStatusCallback` hears
+    /// Detection gave its verdict: the call's view shows it (`answered_by`, and `AnsweredBy` in
+    /// its later status callbacks), an asynchronous detection's `AsyncAmdStatusCallback` hears
     /// it (signed, as the status callbacks). Returns the parameters that carry it (the held
     /// TwiML fetch's), `None` for a call the registry does not know.
     pub(crate) fn amd_verdict(
@@ -184,8 +186,10 @@ impl CallRegistry {
         answered_by: &str,
         took: Duration,
     ) -> Option<Vec<(String, String)>> {
-        let inner = self.lock();
-        let e = inner.calls.get(sid)?;
+        let mut inner = self.lock();
+        let e = inner.calls.get_mut(sid)?;
+        e.view.answered_by = Some(answered_by.to_string());
+        e.view.date_updated = SystemTime::now();
         let params = amd_params(&e.view, answered_by, took);
         let asynchronous = e.machine_detection.as_ref().filter(|m| m.asynchronous);
         if let Some(cb) = asynchronous.and_then(|m| m.status_callback.as_ref()) {
@@ -262,6 +266,7 @@ impl CallRegistry {
             end_time: None,
             duration_secs: None,
             sip_call_id: String::new(),
+            answered_by: None,
         };
         self.lock().calls.insert(
             sid.to_string(),

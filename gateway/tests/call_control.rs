@@ -1797,6 +1797,9 @@ fn one_verdict(
         "{r:?}\n{}",
         cc.context()
     );
+    // The Call resource shows it too.
+    let view = cc.get_call(sid).json();
+    assert_eq!(view["answered_by"], answered_by, "{view}");
     r
 }
 

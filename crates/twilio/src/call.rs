@@ -121,6 +121,9 @@ pub struct CallView {
     pub duration_secs: Option<u64>,
     /// The SIP Call-ID (an ontime extension field, `sip_call_id`).
     pub sip_call_id: String,
+    /// Answering-machine detection's verdict (`answered_by`: `human`, `machine_start`, …),
+    /// once given on a call placed with `MachineDetection`.
+    pub answered_by: Option<String>,
 }
 
 /// What `POST .../Calls/{CallSid}.json` asks.

@@ -16,7 +16,7 @@ pub fn call(call: &CallView) -> Value {
     json!({
         "account_sid": call.account_sid,
         "annotation": null,
-        "answered_by": null,
+        "answered_by": call.answered_by,
         "api_version": API_VERSION,
         "caller_name": null,
         "date_created": rfc2822(call.date_created),
@@ -131,6 +131,7 @@ mod tests {
             end_time: Some(t + Duration::from_secs(61)),
             duration_secs: Some(61),
             sip_call_id: "abc@host".into(),
+            answered_by: None,
         }
     }
 

@@ -28,7 +28,8 @@ pub fn call_params(call: &CallView) -> Vec<(String, String)> {
 
 /// The parameters of one status callback sent at `at`: [`call_params`] with `CallStatus` as
 /// the event reports it, plus `Timestamp`, `SequenceNumber`, `CallbackSource`, `CallDuration`
-/// (on `completed`) and `SipResponseCode` (when known).
+/// (on `completed`), `SipResponseCode` (when known) and `AnsweredBy` (once answering-machine
+/// detection has decided).
 pub fn status_params(
     call: &CallView,
     event: StatusCallbackEvent,
@@ -60,6 +61,9 @@ pub fn status_params(
     }
     if let Some(code) = sip_response_code {
         params.push(("SipResponseCode".into(), code.to_string()));
+    }
+    if let Some(answered_by) = &call.answered_by {
+        params.push(("AnsweredBy".into(), answered_by.clone()));
     }
     params
 }
@@ -101,6 +105,7 @@ mod tests {
             end_time: Some(t),
             duration_secs: None,
             sip_call_id: "x".into(),
+            answered_by: None,
         };
         let p = status_params(&call, StatusCallbackEvent::Completed, 3, Some(486), t);
         let get = |k: &str| p.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
@@ -113,6 +118,16 @@ mod tests {
         let get = |k: &str| p.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("CallStatus"), Some("in-progress"));
         assert_eq!(get("CallDuration"), None);
+        assert_eq!(get("AnsweredBy"), None);
+        let mut detected = call.clone();
+        detected.answered_by = Some("human".into());
+        let p = status_params(&detected, StatusCallbackEvent::Completed, 4, None, t);
+        assert_eq!(
+            p.iter()
+                .filter(|(k, v)| k == "AnsweredBy" && v == "human")
+                .count(),
+            1
+        );
         let p = amd_params(&call, "machine_end_beep", Duration::from_millis(4321));
         let get = |k: &str| p.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("AnsweredBy"), Some("machine_end_beep"));

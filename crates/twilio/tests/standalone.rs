@@ -106,6 +106,7 @@ impl CallControl for Registry {
             end_time: None,
             duration_secs: None,
             sip_call_id: String::new(),
+            answered_by: None,
         };
         self.0.lock().unwrap().push(view.clone());
         Ok(view)

@@ -174,6 +174,7 @@ pub(crate) fn call(sid: &str, status: CallStatus) -> CallView {
         end_time: status.is_final().then(|| t + Duration::from_secs(16)),
         duration_secs: status.is_final().then_some(15),
         sip_call_id: format!("{sid}@ontime"),
+        answered_by: None,
     }
 }
 
