@@ -21,7 +21,7 @@
 //! - answering-machine detection on dial-out (`MachineDetection`): a sipp callee playing a
 //!   voicemail greeting and a beep is `machine_start` in the held TwiML fetch and
 //!   `machine_end_beep` in the async callback and the bot's `ontime.amd`; one saying "Hello?"
-//!   is `human`.
+//!   is `human`; one that never sends RTP is `unknown` at the silence timeout.
 
 #[path = "common/bot.rs"]
 mod bot;
@@ -1036,25 +1036,30 @@ fn spawn_callee(
     listen_ms: &str,
 ) -> SippCall {
     let speech = fresh_speech(&tempdir(&format!("callee-{callee_sip}")), text);
-    spawn_callee_playing(callee_sip, callee_media, user_re, &speech, listen_ms)
+    spawn_callee_playing(callee_sip, callee_media, user_re, Some(&speech), listen_ms)
 }
 
-/// [`spawn_callee`] playing `speech` (an 8 kHz µ-law WAV) instead of fresh speech.
+/// [`spawn_callee`] playing `speech` (an 8 kHz µ-law WAV) instead of fresh speech, or, with
+/// `None`, sending no RTP at all.
 fn spawn_callee_playing(
     callee_sip: u16,
     callee_media: u16,
     user_re: &str,
-    speech: &Path,
+    speech: Option<&Path>,
     listen_ms: &str,
 ) -> SippCall {
+    let rtp_stream = match speech {
+        Some(wav) => format!(r#"<exec rtp_stream="{},1,0"/>"#, wav.display()),
+        None => String::new(),
+    };
     let scen = scenario(
         "callee_answers_speaks.xml",
         &[
+            (r#"<exec rtp_stream="@SPEECH@,1,0"/>"#, rtp_stream.as_str()),
             (
                 "@RURI_RE@",
                 &format!("^INVITE sip:{user_re}@127\\.0\\.0\\.1:{callee_sip} SIP/2\\.0"),
             ),
-            ("@SPEECH@", speech.to_str().unwrap()),
             ("@LISTEN_MS@", listen_ms),
         ],
     );
@@ -1732,11 +1737,12 @@ fn voicemail_greeting(dir: &Path, beep: bool) -> PathBuf {
     out
 }
 
-/// Dial out to a sipp callee playing `speech` then listening `listen_ms`, with `form` added to
+/// Dial out to a sipp callee playing `speech` (`None`: sending no RTP) then listening
+/// `listen_ms`, with `form` added to
 /// `To` and `From`: the gateway and its call's SID, once the callee has hung up and the call
 /// reads `completed`.
 fn dial_out_with_amd(
-    speech: &Path,
+    speech: Option<&Path>,
     listen_ms: &str,
     form: &[(&str, &str)],
 ) -> (ApiGateway, String) {
@@ -1852,7 +1858,7 @@ fn a_voicemail_greeting_with_a_beep_is_machine_start_in_the_held_twiml_fetch() {
     let sink = HttpSink::start("<Response/>");
     let url = format!("http://{}/twiml", sink.addr);
     let (cc, sid) = dial_out_with_amd(
-        &speech,
+        Some(&speech),
         "9000",
         &[("Url", url.as_str()), ("MachineDetection", "Enable")],
     );
@@ -1878,7 +1884,7 @@ fn detect_message_end_posts_machine_end_beep_to_the_async_callback_and_the_bot()
         bot.url()
     );
     let (cc, sid) = dial_out_with_amd(
-        &speech,
+        Some(&speech),
         "10000",
         &[
             ("Twiml", twiml.as_str()),
@@ -1921,7 +1927,7 @@ fn a_short_hello_then_silence_is_human_in_the_async_callback() {
     let amd_url = format!("http://{}/amd", sink.addr);
     let twiml_url = format!("http://{}/twiml", sink.addr);
     let (cc, sid) = dial_out_with_amd(
-        &speech,
+        Some(&speech),
         "6000",
         &[
             ("Url", twiml_url.as_str()),
@@ -1939,4 +1945,25 @@ fn a_short_hello_then_silence_is_human_in_the_async_callback() {
     let ms = detection_ms(&verdict);
     assert!((1200..4000).contains(&ms), "detected after {ms} ms");
     check_counted(&cc, "human");
+}
+
+#[test]
+fn a_callee_that_never_sends_rtp_is_unknown_at_the_silence_timeout() {
+    let Some(_one) = begin() else { return };
+    let sink = HttpSink::start("<Response/>");
+    let twiml_url = format!("http://{}/twiml", sink.addr);
+    let (cc, sid) = dial_out_with_amd(
+        None,
+        "8000",
+        &[
+            ("Url", twiml_url.as_str()),
+            ("MachineDetection", "DetectMessageEnd"),
+            ("MachineDetectionSilenceTimeout", "3000"),
+        ],
+    );
+    // The held fetch comes at the silence timeout; the call went on until the callee hung up.
+    let fetch = one_verdict(&cc, &sink, "/twiml", &sid, "unknown");
+    let ms = detection_ms(&fetch);
+    assert!((3000..3100).contains(&ms), "detected after {ms} ms");
+    check_counted(&cc, "unknown");
 }
