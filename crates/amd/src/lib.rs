@@ -356,10 +356,14 @@ impl Detector {
             .saturating_duration_since(activity.started)
     }
 
+    /// Whether speech has been over for the end threshold. Not while a tone is sounding: a
+    /// beep that began in the silence takes 250 ms to be told from a blip, and a greeting's
+    /// beep often comes about a second after its last word.
     fn silent_long_enough(&self, activity: Activity, now: Instant) -> bool {
-        activity.stopped.is_some_and(|stopped| {
-            now.saturating_duration_since(stopped) >= self.config.speech_end_threshold
-        })
+        self.tone.is_none()
+            && activity.stopped.is_some_and(|stopped| {
+                now.saturating_duration_since(stopped) >= self.config.speech_end_threshold
+            })
     }
 
     fn start_speech(&mut self, started: Instant, now: Instant) {

@@ -3,102 +3,12 @@
 //! a fax's CNG, silence and line noise. Every call passes through G.711 µ-law, as it would
 //! arrive from a trunk.
 
-use std::path::Path;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use ontime_amd::{AmdConfig, AnsweredBy, Detector, Mode, Verdict, FRAME_SAMPLES};
-use ontime_rtp::g711::{ulaw_decode, ulaw_encode};
-use rand::{Rng, SeedableRng};
-
-const RATE: usize = 8000;
-
-/// The samples of a committed 8 kHz µ-law WAV (`fixtures/callers`).
-fn utterance(n: u32) -> Vec<i16> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../../fixtures/callers/utterance_{n}.ulaw.wav"));
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut at = 12;
-    while at + 8 <= bytes.len() {
-        let size = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
-        let body = &bytes[at + 8..(at + 8 + size).min(bytes.len())];
-        if &bytes[at..at + 4] == b"data" {
-            return body.iter().map(|&c| ulaw_decode(c)).collect();
-        }
-        at += 8 + size + size % 2;
-    }
-    panic!("{}: no data chunk", path.display())
-}
-
-/// Milliseconds from the start of `audio` to the end of its last audible sample: synthesised
-/// speech ends in silence of its own.
-fn audible_until_ms(audio: &[i16]) -> u128 {
-    let last = audio
-        .iter()
-        .rposition(|&s| s.unsigned_abs() > 300)
-        .unwrap_or(0);
-    ((last + 1) * 1000 / RATE) as u128
-}
-
-fn silence(ms: usize) -> Vec<i16> {
-    vec![0; RATE * ms / 1000]
-}
-
-fn tone(hz: f32, ms: usize, amplitude: f32) -> Vec<i16> {
-    (0..RATE * ms / 1000)
-        .map(|i| {
-            (amplitude * (2.0 * std::f32::consts::PI * hz * i as f32 / RATE as f32).sin()) as i16
-        })
-        .collect()
-}
-
-/// Gaussian-ish line noise (sum of uniforms), seeded.
-fn noise(ms: usize, rms: f32, seed: u64) -> Vec<i16> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    (0..RATE * ms / 1000)
-        .map(|_| {
-            let sum: f32 = (0..12).map(|_| rng.random::<f32>()).sum::<f32>() - 6.0;
-            (sum * rms) as i16
-        })
-        .collect()
-}
-
-/// A voicemail greeting of about 4 s: two sentences with a breath between them.
-fn greeting() -> Vec<i16> {
-    let mut audio = utterance(2);
-    audio.extend(silence(300));
-    audio.extend(utterance(3));
-    audio
-}
-
-/// Feed `audio` (through µ-law, in 20 ms frames, each at its arrival time) to a detector for
-/// a call answered at the first frame, then the clock alone up to a minute; the verdict.
-fn detect(config: &AmdConfig, audio: &[i16]) -> Verdict {
-    let answered = Instant::now();
-    let mut detector = Detector::new(config, answered).unwrap();
-    let mut verdict = None;
-    let mut frames = 0u32;
-    for chunk in audio.chunks(FRAME_SAMPLES) {
-        let mut frame = [0i16; FRAME_SAMPLES];
-        for (out, &s) in frame.iter_mut().zip(chunk) {
-            *out = ulaw_decode(ulaw_encode(s));
-        }
-        frames += 1;
-        let now = answered + Duration::from_millis(20) * frames;
-        if let Some(v) = detector.push_frame(now, &frame) {
-            assert_eq!(verdict, None, "one verdict per call");
-            verdict = Some(v);
-        }
-    }
-    for ms in (0..60_000).step_by(20) {
-        let now = answered + Duration::from_millis(20) * frames + Duration::from_millis(ms);
-        if let Some(v) = detector.poll(now) {
-            assert_eq!(verdict, None, "one verdict per call");
-            verdict = Some(v);
-        }
-    }
-    assert_eq!(detector.verdict(), verdict);
-    verdict.expect("a verdict by the timeout")
-}
+use common::calls::*;
+use ontime_amd::{AmdConfig, AnsweredBy, Detector, Mode, Verdict};
 
 /// A verdict of `answered_by`, `after_ms` after the answer.
 fn expected(answered_by: AnsweredBy, after_ms: u64) -> Verdict {
@@ -145,6 +55,25 @@ fn a_greeting_with_a_beep_is_a_machine_at_its_start_and_at_the_beep() {
         (beep_starts_ms + 250..beep_starts_ms + 320).contains(&end.after.as_millis()),
         "{end:?}, beep from {beep_starts_ms} ms"
     );
+}
+
+#[test]
+fn a_beep_that_starts_as_the_silence_nearly_ends_the_greeting_is_still_a_beep() {
+    // The greeting's own trailing silence, 800 ms more, then the beep: speech has been over
+    // for the end threshold while the beep is being confirmed.
+    let mut audio = silence(400);
+    audio.extend(greeting());
+    audio.extend(silence(800));
+    audio.extend(tone(1000.0, 400, 8000.0));
+    audio.extend(silence(3000));
+    let beep_starts_ms = (400 + greeting().len() * 1000 / RATE + 800) as u128;
+    let greeting_ends_ms = audible_until_ms(&audio[..RATE * beep_starts_ms as usize / 1000]);
+    assert!(
+        (greeting_ends_ms + 1000..greeting_ends_ms + 1200).contains(&beep_starts_ms),
+        "the beep starts within the end threshold, is confirmed after it"
+    );
+    let end = detect(&mode(Mode::DetectMessageEnd), &audio);
+    assert_eq!(end.answered_by, AnsweredBy::MachineEndBeep, "{end:?}");
 }
 
 #[test]

@@ -1,0 +1,2 @@
+//! What the detector's tests share.
+pub mod calls;
