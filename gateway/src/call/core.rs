@@ -840,16 +840,13 @@ impl CallCore {
         match event {
             InferenceEvent::SpeechStarted { onset, detected } => {
                 self.speaking = true;
+                let onset_at = self.stream_instant(onset, now);
                 if let Some(amd) = self.amd.as_mut() {
-                    let onset_at = now
-                        .checked_sub(detected.saturating_sub(onset))
-                        .unwrap_or(now);
                     let verdict = amd.speech_started(onset_at);
                     self.amd_decided(verdict);
                 }
                 if self.may_barge_in() {
                     let lasted = detected.saturating_sub(onset);
-                    let onset_at = self.stream_instant(onset, now);
                     // What the caller heard is counted to when they began, which can be before
                     // the VAD heard them; the decisions go by what the VAD heard.
                     let spoke_at = onset_at
@@ -870,10 +867,10 @@ impl CallCore {
                 }
                 self.notify(AgentNotice::SpeechStarted);
             }
-            InferenceEvent::SpeechStopped { end, detected } => {
+            InferenceEvent::SpeechStopped { end, .. } => {
                 self.speaking = false;
+                let end_at = self.stream_instant(end, now);
                 if let Some(amd) = self.amd.as_mut() {
-                    let end_at = now.checked_sub(detected.saturating_sub(end)).unwrap_or(now);
                     let verdict = amd.speech_stopped(end_at);
                     self.amd_decided(verdict);
                 }

@@ -1552,12 +1552,19 @@ fn the_vads_speech_segments_decide_a_short_hello_is_a_person() {
     detecting(&mut sim, true);
     sim.caller_talks(0x55);
     sim.run_for(Duration::from_millis(500));
-    sim.inference(speech_started());
+    // The VAD's events name the audio's own stream time, as it was handed the caller's frames.
+    let onset = sim.stream_time();
+    sim.inference(InferenceEvent::SpeechStarted {
+        onset,
+        detected: onset,
+    });
     sim.run_for(Duration::from_millis(600));
-    sim.inference(speech_stopped());
-    sim.run_for(Duration::from_millis(1180));
+    let end = sim.stream_time();
+    sim.inference(InferenceEvent::SpeechStopped { end, detected: end });
+    // A person: 1.2 s of silence after the speech stopped (within a frame of the stream's clock).
+    sim.run_for(Duration::from_millis(1160));
     assert_eq!(sim.amd.len(), 0, "{:?}", sim.amd);
-    sim.run_for(Duration::from_millis(40));
+    sim.run_for(Duration::from_millis(80));
     assert_eq!(sim.amd.len(), 1, "{:?}", sim.amd);
     assert_eq!(sim.amd[0].answered_by, ontime_amd::AnsweredBy::Human);
     sim.run_for(Duration::from_secs(30));
