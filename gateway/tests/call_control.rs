@@ -1809,8 +1809,8 @@ fn one_verdict(
     r
 }
 
-/// `MachineDetectionDuration` of a request, in ms.
-fn detection_ms(r: &Received) -> u64 {
+/// `MachineDetectionDuration` of a request, in ms, checked to be within `expected`.
+fn detection_ms(r: &Received, expected: std::ops::Range<u64>) -> u64 {
     let ms = r
         .param("MachineDetectionDuration")
         .and_then(|d| d.parse().ok())
@@ -1818,6 +1818,10 @@ fn detection_ms(r: &Received) -> u64 {
     eprintln!(
         "AnsweredBy {} after {ms} ms",
         r.param("AnsweredBy").unwrap_or_default()
+    );
+    assert!(
+        expected.contains(&ms),
+        "detected after {ms} ms, not in {expected:?}"
     );
     ms
 }
@@ -1866,8 +1870,7 @@ fn a_voicemail_greeting_with_a_beep_is_machine_start_in_the_held_twiml_fetch() {
     let fetch = one_verdict(&cc, &sink, "/twiml", &sid, "machine_start");
     assert_eq!(fetch.param("CallStatus").as_deref(), Some("in-progress"));
     // The greeting's speech has lasted MachineDetectionSpeechThreshold (2.4 s).
-    let ms = detection_ms(&fetch);
-    assert!((2400..6000).contains(&ms), "detected after {ms} ms");
+    detection_ms(&fetch, 2400..6000);
     check_counted(&cc, "machine_start");
 }
 
@@ -1895,8 +1898,7 @@ fn detect_message_end_posts_machine_end_beep_to_the_async_callback_and_the_bot()
     );
     let verdict = one_verdict(&cc, &sink, "/amd", &sid, "machine_end_beep");
     // The beep follows the whole greeting (about 6.7 s) and takes 250 ms to be one.
-    let ms = detection_ms(&verdict);
-    assert!((6000..9000).contains(&ms), "detected after {ms} ms");
+    let ms = detection_ms(&verdict, 6000..9000);
     let amd = bot
         .connection(0)
         .map(|c| {
@@ -1942,8 +1944,7 @@ fn a_short_hello_then_silence_is_human_in_the_async_callback() {
     assert_eq!(fetches[0].param("AnsweredBy"), None);
     let verdict = one_verdict(&cc, &sink, "/amd", &sid, "human");
     // "Hello?" (under a second), then 1.2 s of silence (MachineDetectionSpeechEndThreshold).
-    let ms = detection_ms(&verdict);
-    assert!((1200..4000).contains(&ms), "detected after {ms} ms");
+    detection_ms(&verdict, 1200..4000);
     check_counted(&cc, "human");
 }
 
@@ -1963,7 +1964,6 @@ fn a_callee_that_never_sends_rtp_is_unknown_at_the_silence_timeout() {
     );
     // The held fetch comes at the silence timeout; the call went on until the callee hung up.
     let fetch = one_verdict(&cc, &sink, "/twiml", &sid, "unknown");
-    let ms = detection_ms(&fetch);
-    assert!((3000..3100).contains(&ms), "detected after {ms} ms");
+    detection_ms(&fetch, 3000..3100);
     check_counted(&cc, "unknown");
 }

@@ -18,6 +18,15 @@ fn expected(answered_by: AnsweredBy, after_ms: u64) -> Verdict {
     }
 }
 
+/// `verdict` is `answered_by`, given `from_ms` to `to_ms` (excluded) after the answer.
+fn check(verdict: Verdict, answered_by: AnsweredBy, from_ms: u128, to_ms: u128) {
+    assert_eq!(verdict.answered_by, answered_by, "{verdict:?}");
+    assert!(
+        (from_ms..to_ms).contains(&verdict.after.as_millis()),
+        "{verdict:?}, expected after {from_ms}..{to_ms} ms"
+    );
+}
+
 fn mode(mode: Mode) -> AmdConfig {
     AmdConfig {
         mode,
@@ -45,15 +54,15 @@ fn the_greeting_is_about_four_seconds() {
 #[test]
 fn a_greeting_with_a_beep_is_a_machine_at_its_start_and_at_the_beep() {
     let start = detect(&mode(Mode::Enable), &voicemail(true));
-    assert_eq!(start.answered_by, AnsweredBy::MachineStart);
     // 400 ms of silence, then 2.4 s of speech activity.
-    assert!((2700..3000).contains(&start.after.as_millis()), "{start:?}");
+    check(start, AnsweredBy::MachineStart, 2700, 3000);
     let end = detect(&mode(Mode::DetectMessageEnd), &voicemail(true));
-    assert_eq!(end.answered_by, AnsweredBy::MachineEndBeep);
     let beep_starts_ms = (400 + greeting().len() * 1000 / RATE + 300) as u128;
-    assert!(
-        (beep_starts_ms + 250..beep_starts_ms + 320).contains(&end.after.as_millis()),
-        "{end:?}, beep from {beep_starts_ms} ms"
+    check(
+        end,
+        AnsweredBy::MachineEndBeep,
+        beep_starts_ms + 250,
+        beep_starts_ms + 320,
     );
 }
 
@@ -85,9 +94,11 @@ fn a_greeting_then_silence_ends_in_silence() {
     let end = detect(&mode(Mode::DetectMessageEnd), &voicemail(false));
     assert_eq!(end.answered_by, AnsweredBy::MachineEndSilence);
     let greeting_ends_ms = audible_until_ms(&voicemail(false));
-    assert!(
-        (greeting_ends_ms + 1200..greeting_ends_ms + 1300).contains(&end.after.as_millis()),
-        "{end:?}, greeting ends at {greeting_ends_ms} ms"
+    check(
+        end,
+        AnsweredBy::MachineEndSilence,
+        greeting_ends_ms + 1200,
+        greeting_ends_ms + 1300,
     );
 }
 
@@ -116,9 +127,11 @@ fn a_short_hello_then_silence_is_a_person() {
         let verdict = detect(&config, &audio);
         assert_eq!(verdict.answered_by, AnsweredBy::Human, "{config:?}");
         let hello_ends_ms = audible_until_ms(&audio);
-        assert!(
-            (hello_ends_ms + 1200..hello_ends_ms + 1300).contains(&verdict.after.as_millis()),
-            "{verdict:?}, hello ends at {hello_ends_ms} ms"
+        check(
+            verdict,
+            AnsweredBy::Human,
+            hello_ends_ms + 1200,
+            hello_ends_ms + 1300,
         );
     }
 }
@@ -132,11 +145,7 @@ fn a_fax_calling_tone_is_a_fax() {
     }
     for config in [mode(Mode::Enable), mode(Mode::DetectMessageEnd)] {
         let verdict = detect(&config, &audio);
-        assert_eq!(verdict.answered_by, AnsweredBy::Fax, "{config:?}");
-        assert!(
-            (750..800).contains(&verdict.after.as_millis()),
-            "{verdict:?}"
-        );
+        check(verdict, AnsweredBy::Fax, 750, 800);
     }
 }
 
