@@ -281,20 +281,21 @@ impl Detector {
         self.poll(now)
     }
 
-    /// The VAD heard speech start at `now`.
-    pub fn speech_started(&mut self, now: Instant) -> Option<Verdict> {
+    /// The VAD heard speech that began `at` (on the frames' clock: a VAD confirms speech some
+    /// frames after it began).
+    pub fn speech_started(&mut self, at: Instant) -> Option<Verdict> {
         if self.use_vad {
-            self.start_speech(now, now);
+            self.start_speech(at, at);
         }
-        self.poll(now)
+        self.poll(at)
     }
 
-    /// The VAD heard speech stop at `now`.
-    pub fn speech_stopped(&mut self, now: Instant) -> Option<Verdict> {
+    /// The VAD heard the speech end `at` (on the frames' clock).
+    pub fn speech_stopped(&mut self, at: Instant) -> Option<Verdict> {
         if self.use_vad {
-            self.stop_speech(now);
+            self.stop_speech(at);
         }
-        self.poll(now)
+        self.poll(at)
     }
 
     /// The time is `now`: the timeouts, for a call whose frames stopped (or never came).
