@@ -224,6 +224,9 @@ pub struct Detector {
     segmenter: EnergySegmenter,
     /// Consecutive speech frames (energy), for [`ONSET_FRAMES`].
     speech_frames: u32,
+    /// The frames' energy has shown speech (not a tone) at some point, whichever source
+    /// drives the activity: a fax sends only tones, and a VAD may take a tone for speech.
+    voice_heard: bool,
     activity: Option<Activity>,
     tone: Option<ToneRun>,
 }
@@ -240,6 +243,7 @@ impl Detector {
             analyser: ToneAnalyser::new(),
             segmenter: EnergySegmenter::new(),
             speech_frames: 0,
+            voice_heard: false,
             activity: None,
             tone: None,
         })
@@ -274,9 +278,7 @@ impl Detector {
             let speech = self
                 .segmenter
                 .is_speech(level.energy_dbfs, level.tone_bin.is_some());
-            if !self.use_vad {
-                self.follow_energy(now, speech);
-            }
+            self.follow_energy(now, speech);
         }
         self.poll(now)
     }
@@ -394,16 +396,21 @@ impl Detector {
     }
 
     /// Speech from energy: [`ONSET_FRAMES`] speech frames start it, one non-speech frame stops
-    /// it (at the end of the last speech frame, which is when this one began).
+    /// it (at the end of the last speech frame, which is when this one began). Only
+    /// `voice_heard` when a VAD's segments drive the activity.
     fn follow_energy(&mut self, now: Instant, speech: bool) {
         if speech {
             self.speech_frames += 1;
+            self.voice_heard |= self.speech_frames >= ONSET_FRAMES;
+            if self.use_vad {
+                return;
+            }
             if self.speech_frames >= ONSET_FRAMES {
                 let onset = now.checked_sub(FRAME * self.speech_frames).unwrap_or(now);
                 self.start_speech(onset, now);
             }
         } else {
-            if self.speech_frames >= ONSET_FRAMES {
+            if self.speech_frames >= ONSET_FRAMES && !self.use_vad {
                 self.stop_speech(now.checked_sub(FRAME).unwrap_or(now));
             }
             self.speech_frames = 0;
@@ -418,8 +425,7 @@ impl Detector {
         };
         // A machine that answers with an 1100 Hz tone before any word could be a fax: wait
         // for the tone's length to tell.
-        let maybe_fax =
-            |run: &ToneRun| self.activity.is_none() && CNG_BINS.contains(&bin_hz(run.bin));
+        let maybe_fax = |run: &ToneRun| !self.voice_heard && CNG_BINS.contains(&bin_hz(run.bin));
         match (tone_bin, self.tone) {
             (Some(bin), Some(mut run)) if bin.abs_diff(run.bin) <= 1 => {
                 run.frames += 1;

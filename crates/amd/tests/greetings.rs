@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::calls::*;
-use ontime_amd::{AmdConfig, AnsweredBy, Detector, Mode, Verdict};
+use ontime_amd::{AmdConfig, AnsweredBy, Detector, Mode, Verdict, FRAME_SAMPLES};
 
 /// A verdict of `answered_by`, `after_ms` after the answer.
 fn expected(answered_by: AnsweredBy, after_ms: u64) -> Verdict {
@@ -147,6 +147,23 @@ fn a_fax_calling_tone_is_a_fax() {
         let verdict = detect(&config, &audio);
         check(verdict, AnsweredBy::Fax, 750, 800);
     }
+}
+
+#[test]
+fn a_fax_is_a_fax_when_the_vad_takes_its_tone_for_speech() {
+    let answered = Instant::now();
+    let mut detector = Detector::new(&mode(Mode::Enable), answered).unwrap();
+    detector.use_vad_segments();
+    let cng = tone(1100.0, 500, 6000.0);
+    let mut verdict = None;
+    for (n, frame) in cng.chunks(FRAME_SAMPLES).enumerate() {
+        let now = answered + Duration::from_millis(300 + 20 * (n as u64 + 1));
+        if n == 5 {
+            assert_eq!(detector.speech_started(now), None);
+        }
+        verdict = verdict.or(detector.push_frame(now, frame));
+    }
+    check(verdict.expect("a verdict"), AnsweredBy::Fax, 760, 780);
 }
 
 #[test]
