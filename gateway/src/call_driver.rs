@@ -16,8 +16,10 @@ use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tracing::warn;
 
+use crate::agent::bridge::BridgeEnd;
 use crate::agent::{Admission, Agent, AgentCall, AgentEvent, AgentOutput, WsAgent, WsAgentConfig};
 use crate::api::Callbacks;
+use crate::call::dial::DialEnd;
 use crate::call::{CallCommand, CallCore, CallOutput, CallStats, DialogEvent, SipRequest};
 use crate::ops::metrics::JitterDepthGauge;
 use crate::records::recording::CallRecording;
@@ -200,14 +202,22 @@ pub async fn run(
     let mut verdict: Option<ontime_amd::Verdict> = None;
 
     let (agent_tx, mut agent_rx) = mpsc::unbounded_channel();
-    let mut agent: Box<dyn AgentCall> =
-        if held.is_some() || matches!(program.first(), Some(Verb::ConnectStream { .. })) {
-            Box::new(NoAgent)
-        } else {
-            services
-                .agent
-                .start_call(&info, AgentOutput::new(agent_tx.clone()))
-        };
+    // A `<Dial>` leg's input, handed over once it answers, and the leg (its CallSid).
+    let (bridge_tx, mut bridge_rx) = mpsc::unbounded_channel::<AgentOutput>();
+    let mut dial_leg: Option<String> = None;
+    // A `<Dial>`'s `action` TwiML, fetched.
+    let (action_tx, mut action_rx) = mpsc::unbounded_channel::<Vec<Verb>>();
+    // This call is a `<Dial>` leg: the other party is its agent.
+    let bridge_peer = services.registry.take_bridge(&sid);
+    let mut agent: Box<dyn AgentCall> = if let Some(peer) = bridge_peer.clone() {
+        Box::new(BridgeEnd::new(&AgentOutput::new(agent_tx.clone()), peer))
+    } else if held.is_some() || matches!(program.first(), Some(Verb::ConnectStream { .. })) {
+        Box::new(NoAgent)
+    } else {
+        services
+            .agent
+            .start_call(&info, AgentOutput::new(agent_tx.clone()))
+    };
     // A `<Connect><Stream>` bot being connected, and the one connected (kept alive).
     let (connected_tx, mut connected_rx) = mpsc::unbounded_channel::<Arc<WsAgent>>();
     let mut _stream_agent: Option<Arc<WsAgent>> = None;
@@ -253,6 +263,14 @@ pub async fn run(
     }
     if !program.is_empty() {
         core.handle_command(CallCommand::Run(program), Instant::now());
+    }
+    if bridge_peer.is_some()
+        && !services
+            .registry
+            .bridged(&sid, AgentOutput::new(agent_tx.clone()))
+    {
+        // The call that dialled this leg is gone already.
+        core.handle_command(CallCommand::Complete, Instant::now());
     }
     let mut depth = services.jitter_depth.share();
     let mut rtp_buf = vec![0u8; 2048];
@@ -340,6 +358,56 @@ pub async fn run(
                     }
                 }
                 CallOutput::Transfer(outcome) => services.registry.transferred(&sid, &outcome),
+                CallOutput::Dial(dial) => {
+                    // The agent is done with this call: the dialled party takes its place
+                    // once it answers (ringback meanwhile), then the TwiML goes on.
+                    agent.on_event(AgentEvent::Ended);
+                    agent = Box::new(NoAgent);
+                    let placed = services.registry.dial(
+                        core.info(),
+                        &dial,
+                        AgentOutput::new(agent_tx.clone()),
+                        bridge_tx.clone(),
+                    );
+                    match placed {
+                        Ok(leg) => {
+                            dial_leg = Some(leg.clone());
+                            core.handle_command(CallCommand::DialPlaced(leg), Instant::now());
+                        }
+                        Err(e) => {
+                            warn!(error = %e, "the <Dial> leg could not be placed");
+                            core.handle_command(
+                                CallCommand::DialEnded(DialEnd {
+                                    call_sid: None,
+                                    status: CallStatus::Failed,
+                                    sip_status: None,
+                                    duration_secs: 0,
+                                }),
+                                Instant::now(),
+                            );
+                        }
+                    }
+                }
+                CallOutput::EndDial(leg) => services.registry.end(&leg),
+                CallOutput::FetchTwiml {
+                    url,
+                    method_get,
+                    params,
+                } => {
+                    let callbacks = services.registry.callbacks().clone();
+                    let tx = action_tx.clone();
+                    tokio::spawn(async move {
+                        let verbs = match callbacks.fetch_twiml(&url, method_get, &params).await {
+                            Ok(v) => v,
+                            Err(e) => {
+                                // Twilio ends a call whose next TwiML cannot be had.
+                                warn!(error = %e, "the <Dial> action's TwiML fetch failed");
+                                vec![Verb::Hangup]
+                            }
+                        };
+                        let _ = tx.send(verbs);
+                    });
+                }
                 CallOutput::Amd(v) => {
                     verdict = Some(v);
                     tell_verdict(agent.as_mut(), &v);
@@ -388,7 +456,20 @@ pub async fn run(
             _ = tokio::time::sleep_until(wake.into()) => core.handle_timeout(Instant::now()),
             Some(ev) = inference_rx.recv() => core.handle_inference(ev, Instant::now()),
             Some(action) = agent_rx.recv() => core.handle_agent(action, Instant::now()),
-            Some(command) = control.recv() => core.handle_command(command, Instant::now()),
+            Some(command) = control.recv() => {
+                if let CallCommand::DialEnded(_) = &command {
+                    // The other party is gone: nothing more to hand them.
+                    agent = Box::new(NoAgent);
+                    dial_leg = None;
+                }
+                core.handle_command(command, Instant::now());
+            }
+            Some(peer) = bridge_rx.recv() => {
+                agent = Box::new(BridgeEnd::new(&AgentOutput::new(agent_tx.clone()), peer));
+            }
+            Some(verbs) = action_rx.recv() => {
+                core.handle_command(CallCommand::DialAction(verbs), Instant::now());
+            }
             Some(ws) = connected_rx.recv() => {
                 agent = ws.start_call(core.info(), AgentOutput::new(agent_tx.clone()));
                 if let Some(v) = &verdict {
@@ -421,6 +502,10 @@ pub async fn run(
                 ),
             },
         }
+    }
+    if let Some(leg) = dial_leg {
+        // The caller is gone: a leg still ringing is cancelled, a bridged one hung up.
+        services.registry.end(&leg);
     }
     drop(inference); // unregisters from the pool
     drop(core); // removes the stream at the next tick

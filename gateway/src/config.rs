@@ -379,6 +379,11 @@ pub struct Args {
     /// using what the gateway played as the reference, so the bot does not barge in on itself.
     #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_ECHO_CANCELLER"))]
     pub echo_canceller: Option<bool>,
+    /// TwiML's `<Dial>` as a blind transfer by SIP REFER, `true`, or as Twilio's bridged
+    /// second leg placed through the trunk, `false` (the default). For trunks that take REFER
+    /// and should carry the transferred call themselves.
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_DIAL_BY_REFER"))]
+    pub dial_by_refer: Option<bool>,
     /// Register with this registrar as this address of record (`sip:user@provider`;
     /// repeatable). The password comes from `ONTIME_REGISTER_PASSWORD` or
     /// `--register-password-file`, never a flag.
@@ -517,6 +522,7 @@ impl Args {
             srtp,
             symmetric_rtp,
             echo_canceller,
+            dial_by_refer,
             register,
             register_user,
             register_password_file,
@@ -707,6 +713,8 @@ pub struct Config {
     pub symmetric_rtp: bool,
     /// Cancel the line's echo of the reply in what the barge-in VAD hears.
     pub echo_canceller: bool,
+    /// `<Dial>` transfers by REFER instead of bridging a second leg.
+    pub dial_by_refer: bool,
     /// Measured headroom (calls) a new call needs.
     pub admission_reserve: usize,
     /// Registrations: address-of-record URIs.
@@ -788,6 +796,7 @@ impl Default for Config {
             srtp: ontime_sip::SrtpPolicy::Optional,
             symmetric_rtp: false,
             echo_canceller: true,
+            dial_by_refer: false,
             // One call: refuse the call that the measured headroom says would not fit
             // (docs/capacity.md: 128 offered, the excess refused, every admitted call ok on a
             // dedicated core and under 1.0/0.5-CPU quotas). 0 measures and reports only.
@@ -1287,6 +1296,9 @@ impl Config {
         }
         if let Some(v) = a.symmetric_rtp {
             c.symmetric_rtp = v;
+        }
+        if let Some(v) = a.dial_by_refer {
+            c.dial_by_refer = v;
         }
         if let Some(v) = a.echo_canceller {
             c.echo_canceller = v;

@@ -9,13 +9,14 @@ use std::time::{Duration, SystemTime};
 
 use ontime_twilio::webhook::{amd_params, call_params};
 use ontime_twilio::{
-    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Direction,
-    MachineDetection, NewCall, StatusCallback, StatusCallbackEvent,
+    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Dial, DialTarget,
+    Direction, MachineDetection, NewCall, SipTarget, StatusCallback, StatusCallbackEvent, XHeaders,
 };
 use tokio::sync::mpsc;
 
-use crate::agent::CallInfo;
+use crate::agent::{AgentOutput, CallInfo};
 use crate::api::{Callbacks, StatusReporter};
+use crate::call::dial::DialEnd;
 use crate::call::{CallCommand, TransferOutcome};
 
 /// Ended calls kept for `GET` after they end (oldest forgotten first).
@@ -49,6 +50,10 @@ struct Entry {
     machine_detection: Option<MachineDetection>,
     /// The `Url=` whose fetch waits for detection's verdict (`NewCall::twiml_url`).
     twiml_url: Option<(String, bool)>,
+    /// A `<Dial>`'s leg: the call that dialled it, and where its audio goes once answered.
+    parent: Option<(String, AgentOutput)>,
+    /// A call with a `<Dial>` leg: where that leg's own input is handed once it answers.
+    bridge_inbox: Option<mpsc::UnboundedSender<AgentOutput>>,
 }
 
 #[derive(Default)]
@@ -118,6 +123,7 @@ impl CallRegistry {
             duration_secs: None,
             sip_call_id: info.call_id.clone(),
             answered_by: None,
+            parent_call_sid: None,
         };
         self.lock().calls.insert(
             view.sid.clone(),
@@ -128,6 +134,8 @@ impl CallRegistry {
                 reporter: None,
                 machine_detection: None,
                 twiml_url: None,
+                parent: None,
+                bridge_inbox: None,
             },
         );
     }
@@ -240,6 +248,23 @@ impl CallRegistry {
                 .map_or(0, |d| d.as_secs()),
         );
         e.control = None;
+        // A `<Dial>` leg: the call that dialled it runs on.
+        let parent_told = e.parent.as_ref().map(|(parent, _)| {
+            (
+                parent.clone(),
+                DialEnd {
+                    call_sid: Some(sid.to_string()),
+                    status,
+                    sip_status,
+                    duration_secs: e.view.duration_secs.unwrap_or(0),
+                },
+            )
+        });
+        if let Some((parent, end)) = parent_told {
+            if let Some(c) = inner.calls.get(&parent).and_then(|p| p.control.as_ref()) {
+                let _ = c.send(CallCommand::DialEnded(end));
+            }
+        }
         inner.ended.push_back(sid.to_string());
         while inner.ended.len() > ENDED_KEPT {
             if let Some(old) = inner.ended.pop_front() {
@@ -267,6 +292,7 @@ impl CallRegistry {
             duration_secs: None,
             sip_call_id: String::new(),
             answered_by: None,
+            parent_call_sid: None,
         };
         self.lock().calls.insert(
             sid.to_string(),
@@ -280,9 +306,104 @@ impl CallRegistry {
                     .map(|cb| self.callbacks.reporter(cb)),
                 machine_detection: call.machine_detection.clone(),
                 twiml_url: call.twiml_url.clone(),
+                parent: None,
+                bridge_inbox: None,
             },
         );
         view
+    }
+
+    /// Place a `<Dial>`'s leg for the call `parent` (whose facts are `info`): the leg's
+    /// audio will go to `parent_input`, and its own input reaches `inbox` once it answers
+    /// ([`CallRegistry::take_bridge`], [`CallRegistry::bridged`]); its end reaches the
+    /// parent as [`CallCommand::DialEnded`]. Returns the leg's CallSid.
+    pub(crate) fn dial(
+        &self,
+        parent: &CallInfo,
+        dial: &Dial,
+        parent_input: AgentOutput,
+        inbox: mpsc::UnboundedSender<AgentOutput>,
+    ) -> Result<String, ControlError> {
+        if !self.has_trunk {
+            return Err(ControlError::NoTrunk);
+        }
+        if !(self.can_admit)() {
+            return Err(ControlError::AtCapacity);
+        }
+        let (to, sip_headers) = match &dial.target {
+            DialTarget::Number(n) => (n.clone(), XHeaders::default()),
+            // The URI's X- headers were checked when the TwiML was read.
+            DialTarget::Sip(uri) => match SipTarget::parse(uri) {
+                Ok(t) => (t.uri, t.headers),
+                Err(_) => (uri.clone(), XHeaders::default()),
+            },
+        };
+        let call = NewCall {
+            to,
+            sip_headers,
+            // Twilio's default caller ID for a `<Dial>` is the caller's own.
+            from: dial
+                .caller_id
+                .clone()
+                .unwrap_or_else(|| parent.from.clone()),
+            twiml: Vec::new(),
+            twiml_url: None,
+            machine_detection: None,
+            timeout: dial.timeout,
+            status_callback: None,
+        };
+        let sid = crate::call::new_call_sid();
+        self.outbound(&sid, &call);
+        {
+            let mut inner = self.lock();
+            if let Some(e) = inner.calls.get_mut(&sid) {
+                e.view.direction = Direction::OutboundDial;
+                e.view.parent_call_sid = Some(parent.call_sid.clone());
+                e.parent = Some((parent.call_sid.clone(), parent_input));
+            }
+            if let Some(e) = inner.calls.get_mut(&parent.call_sid) {
+                e.bridge_inbox = Some(inbox);
+            }
+        }
+        let _ = self.sip.send(RegistryRequest::DialOut {
+            sid: sid.clone(),
+            call: Box::new(call),
+        });
+        Ok(sid)
+    }
+
+    /// The input of the call a `<Dial>` leg is bridged to, if `sid` is one.
+    pub(crate) fn take_bridge(&self, sid: &str) -> Option<AgentOutput> {
+        let inner = self.lock();
+        inner
+            .calls
+            .get(sid)
+            .and_then(|e| e.parent.as_ref())
+            .map(|(_, input)| input.clone())
+    }
+
+    /// The `<Dial>` leg `sid` answered and takes its audio on `input`: the call that dialled
+    /// it is told, with the input (`false` if that call is gone).
+    pub(crate) fn bridged(&self, sid: &str, input: AgentOutput) -> bool {
+        let inner = self.lock();
+        let Some((parent, _)) = inner.calls.get(sid).and_then(|e| e.parent.as_ref()) else {
+            return false;
+        };
+        let Some(p) = inner.calls.get(parent) else {
+            return false;
+        };
+        match (&p.bridge_inbox, &p.control) {
+            (Some(inbox), Some(control)) => {
+                inbox.send(input).is_ok() && control.send(CallCommand::DialAnswered).is_ok()
+            }
+            _ => false,
+        }
+    }
+
+    /// End call `sid` whatever its state (a `<Dial>` leg whose caller is gone, or whose
+    /// bridge reached its time limit).
+    pub(crate) fn end(&self, sid: &str) {
+        let _ = self.update(sid, CallUpdate::Complete);
     }
 
     fn set_status(&self, sid: &str, status: CallStatus) -> bool {

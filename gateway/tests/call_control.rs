@@ -1967,3 +1967,379 @@ fn a_callee_that_never_sends_rtp_is_unknown_at_the_silence_timeout() {
     detection_ms(&fetch, 3000..3100);
     check_counted(&cc, "unknown");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Bridged <Dial>: a second leg through the trunk, bridged through the real-time sender.
+
+/// The payloads (µ-law, PCMU) of the RTP packets in `pcap` that `filter` keeps (a tshark
+/// display filter on the UDP ports), in order, without silent ones.
+fn voiced_payloads(pcap: &Path, port: u16, filter: &str) -> Vec<Vec<u8>> {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args(["-d", &format!("udp.port=={port},rtp")])
+        .args(["-Y", &format!("rtp && rtp.p_type == 0 && {filter}")])
+        .args(["-T", "fields", "-e", "rtp.payload"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("tshark -r");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            // tshark prints the payload as hex, with or without colons between bytes.
+            let hex: Vec<u8> = l.trim().bytes().filter(|b| *b != b':').collect();
+            hex.chunks(2)
+                .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+                .collect::<Option<Vec<u8>>>()
+        })
+        .filter(|p| p.len() == 160 && !ulaw_is_silent(p))
+        .collect()
+}
+
+/// How many of `sent` (voiced frames one party sent) are missing from `heard` (what the other
+/// party received): relayed through the bridge, a frame arrives byte for byte (µ-law decoded
+/// and encoded again is the identity).
+fn missing(sent: &[Vec<u8>], heard: &[Vec<u8>]) -> usize {
+    let heard: std::collections::HashSet<&Vec<u8>> = heard.iter().collect();
+    sent.iter().filter(|f| !heard.contains(f)).count()
+}
+
+/// A gateway whose inbound calls run `twiml`, dialling out through a trunk on `trunk_sip`.
+fn dialling_gateway(trunk_sip: u16, twiml: &str) -> ApiGateway {
+    let dir = tempdir(&format!("dial-{trunk_sip}"));
+    let file = dir.join("voice.xml");
+    std::fs::write(&file, twiml).unwrap();
+    let trunk = format!("sip:127.0.0.1:{trunk_sip}");
+    start_with_api(
+        &[
+            "--trunk-uri",
+            &trunk,
+            "--voice-twiml",
+            file.to_str().unwrap(),
+        ],
+        free_tcp_port(),
+    )
+}
+
+/// The Request-URI a `<Dial><Sip>sip:desk@127.0.0.1:PORT</Sip></Dial>` INVITE must carry.
+fn desk_ruri(trunk_sip: u16) -> String {
+    format!("^INVITE sip:desk@127\\.0\\.0\\.1:{trunk_sip} SIP/2\\.0")
+}
+
+/// The one request the `<Dial>`'s action got.
+fn the_action(sink: &HttpSink, cc: &ApiGateway) -> Received {
+    let mut got = Vec::new();
+    wait_until(Duration::from_secs(10), || {
+        got = requests_to(sink, "/after");
+        !got.is_empty()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let got = requests_to(sink, "/after");
+    assert_eq!(got.len(), 1, "action requests: {got:?}\n{}", cc.context());
+    got[0].clone()
+}
+
+/// `<Dial>` bridges the caller to a callee through the trunk: the caller hears ringback, then
+/// the two hear each other frame for frame (checked on the capture), a digit the caller
+/// presses reaches the callee as an RFC 4733 event, and when the callee hangs up the `action`
+/// gets `DialCallStatus=completed` and its TwiML runs (a digit, then the hang-up). The dialled
+/// leg is in `Calls.json` as `outbound-dial` with the caller's call as its parent.
+#[test]
+fn dial_bridges_the_caller_and_the_callee_then_runs_the_action() {
+    let Some(_one) = begin() else { return };
+    let sink = HttpSink::start(r#"<Response><Play digits="7"/><Hangup/></Response>"#);
+    let trunk_sip = free_udp_port();
+    let (callee_media, caller_media) = (free_udp_port() & !1, free_udp_port() & !1);
+    let cc = dialling_gateway(
+        trunk_sip,
+        &format!(
+            r#"<Response><Dial action="http://{}/after" timeout="20"><Sip>sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
+            sink.addr
+        ),
+    );
+    let callee_speech = fresh_speech(
+        &tempdir(&format!("dial-callee-{trunk_sip}")),
+        "Front desk, this is Sam speaking, how can I help you today?",
+    );
+    let ruri = desk_ruri(trunk_sip);
+    let callee_scen = scenario(
+        "callee_bridged.xml",
+        &[
+            ("@RURI_RE@", ruri.as_str()),
+            ("@SPEECH@", callee_speech.to_str().unwrap()),
+            ("@LISTEN_MS@", "6000"),
+        ],
+    );
+    let callee = spawn_sipp_uas(
+        &callee_scen,
+        trunk_sip,
+        1,
+        callee_media,
+        Duration::from_secs(60),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let cap = capture(&[caller_media, callee_media]);
+    let caller = caller(
+        &cc,
+        "caller_bridged.xml",
+        &[
+            ("@SPEAK_AFTER_MS@", "2000"),
+            ("@DIGIT@", "5"),
+            ("@BYE_WITHIN_MS@", "40000"),
+            ("@REASON@", "cause=16"),
+        ],
+        caller_media,
+    );
+    let (callee_ok, callee_log) = callee.finish(Duration::from_secs(60));
+    let (caller_ok, caller_log) = caller.finish(Duration::from_secs(30));
+    let pcap = cap.finish();
+    assert!(callee_ok, "callee:\n{callee_log}\n{}", cc.context());
+    assert!(caller_ok, "caller:\n{caller_log}\n{}", cc.context());
+
+    // Both ways, frame for frame.
+    let said = voiced_payloads(
+        &pcap,
+        caller_media,
+        &format!("udp.srcport == {caller_media}"),
+    );
+    let callee_heard = voiced_payloads(
+        &pcap,
+        callee_media,
+        &format!("udp.dstport == {callee_media}"),
+    );
+    let answered = voiced_payloads(
+        &pcap,
+        callee_media,
+        &format!("udp.srcport == {callee_media}"),
+    );
+    let caller_heard = voiced_payloads(
+        &pcap,
+        caller_media,
+        &format!("udp.dstport == {caller_media}"),
+    );
+    let (lost_to_callee, lost_to_caller) = (
+        missing(&said, &callee_heard),
+        missing(&answered, &caller_heard),
+    );
+    eprintln!(
+        "caller said {} voiced frames, {lost_to_callee} not heard by the callee; the callee said {}, {lost_to_caller} not heard by the caller; the caller got {} voiced frames in all",
+        said.len(),
+        answered.len(),
+        caller_heard.len()
+    );
+    assert!(said.len() > 50 && answered.len() > 50, "both spoke");
+    // A frame or two may fall to the jitter buffers' start on a loaded machine; no more.
+    assert!(
+        lost_to_callee <= 2,
+        "{lost_to_callee} of the caller's frames lost"
+    );
+    assert!(
+        lost_to_caller <= 2,
+        "{lost_to_caller} of the callee's frames lost"
+    );
+    // Ringback: voiced frames the caller got that the callee never said.
+    let ringback = caller_heard.len() - (answered.len() - lost_to_caller);
+    assert!(ringback >= 25, "ringback frames: {ringback}");
+
+    // The caller's digit at the callee, and the action's digit at the caller.
+    let events = |port: u16| -> Vec<u8> {
+        let mut ids: Vec<u8> = rtp_to(&pcap, port)
+            .iter()
+            .filter_map(|p| p.event.map(|(id, _, _)| id))
+            .collect();
+        ids.dedup();
+        ids
+    };
+    assert_eq!(events(callee_media), vec![5], "digits at the callee");
+    assert_eq!(events(caller_media), vec![7], "digits at the caller");
+
+    let action = the_action(&sink, &cc);
+    assert_eq!(
+        action.param("DialCallStatus").as_deref(),
+        Some("completed"),
+        "{action:?}"
+    );
+    let parent = action.param("CallSid").unwrap_or_default();
+    let leg = action.param("DialCallSid").unwrap_or_default();
+    assert!(leg.starts_with("CA") && leg != parent, "{action:?}");
+    let secs: u64 = action
+        .param("DialCallDuration")
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        (6..=20).contains(&secs),
+        "DialCallDuration {secs}: {action:?}"
+    );
+    let view = cc.wait_status(&leg, "completed", Duration::from_secs(5));
+    assert_eq!(view["direction"], "outbound-dial", "{view}");
+    assert_eq!(view["parent_call_sid"], parent.as_str(), "{view}");
+    let parent_view = cc.wait_status(&parent, "completed", Duration::from_secs(5));
+    assert_eq!(parent_view["parent_call_sid"], Value::Null, "{parent_view}");
+}
+
+/// A busy callee: the `action` hears `DialCallStatus=busy` with the 486, and the caller's call
+/// runs its TwiML (here a hang-up).
+#[test]
+fn dial_to_a_busy_callee_tells_the_action_busy() {
+    let Some(_one) = begin() else { return };
+    let sink = HttpSink::start("<Response><Hangup/></Response>");
+    let trunk_sip = free_udp_port();
+    let cc = dialling_gateway(
+        trunk_sip,
+        &format!(
+            r#"<Response><Dial action="http://{}/after"><Sip>sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
+            sink.addr
+        ),
+    );
+    let ruri = desk_ruri(trunk_sip);
+    let callee = spawn_sipp_uas(
+        &scenario("callee_busy.xml", &[("@RURI_RE@", ruri.as_str())]),
+        trunk_sip,
+        1,
+        free_udp_port() & !1,
+        Duration::from_secs(30),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let caller = caller(
+        &cc,
+        "caller_speaks_waits_bye.xml",
+        &[("@BYE_WITHIN_MS@", "20000"), ("@REASON@", "cause=16")],
+        free_udp_port() & !1,
+    );
+    let (callee_ok, callee_log) = callee.finish(Duration::from_secs(30));
+    let (caller_ok, caller_log) = caller.finish(Duration::from_secs(30));
+    assert!(callee_ok, "callee:\n{callee_log}\n{}", cc.context());
+    assert!(caller_ok, "caller:\n{caller_log}\n{}", cc.context());
+    let action = the_action(&sink, &cc);
+    assert_eq!(
+        action.param("DialCallStatus").as_deref(),
+        Some("busy"),
+        "{action:?}"
+    );
+    assert_eq!(
+        action.param("DialSipResponseCode").as_deref(),
+        Some("486"),
+        "{action:?}"
+    );
+    assert_eq!(
+        action.param("DialCallDuration").as_deref(),
+        Some("0"),
+        "{action:?}"
+    );
+    let leg = action.param("DialCallSid").unwrap_or_default();
+    let view = cc.wait_status(&leg, "busy", Duration::from_secs(5));
+    assert_eq!(view["status"], "busy", "{view}");
+}
+
+/// A callee that never answers: at the `<Dial timeout>` the leg is cancelled and the `action`
+/// hears `no-answer`.
+#[test]
+fn dial_unanswered_at_its_timeout_tells_the_action_no_answer() {
+    let Some(_one) = begin() else { return };
+    let sink = HttpSink::start("<Response><Hangup/></Response>");
+    let trunk_sip = free_udp_port();
+    let cc = dialling_gateway(
+        trunk_sip,
+        &format!(
+            r#"<Response><Dial action="http://{}/after" timeout="5"><Sip>sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
+            sink.addr
+        ),
+    );
+    let ruri = desk_ruri(trunk_sip);
+    let callee = spawn_sipp_uas(
+        &scenario(
+            "callee_rings.xml",
+            &[
+                ("@RURI_RE@", ruri.as_str()),
+                ("@CANCEL_WITHIN_MS@", "15000"),
+            ],
+        ),
+        trunk_sip,
+        1,
+        free_udp_port() & !1,
+        Duration::from_secs(30),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let caller = caller(
+        &cc,
+        "caller_speaks_waits_bye.xml",
+        &[("@BYE_WITHIN_MS@", "20000"), ("@REASON@", "cause=16")],
+        free_udp_port() & !1,
+    );
+    let (callee_ok, callee_log) = callee.finish(Duration::from_secs(30));
+    let cancelled_after = started.elapsed();
+    let (caller_ok, caller_log) = caller.finish(Duration::from_secs(30));
+    assert!(callee_ok, "callee:\n{callee_log}\n{}", cc.context());
+    assert!(caller_ok, "caller:\n{caller_log}\n{}", cc.context());
+    assert!(
+        cancelled_after >= Duration::from_secs(5),
+        "cancelled after {cancelled_after:?}, before the timeout"
+    );
+    let action = the_action(&sink, &cc);
+    assert_eq!(
+        action.param("DialCallStatus").as_deref(),
+        Some("no-answer"),
+        "{action:?}"
+    );
+}
+
+/// The caller hangs up while the dialled leg rings: the leg is cancelled (the callee gets the
+/// CANCEL), it reads `canceled`, and no `action` is asked (the call it would run on is over).
+#[test]
+fn the_caller_hanging_up_while_the_dial_rings_cancels_the_leg() {
+    let Some(_one) = begin() else { return };
+    let sink = HttpSink::start("<Response><Hangup/></Response>");
+    let trunk_sip = free_udp_port();
+    let cc = dialling_gateway(
+        trunk_sip,
+        &format!(
+            r#"<Response><Dial action="http://{}/after" timeout="30"><Sip>sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
+            sink.addr
+        ),
+    );
+    let ruri = desk_ruri(trunk_sip);
+    let callee = spawn_sipp_uas(
+        &scenario(
+            "callee_rings.xml",
+            &[
+                ("@RURI_RE@", ruri.as_str()),
+                ("@CANCEL_WITHIN_MS@", "15000"),
+            ],
+        ),
+        trunk_sip,
+        1,
+        free_udp_port() & !1,
+        Duration::from_secs(30),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let caller = caller(
+        &cc,
+        "caller_speaks.xml",
+        &[("@LISTEN_MS@", "1500")],
+        free_udp_port() & !1,
+    );
+    let (caller_ok, caller_log) = caller.finish(Duration::from_secs(30));
+    let (callee_ok, callee_log) = callee.finish(Duration::from_secs(30));
+    assert!(caller_ok, "caller:\n{caller_log}\n{}", cc.context());
+    assert!(
+        callee_ok,
+        "callee (the CANCEL):\n{callee_log}\n{}",
+        cc.context()
+    );
+    let calls = cc.request("GET", &cc.calls_path(), None).json();
+    let legs: Vec<&Value> = calls["calls"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|c| c["direction"] == "outbound-dial")
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(legs.len(), 1, "{calls}");
+    let leg = legs[0]["sid"].as_str().unwrap_or_default().to_string();
+    let view = cc.wait_status(&leg, "canceled", Duration::from_secs(5));
+    assert_eq!(view["status"], "canceled", "{view}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(requests_to(&sink, "/after").len(), 0);
+}

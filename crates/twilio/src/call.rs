@@ -82,6 +82,8 @@ pub enum Direction {
     Inbound,
     /// Placed through the API (`outbound-api`).
     OutboundApi,
+    /// Placed by a call's `<Dial>` (`outbound-dial`).
+    OutboundDial,
 }
 
 impl Direction {
@@ -90,6 +92,7 @@ impl Direction {
         match self {
             Direction::Inbound => "inbound",
             Direction::OutboundApi => "outbound-api",
+            Direction::OutboundDial => "outbound-dial",
         }
     }
 }
@@ -124,6 +127,8 @@ pub struct CallView {
     /// Answering-machine detection's verdict (`answered_by`: `human`, `machine_start`, …),
     /// once given on a call placed with `MachineDetection`.
     pub answered_by: Option<String>,
+    /// The call whose `<Dial>` placed this one.
+    pub parent_call_sid: Option<String>,
 }
 
 /// What `POST .../Calls/{CallSid}.json` asks.

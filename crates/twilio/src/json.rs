@@ -28,7 +28,7 @@ pub fn call(call: &CallView) -> Value {
         "from": call.from,
         "from_formatted": formatted(&call.from),
         "group_sid": null,
-        "parent_call_sid": null,
+        "parent_call_sid": call.parent_call_sid,
         "phone_number_sid": null,
         "price": null,
         "price_unit": "USD",
@@ -132,6 +132,7 @@ mod tests {
             duration_secs: Some(61),
             sip_call_id: "abc@host".into(),
             answered_by: None,
+            parent_call_sid: None,
         }
     }
 

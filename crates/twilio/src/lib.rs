@@ -58,7 +58,10 @@ pub use call::{
 pub use error::{Error, Result};
 pub use request::{CreateRequest, ListRequest, Params, TwimlSource, UpdateRequest};
 pub use sip_headers::{HeaderError, SipTarget, XHeaders};
-pub use twiml::{parse as parse_twiml, DialTarget, TwimlError, Verb, MAX_TWIML_BYTES};
+pub use twiml::{
+    parse as parse_twiml, Dial, DialTarget, TwimlError, Verb, DIAL_TIMEOUT_DEFAULT,
+    DIAL_TIME_LIMIT_MAX, MAX_TWIML_BYTES,
+};
 pub use webhook::API_VERSION;
 
 /// `(name, value)` pairs as the crate's functions take and give them, for its unit tests.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::sip_headers::SipTarget;
 
-/// Where `<Dial>` / `<Refer>` sends the caller (a blind transfer by SIP REFER).
+/// Who `<Dial>` calls, or where `<Refer>` sends the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DialTarget {
     /// `<Sip>sip:...</Sip>`: a SIP URI, as written.
@@ -26,8 +26,10 @@ pub enum Verb {
     Pause(Duration),
     /// `<Play digits="w159#"/>`: the digits as written (`0-9 * # A-D`, `w` = 0.5 s pause).
     PlayDigits(String),
-    /// `<Dial>...</Dial>` or `<Refer><Sip>...</Sip></Refer>`: blind transfer by REFER.
+    /// `<Refer><Sip>...</Sip></Refer>`: blind transfer by SIP REFER.
     Transfer(DialTarget),
+    /// `<Dial>...</Dial>`: call someone and bridge the caller to them (Twilio's semantics).
+    Dial(Dial),
     /// `<Connect><Stream url="...">` with its `<Parameter>`s: bridge the call to this bot.
     ConnectStream {
         /// `ws://` or `wss://`.
@@ -41,6 +43,29 @@ pub enum Verb {
         busy: bool,
     },
 }
+
+/// `<Dial>`: the second leg the gateway places and bridges to the call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dial {
+    /// The one `<Number>` or `<Sip>` (or the bare number) to call.
+    pub target: DialTarget,
+    /// `timeout`: how long it may ring (Twilio's default 30 s; 5 to 600).
+    pub timeout: Duration,
+    /// `callerId`: the `From` of the dialled leg (default: the caller's).
+    pub caller_id: Option<String>,
+    /// `action`: where to fetch the TwiML that runs once the dialled leg is over, with
+    /// `DialCallStatus` and friends (without one, the next verb runs).
+    pub action: Option<String>,
+    /// `method="GET"` for the action (Twilio's default is POST).
+    pub action_get: bool,
+    /// `timeLimit`: the longest the bridge may last (Twilio's default 4 h).
+    pub time_limit: Duration,
+}
+
+/// `<Dial timeout>`'s default, as Twilio's.
+pub const DIAL_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// `<Dial timeLimit>`'s default and upper bound, as Twilio's (4 hours).
+pub const DIAL_TIME_LIMIT_MAX: Duration = Duration::from_secs(4 * 3600);
 
 /// Largest TwiML document accepted (Twilio's own limit is 64 KB).
 pub const MAX_TWIML_BYTES: usize = 64 * 1024;
@@ -357,36 +382,12 @@ fn verb(el: &Element) -> Result<Verb, TwimlError> {
             }
             Ok(Verb::PlayDigits(digits.to_string()))
         }
-        "Dial" => {
-            // Every <Dial> attribute (callerId, timeout, action, record, ...) describes a
-            // bridged second leg; ontime transfers by REFER, where none of them can apply.
-            el.only_attrs(&[])?;
-            if el.children.is_empty() {
-                let number = el.text.trim();
-                if number.is_empty() {
-                    return Err(el.invalid("needs a <Sip>, a <Number> or a number"));
-                }
-                return Ok(Verb::Transfer(DialTarget::Number(e164(el, number)?)));
-            }
-            let target = el.single_child("<Sip> or <Number>")?;
-            match target.name.as_str() {
-                "Sip" => sip_target(target),
-                "Number" => {
-                    target.only_attrs(&[])?;
-                    target.no_children()?;
-                    Ok(Verb::Transfer(DialTarget::Number(e164(
-                        target,
-                        target.text.trim(),
-                    )?)))
-                }
-                other => Err(TwimlError::Unsupported(other.into(), " inside <Dial>")),
-            }
-        }
+        "Dial" => dial(el),
         "Refer" => {
             el.only_attrs(&[])?;
             let target = el.single_child("<Sip>")?;
             match target.name.as_str() {
-                "Sip" => sip_target(target),
+                "Sip" => Ok(Verb::Transfer(sip_target(target)?)),
                 other => Err(TwimlError::Unsupported(other.into(), " inside <Refer>")),
             }
         }
@@ -439,12 +440,79 @@ fn verb(el: &Element) -> Result<Verb, TwimlError> {
     }
 }
 
+/// `<Dial>` and its attributes. The attributes ontime does not honour (`record`,
+/// `answerOnBridge`, `hangupOnStar`, `ringTone`, ...) refuse the document, naming them.
+fn dial(el: &Element) -> Result<Verb, TwimlError> {
+    el.only_attrs(&["timeout", "callerId", "action", "method", "timeLimit"])?;
+    let secs =
+        |name: &str, default: Duration, range: std::ops::RangeInclusive<u64>| match el.attr(name) {
+            None => Ok(default),
+            Some(v) => match v.trim().parse::<u64>() {
+                Ok(n) if range.contains(&n) => Ok(Duration::from_secs(n)),
+                _ => Err(el.invalid(format!(
+                    "{name} must be a whole number of seconds from {} to {}, got {v:?}",
+                    range.start(),
+                    range.end()
+                ))),
+            },
+        };
+    let timeout = secs("timeout", DIAL_TIMEOUT_DEFAULT, 5..=600)?;
+    let time_limit = secs(
+        "timeLimit",
+        DIAL_TIME_LIMIT_MAX,
+        1..=DIAL_TIME_LIMIT_MAX.as_secs(),
+    )?;
+    let action_get = match el.attr("method") {
+        None | Some("POST") => false,
+        Some("GET") => true,
+        Some(other) => return Err(el.invalid(format!("method must be GET or POST, got {other:?}"))),
+    };
+    let action = match el.attr("action").map(str::trim) {
+        None => None,
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+            Some(url.to_string())
+        }
+        Some(url) => {
+            return Err(el.invalid(format!(
+                "action must be an absolute http:// or https:// URL, got {url:?}"
+            )))
+        }
+    };
+    let caller_id = el.attr("callerId").map(|c| c.trim().to_string());
+    let target = if el.children.is_empty() {
+        let number = el.text.trim();
+        if number.is_empty() {
+            return Err(el.invalid("needs a <Sip>, a <Number> or a number"));
+        }
+        DialTarget::Number(e164(el, number)?)
+    } else {
+        let target = el.single_child("<Sip> or <Number>")?;
+        match target.name.as_str() {
+            "Sip" => sip_target(target)?,
+            "Number" => {
+                target.only_attrs(&[])?;
+                target.no_children()?;
+                DialTarget::Number(e164(target, target.text.trim())?)
+            }
+            other => return Err(TwimlError::Unsupported(other.into(), " inside <Dial>")),
+        }
+    };
+    Ok(Verb::Dial(Dial {
+        target,
+        timeout,
+        caller_id,
+        action,
+        action_get,
+        time_limit,
+    }))
+}
+
 /// `<Sip>sip:...</Sip>` (in `<Dial>` or `<Refer>`); its attributes (username, password, url,
-/// statusCallback, ...) belong to a bridged leg, so none is honoured. Headers in the URI
+/// statusCallback, ...) are not honoured and refuse the document. Headers in the URI
 /// (`?X-Campaign=7`, [`crate::sip_headers`]) are checked here, so that a header that may not be
 /// set refuses the document (400 naming it on the API) before anything runs, as any other
 /// TwiML ontime does not honour; the URI keeps them, written back canonically escaped.
-fn sip_target(el: &Element) -> Result<Verb, TwimlError> {
+fn sip_target(el: &Element) -> Result<DialTarget, TwimlError> {
     el.only_attrs(&[])?;
     el.no_children()?;
     let uri = el.text.trim();
@@ -455,7 +523,7 @@ fn sip_target(el: &Element) -> Result<Verb, TwimlError> {
     match rest {
         Some(r) if !r.is_empty() && !uri.chars().any(|c| c.is_whitespace() || c.is_control()) => {
             let target = SipTarget::parse(uri).map_err(|e| el.invalid(e.to_string()))?;
-            Ok(Verb::Transfer(DialTarget::Sip(target.with_headers())))
+            Ok(DialTarget::Sip(target.with_headers()))
         }
         _ => Err(el.invalid(format!("a sip: or sips: URI is needed, got {uri:?}"))),
     }
@@ -482,6 +550,68 @@ mod tests {
         match parse(xml) {
             Ok(v) => v,
             Err(e) => panic!("{xml}: {e}"),
+        }
+    }
+
+    /// `<Dial>` with every attribute at its default.
+    fn dial_to(target: DialTarget) -> Verb {
+        Verb::Dial(Dial {
+            target,
+            timeout: DIAL_TIMEOUT_DEFAULT,
+            caller_id: None,
+            action: None,
+            action_get: false,
+            time_limit: DIAL_TIME_LIMIT_MAX,
+        })
+    }
+
+    #[test]
+    fn dial_attributes_are_read_and_bounded() {
+        assert_eq!(
+            ok(
+                r#"<Response><Dial timeout="12" callerId="+15550001111" action="https://bot.example/after?x=1" method="GET" timeLimit="600"><Sip>sip:desk@pbx</Sip></Dial></Response>"#
+            ),
+            vec![Verb::Dial(Dial {
+                target: DialTarget::Sip("sip:desk@pbx".into()),
+                timeout: Duration::from_secs(12),
+                caller_id: Some("+15550001111".into()),
+                action: Some("https://bot.example/after?x=1".into()),
+                action_get: true,
+                time_limit: Duration::from_secs(600),
+            })]
+        );
+        for (xml, says) in [
+            (
+                r#"<Dial timeout="4">+15551234567</Dial>"#,
+                "timeout must be",
+            ),
+            (
+                r#"<Dial timeout="soon">+15551234567</Dial>"#,
+                "timeout must be",
+            ),
+            (
+                r#"<Dial timeLimit="0">+15551234567</Dial>"#,
+                "timeLimit must be",
+            ),
+            (
+                r#"<Dial timeLimit="14401">+15551234567</Dial>"#,
+                "timeLimit must be",
+            ),
+            (
+                r#"<Dial method="PUT">+15551234567</Dial>"#,
+                "method must be",
+            ),
+            (
+                r#"<Dial action="/relative">+15551234567</Dial>"#,
+                "action must be",
+            ),
+            (
+                r#"<Dial><Number>+1555</Number><Number>+1556</Number></Dial>"#,
+                "<Sip> or <Number>",
+            ),
+        ] {
+            let e = err(&format!("<Response>{xml}</Response>"));
+            assert!(e.contains(says), "{xml}: {e}");
         }
     }
 
@@ -518,9 +648,9 @@ mod tests {
                 Verb::PlayDigits("w12#".into()),
                 Verb::Pause(Duration::from_secs(2)),
                 Verb::Pause(Duration::from_secs(1)),
-                Verb::Transfer(DialTarget::Sip("sip:alice@example.com".into())),
-                Verb::Transfer(DialTarget::Number("+15551234567".into())),
-                Verb::Transfer(DialTarget::Number("+15557654321".into())),
+                dial_to(DialTarget::Sip("sip:alice@example.com".into())),
+                dial_to(DialTarget::Number("+15551234567".into())),
+                dial_to(DialTarget::Number("+15557654321".into())),
                 Verb::Transfer(DialTarget::Sip(
                     "sips:desk@example.com;transport=tls".into()
                 )),
@@ -545,7 +675,7 @@ mod tests {
     fn entities_in_text_are_resolved() {
         assert_eq!(
             ok("<Response><Dial><Sip>sip:a@b;x=1&amp;y=2</Sip></Dial></Response>"),
-            vec![Verb::Transfer(DialTarget::Sip("sip:a@b;x=1&y=2".into()))]
+            vec![dial_to(DialTarget::Sip("sip:a@b;x=1&y=2".into()))]
         );
     }
 
@@ -553,7 +683,7 @@ mod tests {
     fn sip_uri_headers_are_checked_and_kept_escaped() {
         assert_eq!(
             ok("<Response><Dial><Sip>sip:bob@pbx?X-Campaign=7&amp;X-Note=a%20b</Sip></Dial></Response>"),
-            vec![Verb::Transfer(DialTarget::Sip(
+            vec![dial_to(DialTarget::Sip(
                 "sip:bob@pbx?X-Campaign=7&X-Note=a%20b".into()
             ))]
         );
@@ -592,16 +722,16 @@ mod tests {
     fn unhonoured_attributes_are_named() {
         for (xml, attr) in [
             (
-                r#"<Response><Dial callerId="+1555"><Number>+15551234567</Number></Dial></Response>"#,
-                "callerId",
+                r#"<Response><Dial answerOnBridge="true"><Number>+15551234567</Number></Dial></Response>"#,
+                "answerOnBridge",
             ),
             (
-                r#"<Response><Dial timeout="10">+15551234567</Dial></Response>"#,
-                "timeout",
+                r#"<Response><Dial record="record-from-answer">+15551234567</Dial></Response>"#,
+                "record",
             ),
             (
-                r#"<Response><Dial action="/x">+15551234567</Dial></Response>"#,
-                "action",
+                r#"<Response><Dial><Number url="https://a/whisper">+15551234567</Number></Dial></Response>"#,
+                "url",
             ),
             (
                 r#"<Response><Play loop="2" digits="1"/></Response>"#,

@@ -106,6 +106,7 @@ mod tests {
             duration_secs: None,
             sip_call_id: "x".into(),
             answered_by: None,
+            parent_call_sid: None,
         };
         let p = status_params(&call, StatusCallbackEvent::Completed, 3, Some(486), t);
         let get = |k: &str| p.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());

@@ -20,7 +20,7 @@ fn a_bots_twiml_becomes_verbs() {
           <Pause length="2"/>
           <Play digits="w12#"/>
           <Connect><Stream url="wss://bot.example/ws"><Parameter name="lang" value="en"/></Stream></Connect>
-          <Dial><Sip>sip:agent@pbx.example</Sip></Dial>
+          <Refer><Sip>sip:agent@pbx.example</Sip></Refer>
         </Response>"#,
     )
     .unwrap();
@@ -107,6 +107,7 @@ impl CallControl for Registry {
             duration_secs: None,
             sip_call_id: String::new(),
             answered_by: None,
+            parent_call_sid: None,
         };
         self.0.lock().unwrap().push(view.clone());
         Ok(view)

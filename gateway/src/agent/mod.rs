@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc::UnboundedSender;
 
+pub(crate) mod bridge;
 mod stub;
 pub(crate) mod ws;
 

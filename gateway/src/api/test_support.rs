@@ -175,6 +175,7 @@ pub(crate) fn call(sid: &str, status: CallStatus) -> CallView {
         duration_secs: status.is_final().then_some(15),
         sip_call_id: format!("{sid}@ontime"),
         answered_by: None,
+        parent_call_sid: None,
     }
 }
 

@@ -21,11 +21,12 @@ use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_
 use ontime_sender::{StreamEvent, StreamId, StreamProducer};
 use ontime_sip::{Direction, NegotiatedMedia};
 use ontime_srtp::{SdesKeys, SrtpContext, SRTCP_TRAILER_LEN};
-use ontime_twilio::{DialTarget, SipTarget, Verb};
+use ontime_twilio::{Dial, DialTarget, SipTarget, Verb};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tracing::{info, warn};
 
+use super::dial::{ringback_cycle, DialEnd, DialLeg, RINGBACK_LOW_WATER};
 use super::inbound::{law_of, InboundMedia, InboundOutcome};
 use super::outbound::Outbound;
 use super::program::{
@@ -103,6 +104,8 @@ pub struct CallSettings {
     pub sender_origin: Instant,
     /// `host[:port]` numbers are transferred to (`sip:+1555...@host`): the trunk's.
     pub transfer_domain: String,
+    /// `<Dial>` transfers by REFER instead of bridging a second leg (`--dial-by-refer`).
+    pub dial_by_refer: bool,
 }
 
 /// What the SIP side tells a call.
@@ -138,6 +141,14 @@ pub enum CallCommand {
     Complete,
     /// Run this TwiML now, instead of whatever ran.
     Run(Vec<Verb>),
+    /// The `<Dial>`'s leg ([`CallOutput::Dial`]) was placed as this CallSid.
+    DialPlaced(String),
+    /// The `<Dial>`'s leg answered: the two are bridged (its audio arrives as the agent's).
+    DialAnswered,
+    /// The `<Dial>`'s leg is over (or could not be placed).
+    DialEnded(DialEnd),
+    /// The `<Dial>`'s `action` answered with this TwiML (empty if it failed: the call ends).
+    DialAction(Vec<Verb>),
 }
 
 /// What the call asks of the SIP side.
@@ -289,6 +300,23 @@ pub enum CallOutput {
     /// Answering-machine detection gave its verdict (for the metrics, the callbacks, the held
     /// TwiML and the agent).
     Amd(ontime_amd::Verdict),
+    /// Place the `<Dial>`'s leg and bridge it to this call once it answers (its agent is let
+    /// go of: the leg's audio comes in as the agent's); answer with
+    /// [`CallCommand::DialPlaced`], then [`CallCommand::DialAnswered`] and
+    /// [`CallCommand::DialEnded`].
+    Dial(Dial),
+    /// End the `<Dial>`'s leg (this call is over, or the bridge reached its `timeLimit`).
+    EndDial(String),
+    /// Fetch TwiML for the call (a `<Dial>`'s `action`) and answer with
+    /// [`CallCommand::DialAction`].
+    FetchTwiml {
+        /// The URL.
+        url: String,
+        /// `GET` (else `POST`).
+        method_get: bool,
+        /// Twilio's form parameters.
+        params: Vec<(String, String)>,
+    },
     /// The call is over: log the record, close the recording at `recording_end` samples and
     /// give the resources back. Nothing follows.
     Ended {
@@ -383,6 +411,8 @@ pub struct CallCore {
     amd: Option<Detector>,
     /// Its verdict, for the record.
     answered_by: Option<AnsweredBy>,
+    /// The `<Dial>` the call waits on, ringing or bridged.
+    dial: Option<DialLeg>,
     srtp: Option<CallSrtp>,
     transfer: Option<PendingTransfer>,
     last_transfer: Option<TransferOutcome>,
@@ -471,6 +501,7 @@ impl CallCore {
             program: Program::default(),
             amd: None,
             answered_by: None,
+            dial: None,
             srtp: None,
             transfer: None,
             last_transfer: None,
@@ -486,6 +517,7 @@ impl CallCore {
                 .map_err(|e| tracing::warn!(error = %e, "echo canceller off for this call"))
                 .ok();
         }
+        core.program.set_dial_by_refer(core.settings.dial_by_refer);
         core.next_interim = core.settings.interim_record_interval.map(|i| now + i);
         core.start_stream_if_sending();
         core
@@ -715,7 +747,92 @@ impl CallCore {
                 self.program.replace(verbs);
                 self.run_program(now);
             }
+            CallCommand::DialPlaced(sid) => {
+                if let Some(leg) = self.dial.as_mut() {
+                    leg.placed(sid);
+                }
+            }
+            CallCommand::DialAnswered => {
+                if let Some(leg) = self.dial.as_mut() {
+                    info!(
+                        leg = leg.call_sid().unwrap_or_default(),
+                        "dialled leg answered: bridged"
+                    );
+                    leg.answered(now);
+                    // The ringback stops; what comes now is the other party.
+                    self.out.clear();
+                    self.last_play = None;
+                    self.prebuffer_until = None;
+                }
+            }
+            CallCommand::DialEnded(end) => self.dial_ended(end, now),
+            CallCommand::DialAction(verbs) => {
+                self.program.run_action(verbs);
+                self.run_program(now);
+            }
         }
+    }
+
+    /// A `<Dial>`: the caller hears ringback while the driver places the leg; the agent is
+    /// let go of (the driver's part), and the caller's speech no longer cuts what plays.
+    fn start_dial(&mut self, dial: Dial, now: Instant) {
+        info!(
+            timeout_s = dial.timeout.as_secs(),
+            "dialling a leg to bridge"
+        );
+        self.barge_in_allowed = false;
+        self.pending_barge_in = None;
+        self.out.clear();
+        self.last_play = None;
+        self.prebuffer_until = None;
+        self.outputs.push_back(CallOutput::Dial(dial.clone()));
+        self.dial = Some(DialLeg::new(dial));
+        self.ringback(now);
+    }
+
+    /// Keep ringback queued while the leg rings.
+    fn ringback(&mut self, now: Instant) {
+        let ringing = self.dial.as_ref().is_some_and(|d| !d.is_bridged());
+        let low = (RINGBACK_LOW_WATER.as_millis() as usize) * SAMPLE_RATE_HZ as usize / 1000;
+        if ringing && self.out.queued_bytes() < low {
+            let cycle = ringback_cycle();
+            self.play(now, cycle.len(), |out| out.play(&cycle));
+        }
+    }
+
+    fn dial_ended(&mut self, end: DialEnd, now: Instant) {
+        let Some(leg) = self.dial.take() else {
+            return;
+        };
+        info!(
+            status = end.status.as_str(),
+            sip_status = ?end.sip_status,
+            duration_s = end.duration_secs,
+            "dialled leg over"
+        );
+        self.out.clear();
+        self.last_play = None;
+        self.prebuffer_until = None;
+        self.barge_in_allowed = true;
+        match leg.action() {
+            Some((url, method_get)) => {
+                let mut params = crate::routing::webhook_params(&self.info);
+                for (k, v) in params.iter_mut() {
+                    if k == "CallStatus" {
+                        *v = "in-progress".into();
+                    }
+                }
+                params.extend(leg.action_params(&end));
+                self.outputs.push_back(CallOutput::FetchTwiml {
+                    url: url.to_string(),
+                    method_get,
+                    params,
+                });
+                self.program.await_action();
+            }
+            None => self.program.dial_ended(),
+        }
+        self.run_program(now);
     }
 
     /// The sender queued the digits of [`CallOutput::SendDigits`] (they play for `took`), or
@@ -769,6 +886,7 @@ impl CallCore {
                     self.outputs
                         .push_back(CallOutput::ConnectStream { url, parameters });
                 }
+                Step::Dial(dial) => self.start_dial(dial, now),
             }
         }
     }
@@ -965,6 +1083,25 @@ impl CallCore {
                 self.hangup_when_played = Some((request, give_up_at));
                 self.hang_up_if_played(now);
             }
+            // A bridged leg's digits (the other party pressed them) go out at once: the program
+            // waits on the `<Dial>` meanwhile.
+            AgentAction::SendDigits(digits)
+                if self.dial.as_ref().is_some_and(DialLeg::is_bridged) =>
+            {
+                if let (Some(payload_type), Some(p)) =
+                    (self.negotiated.telephone_event_pt, self.out.producer())
+                {
+                    self.outputs.push_back(CallOutput::SendDigits {
+                        stream: p.id(),
+                        payload_type,
+                        digits,
+                    });
+                } else if let Some(d) = digits.chars().next() {
+                    self.stats.dtmf_sent += 1;
+                    self.outputs
+                        .push_back(CallOutput::Sip(SipRequest::InfoDtmf(d, INFO_DIGIT_TONE)));
+                }
+            }
             AgentAction::SendDigits(digits) => {
                 self.program.push(Verb::PlayDigits(digits));
                 self.run_program(now);
@@ -992,6 +1129,10 @@ impl CallCore {
             _ => {}
         }
         if now < self.next_tick {
+            // Between two ticks only the program can be due (a pause, digits played out).
+            if self.program.wake_at().is_some_and(|t| t <= now) {
+                self.run_program(now);
+            }
             return;
         }
         self.next_tick = if now.duration_since(self.next_tick) > MAX_CATCH_UP {
@@ -1004,6 +1145,20 @@ impl CallCore {
             // A callee that sends nothing still gets its verdict at the timeouts.
             let verdict = amd.poll(now);
             self.amd_decided(verdict);
+        }
+        self.ringback(now);
+        if let Some(sid) = self
+            .dial
+            .as_ref()
+            .filter(|d| d.time_limit_at().is_some_and(|t| now >= t))
+            .and_then(|d| d.call_sid())
+        {
+            info!("the bridge reached its timeLimit");
+            self.outputs.push_back(CallOutput::EndDial(sid.to_string()));
+            if let Some(d) = self.dial.as_mut() {
+                // Asked once: the leg's end comes back as `DialEnded`.
+                d.time_limit_passed();
+            }
         }
         let transfer_over = self.transfer.as_ref().and_then(|t| t.on_timeout(now));
         if let Some(o) = transfer_over {

@@ -2,6 +2,7 @@
 //! drives it (`driver`), with the caller's inbound media, the agent's outbound queue and RTCP.
 
 mod core;
+pub(crate) mod dial;
 mod inbound;
 mod outbound;
 pub(crate) mod program;

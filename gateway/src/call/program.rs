@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use ontime_twilio::{DialTarget, Verb};
+use ontime_twilio::{Dial, DialTarget, Verb};
 
 use crate::agent::TransferResult;
 
@@ -40,6 +40,9 @@ pub enum Step {
     InfoDigit(char),
     /// Transfer the caller: send REFER; answer with [`Program::transfer_done`].
     Transfer(DialTarget),
+    /// Call someone and bridge the caller to them; answer with [`Program::dial_ended`] or
+    /// [`Program::await_action`].
+    Dial(Dial),
     /// Bridge the call to this bot instead of the current agent; the program is over.
     Connect {
         /// `ws://` or `wss://`.
@@ -57,6 +60,10 @@ enum Wait {
     DigitsQueued,
     /// A REFER is in flight.
     Transfer,
+    /// A `<Dial>`'s leg rings or is bridged.
+    Dial,
+    /// The `<Dial>`'s `action` TwiML is being fetched.
+    Action,
 }
 
 /// The verbs a call runs, one at a time.
@@ -66,6 +73,8 @@ pub struct Program {
     wait: Wait,
     /// Digits of a `<Play digits>` going out by SIP INFO, one per [`INFO_DIGIT_SPACING`].
     info_digits: VecDeque<char>,
+    /// `<Dial>` transfers by REFER instead of bridging (`--dial-by-refer`).
+    dial_by_refer: bool,
 }
 
 impl Default for Program {
@@ -74,6 +83,7 @@ impl Default for Program {
             verbs: VecDeque::new(),
             wait: Wait::Ready,
             info_digits: VecDeque::new(),
+            dial_by_refer: false,
         }
     }
 }
@@ -85,6 +95,12 @@ impl Program {
         self.verbs = verbs.into();
         self.info_digits.clear();
         self.wait = Wait::Ready;
+    }
+
+    /// `<Dial>` becomes a blind transfer by REFER (its attributes, which describe a bridged
+    /// leg, then do not apply).
+    pub fn set_dial_by_refer(&mut self, by_refer: bool) {
+        self.dial_by_refer = by_refer;
     }
 
     /// Run this verb after what is queued (the agent's own requests).
@@ -106,7 +122,7 @@ impl Program {
         loop {
             match self.wait {
                 Wait::Until(t) if now < t => return None,
-                Wait::DigitsQueued | Wait::Transfer => return None,
+                Wait::DigitsQueued | Wait::Transfer | Wait::Dial | Wait::Action => return None,
                 Wait::Until(_) | Wait::Ready => self.wait = Wait::Ready,
             }
             if let Some(d) = self.info_digits.pop_front() {
@@ -137,6 +153,14 @@ impl Program {
                     self.wait = Wait::Transfer;
                     return Some(Step::Transfer(target));
                 }
+                Verb::Dial(dial) if self.dial_by_refer => {
+                    self.wait = Wait::Transfer;
+                    return Some(Step::Transfer(dial.target));
+                }
+                Verb::Dial(dial) => {
+                    self.wait = Wait::Dial;
+                    return Some(Step::Dial(dial));
+                }
                 Verb::ConnectStream { url, parameters } => {
                     self.verbs.clear();
                     return Some(Step::Connect { url, parameters });
@@ -153,6 +177,32 @@ impl Program {
                 Some(d) => Wait::Until(now + d),
                 None => Wait::Ready,
             };
+        }
+    }
+
+    /// The leg of [`Step::Dial`] is over and the `<Dial>` had no `action`: the next verb runs,
+    /// and the call ends after the last (as Twilio's: the agent the call had before the
+    /// `<Dial>` was let go of when it began).
+    pub fn dial_ended(&mut self) {
+        if self.wait == Wait::Dial {
+            self.wait = Wait::Ready;
+            self.verbs.push_back(Verb::Hangup);
+        }
+    }
+
+    /// The leg of [`Step::Dial`] is over and its `action` is being fetched: nothing runs
+    /// until [`Program::run_action`].
+    pub fn await_action(&mut self) {
+        if self.wait == Wait::Dial {
+            self.wait = Wait::Action;
+        }
+    }
+
+    /// The `action`'s TwiML: it replaces what was left, and the call ends after it.
+    pub fn run_action(&mut self, verbs: Vec<Verb>) {
+        if self.wait == Wait::Action {
+            self.replace(verbs);
+            self.verbs.push_back(Verb::Hangup);
         }
     }
 
@@ -299,6 +349,57 @@ mod tests {
         ]);
         assert!(matches!(p.poll(t0, true), Some(Step::Connect { .. })));
         assert_eq!(p.poll(t0, true), None);
+    }
+
+    fn dial(action: Option<&str>) -> Dial {
+        Dial {
+            target: DialTarget::Number("+15550100".into()),
+            timeout: Duration::from_secs(30),
+            caller_id: None,
+            action: action.map(str::to_string),
+            action_get: false,
+            time_limit: Duration::from_secs(3600),
+        }
+    }
+
+    #[test]
+    fn a_dial_waits_for_its_leg_then_runs_on_and_hangs_up_after_the_last_verb() {
+        let t0 = Instant::now();
+        let mut p = Program::default();
+        p.replace(vec![Verb::Dial(dial(None)), Verb::PlayDigits("1".into())]);
+        assert_eq!(p.poll(t0, true), Some(Step::Dial(dial(None))));
+        assert_eq!(p.poll(t0 + Duration::from_secs(600), true), None);
+        p.dial_ended();
+        assert_eq!(p.poll(t0, true), Some(Step::SendDigits("1".into())));
+        p.digits_queued(None, t0);
+        assert_eq!(p.poll(t0, true), Some(Step::Hangup(REASON_NORMAL_CLEARING)));
+        assert_eq!(p.poll(t0, true), None);
+    }
+
+    #[test]
+    fn a_dials_action_replaces_what_was_left_and_by_refer_it_transfers() {
+        let t0 = Instant::now();
+        let mut p = Program::default();
+        p.replace(vec![
+            Verb::Dial(dial(Some("https://a/after"))),
+            Verb::Pause(Duration::from_secs(5)),
+        ]);
+        assert!(matches!(p.poll(t0, true), Some(Step::Dial(_))));
+        p.await_action();
+        assert_eq!(p.poll(t0, true), None);
+        // Nothing but the action's TwiML runs, then the call ends.
+        p.run_action(vec![Verb::PlayDigits("9".into())]);
+        assert_eq!(p.poll(t0, true), Some(Step::SendDigits("9".into())));
+        p.digits_queued(None, t0);
+        assert_eq!(p.poll(t0, true), Some(Step::Hangup(REASON_NORMAL_CLEARING)));
+
+        let mut p = Program::default();
+        p.set_dial_by_refer(true);
+        p.replace(vec![Verb::Dial(dial(None))]);
+        assert_eq!(
+            p.poll(t0, true),
+            Some(Step::Transfer(DialTarget::Number("+15550100".into())))
+        );
     }
 
     #[test]

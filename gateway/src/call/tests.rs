@@ -15,6 +15,7 @@ use ontime_sip::{Codec, Direction, NegotiatedMedia};
 use ontime_twilio::{DialTarget, Verb};
 
 use super::core::HANGUP_WAIT;
+use super::dial::DialEnd;
 use super::program::{REASON_NORMAL_CLEARING, TRANSFER_WAIT};
 use super::{
     AgentNotice, CallCommand, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest,
@@ -82,6 +83,7 @@ fn settings(origin: Instant) -> CallSettings {
         record: false,
         sender_origin: origin,
         transfer_domain: "trunk.example:5060".into(),
+        dial_by_refer: false,
     }
 }
 
@@ -116,6 +118,8 @@ struct Sim {
     echo: bool,
     /// Agent actions due at a time (a bot streaming in real time).
     timed: std::collections::VecDeque<(Instant, AgentAction)>,
+    /// What the core asked of the `<Dial>` machinery, in order.
+    dials: Vec<DialAsk>,
     /// Where the outgoing stream was moved to (latching), in order.
     stream_remotes: Vec<std::net::SocketAddr>,
     /// Where each RTCP compound went.
@@ -180,6 +184,7 @@ impl Sim {
             stream_remotes: Vec::new(),
             rtcp_to: Vec::new(),
             amd: Vec::new(),
+            dials: Vec::new(),
         };
         sim.drain();
         sim
@@ -250,6 +255,11 @@ impl Sim {
                     self.core.digits_queued(&digits, took, self.now);
                 }
                 CallOutput::ConnectStream { url, .. } => self.connects.push(url),
+                CallOutput::Dial(d) => self.dials.push(DialAsk::Place(d.target)),
+                CallOutput::EndDial(sid) => self.dials.push(DialAsk::End(sid)),
+                CallOutput::FetchTwiml { url, params, .. } => {
+                    self.dials.push(DialAsk::Fetch(url, params))
+                }
                 CallOutput::Transfer(t) => self.transfers.push(t),
                 CallOutput::Amd(v) => self.amd.push(v),
                 CallOutput::Interim(r) => self.interim.push(*r),
@@ -1581,4 +1591,130 @@ fn a_call_without_detection_has_no_verdict() {
     sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
     assert_eq!(sim.amd.len(), 0);
     assert_eq!(sim.cdr().answered_by, None);
+}
+
+/// What the core asked of the `<Dial>` machinery.
+#[derive(Debug, Clone, PartialEq)]
+enum DialAsk {
+    Place(ontime_twilio::DialTarget),
+    End(String),
+    Fetch(String, Vec<(String, String)>),
+}
+
+fn dial_twiml(action: Option<&str>, time_limit_s: u64) -> Vec<Verb> {
+    vec![
+        Verb::Dial(ontime_twilio::Dial {
+            target: ontime_twilio::DialTarget::Sip("sip:desk@pbx".into()),
+            timeout: Duration::from_secs(20),
+            caller_id: None,
+            action: action.map(str::to_string),
+            action_get: false,
+            time_limit: Duration::from_secs(time_limit_s),
+        }),
+        Verb::PlayDigits("4".into()),
+    ]
+}
+
+/// `<Dial>` on simulated time: the caller hears ringback (2 s of tone, then 4 s of silence)
+/// until the leg answers; the bridged leg's audio then plays as it comes, the caller's speech
+/// does not cut it, its time limit ends the leg; once the leg is over the next verb runs and
+/// the call hangs up after the last.
+#[test]
+fn a_dial_rings_back_bridges_and_runs_on_when_the_leg_ends() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.2));
+    sim.core
+        .handle_command(CallCommand::Run(dial_twiml(None, 10)), sim.now);
+    sim.drain();
+    assert_eq!(
+        sim.dials,
+        vec![DialAsk::Place(ontime_twilio::DialTarget::Sip(
+            "sip:desk@pbx".into()
+        ))]
+    );
+    sim.core
+        .handle_command(CallCommand::DialPlaced("CAleg".into()), sim.now);
+    // Three seconds of ringing: all of it is ringback (its 2 s tone, then its silence).
+    sim.run_for(seconds(3.0));
+    assert_eq!(sim.voiced_packets(), 150);
+    sim.core.handle_command(CallCommand::DialAnswered, sim.now);
+    let answered = sim.now;
+    // The other party talks (their audio comes in as the agent's); the caller's speech does
+    // not cut it.
+    for _ in 0..50 {
+        sim.agent(AgentAction::Play(tone(0.02)));
+        sim.inference(speech_started());
+        sim.run_for(FRAME);
+    }
+    assert!(!sim.barged_in());
+    // The leg's time limit (10 s from the answer) asks to end it, once.
+    sim.run_until(answered + seconds(10.0) + FRAME);
+    assert_eq!(sim.dials.last(), Some(&DialAsk::End("CAleg".into())));
+    sim.run_for(seconds(1.0));
+    assert_eq!(
+        sim.dials
+            .iter()
+            .filter(|d| matches!(d, DialAsk::End(_)))
+            .count(),
+        1
+    );
+    assert!(sim.sip.is_empty(), "{:?}", sim.sip);
+    sim.core.handle_command(
+        CallCommand::DialEnded(DialEnd {
+            call_sid: Some("CAleg".into()),
+            status: ontime_twilio::CallStatus::Completed,
+            sip_status: None,
+            duration_secs: 10,
+        }),
+        sim.now,
+    );
+    sim.run_for(seconds(2.0));
+    // The next verb (a digit), then the hang-up after the last verb.
+    assert_eq!(sim.core.take_stats().dtmf_sent, 1);
+    assert_eq!(sim.sip.len(), 1, "{:?}", sim.sip);
+    assert!(matches!(&sim.sip[0], SipRequest::HangupWithReason(r) if r.contains("cause=16")));
+}
+
+/// With an `action`, the leg's end fetches it with Twilio's `Dial*` parameters, and only the
+/// TwiML it answers runs (then the call hangs up).
+#[test]
+fn a_dials_action_is_fetched_with_the_legs_outcome() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.2));
+    sim.core.handle_command(
+        CallCommand::Run(dial_twiml(Some("https://bot/after"), 60)),
+        sim.now,
+    );
+    sim.core
+        .handle_command(CallCommand::DialPlaced("CAleg".into()), sim.now);
+    sim.run_for(seconds(1.0));
+    sim.core.handle_command(
+        CallCommand::DialEnded(DialEnd {
+            call_sid: Some("CAleg".into()),
+            status: ontime_twilio::CallStatus::NoAnswer,
+            sip_status: Some(487),
+            duration_secs: 0,
+        }),
+        sim.now,
+    );
+    sim.drain();
+    let Some(DialAsk::Fetch(url, params)) = sim.dials.last().cloned() else {
+        panic!("no action fetched: {:?}", sim.dials);
+    };
+    assert_eq!(url, "https://bot/after");
+    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    assert_eq!(get("DialCallStatus"), Some("no-answer"));
+    assert_eq!(get("DialCallSid"), Some("CAleg"));
+    assert_eq!(get("DialSipResponseCode"), Some("487"));
+    assert_eq!(get("CallStatus"), Some("in-progress"));
+    // Nothing runs until the action answers (the <Play digits="4"> after the <Dial> is gone).
+    sim.run_for(seconds(2.0));
+    assert!(sim.sip.is_empty());
+    sim.core
+        .handle_command(CallCommand::DialAction(vec![]), sim.now);
+    sim.run_for(seconds(0.1));
+    assert_eq!(sim.sip.len(), 1, "{:?}", sim.sip);
+    assert_eq!(sim.core.take_stats().dtmf_sent, 0);
 }

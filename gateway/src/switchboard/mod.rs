@@ -840,6 +840,7 @@ impl Switchboard {
             barge_in: self.config.barge_in,
             barge_in_min_speech: self.config.barge_in_min_speech,
             echo_canceller: self.config.echo_canceller,
+            dial_by_refer: self.config.dial_by_refer,
             speech_stop_lag: ontime_inference::VadParams::default().stop,
             max_buffered: self.config.max_buffered,
             cname: format!("ontime@{}", self.config.public_ip),
