@@ -1714,20 +1714,6 @@ const DOC_BOT_WEB: &str = "https://bot.example/";
 /// The number the docs dial and transfer to, as the callee's scenario matches it.
 const DOC_NUMBER_RE: &str = "sip:\\+15551234567";
 
-/// What curl printed for one example: the HTTP status and the body.
-#[derive(Debug)]
-struct CurlReply {
-    status: u16,
-    body: String,
-}
-
-impl CurlReply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): HTTP {} {}", self.status, self.body))
-    }
-}
-
 /// The `sh` blocks of docs/call-control.md by name, and what the test puts in place of the
 /// reader's setup: the API's address, the account, the credentials file, the bot's URLs.
 struct DocExamples {
@@ -1818,7 +1804,7 @@ impl DocExamples {
 
     /// Run the block `name` with the real curl: its one command, the variables the setup block
     /// sets and `CALL_SID` (when given) filled in, the credentials from the test's file.
-    fn run(&mut self, name: &str, call_sid: Option<&str>) -> CurlReply {
+    fn run(&mut self, name: &str, call_sid: Option<&str>) -> Resp {
         let block = self.block(name);
         let commands = doc_sh::commands(&block.text);
         let [command] = commands.as_slice() else {
@@ -1878,7 +1864,7 @@ impl DocExamples {
             .parse()
             .unwrap_or_else(|_| panic!("block {name}: no status in {text:?}"));
         eprintln!("{name}: HTTP {status}");
-        CurlReply {
+        Resp {
             status,
             body: body.to_string(),
         }
@@ -1907,24 +1893,35 @@ fn refer_accepting_caller(cc: &ApiGateway, refer_to_re: &str) -> SippCall {
     )
 }
 
-/// Run a TwiML example on a new call from `caller`: 200 with the call, then the caller's
-/// scenario must pass (bounded: 30 s) and the call must end `completed`.
+/// Run the block `name` on the call `sid`: 200 with the call, then `peer`'s scenario must pass
+/// (bounded: 30 s) and the call must end as `final_status`.
+fn run_to_the_end(
+    docs: &mut DocExamples,
+    cc: &ApiGateway,
+    (name, sid): (&str, &str),
+    peer: SippCall,
+    final_status: &str,
+) {
+    let r = docs.run(name, Some(sid));
+    assert_eq!(r.status, 200, "{name}: {}", r.body);
+    assert_eq!(r.json()["sid"], sid, "{name}: {}", r.body);
+    let (ok, log) = peer.finish(Duration::from_secs(30));
+    assert!(
+        ok,
+        "{name}: the peer's scenario failed:\n{log}\n{}",
+        cc.context()
+    );
+    let view = cc.wait_status(sid, final_status, Duration::from_secs(5));
+    assert_eq!(view["status"], final_status, "{name}: {view}");
+}
+
+/// [`run_to_the_end`] on the one live call, from `caller`, which ends `completed`.
 fn run_on_a_call(docs: &mut DocExamples, cc: &ApiGateway, name: &str, caller: SippCall) {
     let sid = cc.live_call()["sid"]
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let r = docs.run(name, Some(&sid));
-    assert_eq!(r.status, 200, "{name}: {}", r.body);
-    assert_eq!(r.json()["sid"], sid.as_str(), "{name}: {}", r.body);
-    let (ok, log) = caller.finish(Duration::from_secs(30));
-    assert!(
-        ok,
-        "{name}: the caller's scenario failed:\n{log}\n{}",
-        cc.context()
-    );
-    let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
-    assert_eq!(view["status"], "completed", "{name}: {view}");
+    run_to_the_end(docs, cc, (name, &sid), caller, "completed");
 }
 
 /// The bot's `start` message on connection `i` (waited for, bounded: 15 s).
@@ -2065,16 +2062,13 @@ fn the_curl_examples_of_the_docs_do_what_they_say() {
         start["start"]["customParameters"]["campaign"], "7",
         "{start}"
     );
-    let completed = docs.run("complete-call", Some(&sid));
-    assert_eq!(completed.status, 200, "{}", completed.body);
-    let (ok, log) = streamed.finish(Duration::from_secs(15));
-    assert!(
-        ok,
-        "complete-call: no BYE with cause 16:\n{log}\n{}",
-        cc.context()
+    run_to_the_end(
+        &mut docs,
+        &cc,
+        ("complete-call", &sid),
+        streamed,
+        "completed",
     );
-    let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
-    assert_eq!(view["status"], "completed", "{view}");
 
     // Url=: the gateway fetches the TwiML (the sink's <Hangup/>) with a signed POST.
     let fetched = caller_hung_up_by_api(&cc, free_udp_port() & !1);
@@ -2170,16 +2164,13 @@ fn the_curl_examples_of_the_docs_do_what_they_say() {
     let ringing_sid = r.json()["sid"].as_str().unwrap_or_default().to_string();
     let view = cc.wait_status(&ringing_sid, "ringing", Duration::from_secs(10));
     assert_eq!(view["status"], "ringing", "{view}");
-    let canceled = docs.run("cancel-call", Some(&ringing_sid));
-    assert_eq!(canceled.status, 200, "{}", canceled.body);
-    let (ok, log) = callee.finish(Duration::from_secs(15));
-    assert!(
-        ok,
-        "cancel-call: the callee got no CANCEL:\n{log}\n{}",
-        cc.context()
+    run_to_the_end(
+        &mut docs,
+        &cc,
+        ("cancel-call", &ringing_sid),
+        callee,
+        "canceled",
     );
-    let view = cc.wait_status(&ringing_sid, "canceled", Duration::from_secs(5));
-    assert_eq!(view["status"], "canceled", "{view}");
 
     docs.check_all_ran();
     let m = |s: &str| cc.metric(s);
