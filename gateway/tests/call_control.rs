@@ -18,6 +18,8 @@
 //! - a pipecat bot whose pipeline ends hangs the SIP call up through the API, pipecat unchanged;
 //! - SIP X- headers both ways: an inbound INVITE's reach the voice webhook as `SipHeader_X-…`,
 //!   a `<Dial><Sip>` URI's ride the REFER's Refer-To, a SIP `To`'s go onto the INVITE once.
+//! - every `sh` block of docs/call-control.md, run with the real `curl` as a reader would, does
+//!   what the page says.
 
 #[path = "common/bot.rs"]
 mod bot;
