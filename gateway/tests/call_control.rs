@@ -17,20 +17,28 @@
 //!   answers as soon as `/readyz` says the gateway is ready;
 //! - a pipecat bot whose pipeline ends hangs the SIP call up through the API, pipecat unchanged;
 //! - SIP X- headers both ways: an inbound INVITE's reach the voice webhook as `SipHeader_X-…`,
-//!   a `<Dial><Sip>` URI's ride the REFER's Refer-To, a SIP `To`'s go onto the INVITE once;
+//!   a `<Refer><Sip>` URI's ride the REFER's Refer-To, a SIP `To`'s go onto the INVITE once;
 //! - answering-machine detection on dial-out (`MachineDetection`): a sipp callee playing a
 //!   voicemail greeting and a beep is `machine_start` in the held TwiML fetch and
 //!   `machine_end_beep` in the async callback and the bot's `ontime.amd`; one saying "Hello?"
-//!   is `human`; one that never sends RTP is `unknown` at the silence timeout.
+//!   is `human`; one that never sends RTP is `unknown` at the silence timeout;
+//! - every `sh` block of docs/call-control.md, run with the real `curl` as a reader would, does
+//!   what the page says;
+//! - bridged `<Dial>`: caller and callee hear each other frame for frame, digits are relayed,
+//!   the `action` hears completed, busy or no-answer, and the caller hanging up while the leg
+//!   rings cancels it.
 
 #[path = "common/bot.rs"]
 mod bot;
 mod common;
+#[path = "common/doc_sh.rs"]
+mod doc_sh;
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -543,6 +551,18 @@ fn rtp_to(pcap: &Path, media_port: u16) -> Vec<RtpPkt> {
         .collect()
 }
 
+/// RFC 4733 events grouped by digit: one digit's packets share an RTP timestamp; arrival order.
+fn digit_groups<'a>(events: &[&'a RtpPkt]) -> Vec<Vec<&'a RtpPkt>> {
+    let mut digits: Vec<Vec<&RtpPkt>> = Vec::new();
+    for e in events {
+        match digits.last_mut() {
+            Some(rows) if rows[0].ts == e.ts => rows.push(e),
+            _ => digits.push(vec![e]),
+        }
+    }
+    digits
+}
+
 #[test]
 fn play_digits_reach_the_caller_as_rfc4733_events_in_order() {
     let Some(_one) = begin() else { return };
@@ -585,14 +605,7 @@ fn play_digits_reach_the_caller_as_rfc4733_events_in_order() {
         // The events belong to the call's audio stream (one SSRC, one clock).
         assert_eq!(Some(e.ssrc), audio_ssrc, "event SSRC vs audio SSRC: {e:?}");
     }
-    // One digit's packets share an RTP timestamp: group them in arrival order.
-    let mut digits: Vec<Vec<&RtpPkt>> = Vec::new();
-    for e in &events {
-        match digits.last_mut() {
-            Some(rows) if rows[0].ts == e.ts => rows.push(e),
-            _ => digits.push(vec![e]),
-        }
-    }
+    let digits = digit_groups(&events);
     let id = |p: &RtpPkt| p.event.map_or(255, |e| e.0);
     let ids: Vec<u8> = digits.iter().map(|rows| id(rows[0])).collect();
     assert_eq!(ids, vec![1, 5, 9, 11], "digits heard (11 is #): {events:?}");
@@ -1035,16 +1048,29 @@ fn spawn_callee(
     text: &str,
     listen_ms: &str,
 ) -> SippCall {
-    let speech = fresh_speech(&tempdir(&format!("callee-{callee_sip}")), text);
-    spawn_callee_playing(callee_sip, callee_media, user_re, Some(&speech), listen_ms)
+    let uri_re = format!("sip:{user_re}@127\\.0\\.0\\.1:{callee_sip}");
+    spawn_callee_at(callee_sip, callee_media, &uri_re, text, listen_ms)
 }
 
-/// [`spawn_callee`] playing `speech` (an 8 kHz µ-law WAV) instead of fresh speech, or, with
+/// [`spawn_callee`] for an INVITE whose Request-URI matches `uri_re` (a regular expression)
+/// exactly, whatever its host.
+fn spawn_callee_at(
+    callee_sip: u16,
+    callee_media: u16,
+    uri_re: &str,
+    text: &str,
+    listen_ms: &str,
+) -> SippCall {
+    let speech = fresh_speech(&tempdir(&format!("callee-{callee_sip}")), text);
+    spawn_callee_playing(callee_sip, callee_media, uri_re, Some(&speech), listen_ms)
+}
+
+/// [`spawn_callee_at`] playing `speech` (an 8 kHz µ-law WAV) instead of fresh speech, or, with
 /// `None`, sending no RTP at all.
 fn spawn_callee_playing(
     callee_sip: u16,
     callee_media: u16,
-    user_re: &str,
+    uri_re: &str,
     speech: Option<&Path>,
     listen_ms: &str,
 ) -> SippCall {
@@ -1056,10 +1082,7 @@ fn spawn_callee_playing(
         "callee_answers_speaks.xml",
         &[
             (r#"<exec rtp_stream="@SPEECH@,1,0"/>"#, rtp_stream.as_str()),
-            (
-                "@RURI_RE@",
-                &format!("^INVITE sip:{user_re}@127\\.0\\.0\\.1:{callee_sip} SIP/2\\.0"),
-            ),
+            ("@RURI_RE@", &format!("^INVITE {uri_re} SIP/2\\.0")),
             ("@LISTEN_MS@", listen_ms),
         ],
     );
@@ -1671,20 +1694,7 @@ fn a_sip_to_with_x_headers_puts_them_on_the_invite_once() {
     let pcap = cap.finish();
     assert!(ok, "the callee's call failed:\n{log}\n{}", cc.context());
 
-    // The first INVITE as the callee received it: its header block and its To.
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(&pcap)
-        .args(["-d", &format!("udp.port=={callee_sip},sip")])
-        .args(["-Y", "sip.Method == \"INVITE\""])
-        .args(["-T", "fields", "-E", "separator=|"])
-        .args(["-e", "sip.To", "-e", "sip.msg_hdr"])
-        .stderr(Stdio::null())
-        .output()
-        .expect("tshark -r");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let invite = text.lines().next().unwrap_or_default();
-    let (to_header, headers) = invite.split_once('|').unwrap_or_default();
+    let (to_header, headers) = first_invite(&pcap, callee_sip);
     assert_eq!(
         headers.matches("X-Campaign:").count(),
         1,
@@ -1750,7 +1760,7 @@ fn dial_out_with_amd(
     let callee = spawn_callee_playing(
         callee_sip,
         callee_media,
-        "\\+15551234567",
+        &format!("sip:\\+15551234567@127\\.0\\.0\\.1:{callee_sip}"),
         speech,
         listen_ms,
     );
@@ -2342,4 +2352,596 @@ fn the_caller_hanging_up_while_the_dial_rings_cancels_the_leg() {
     assert_eq!(view["status"], "canceled", "{view}");
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(requests_to(&sink, "/after").len(), 0);
+}
+
+/// The first INVITE to `sip_port` in a capture: its To and its header block.
+fn first_invite(pcap: &Path, sip_port: u16) -> (String, String) {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args(["-d", &format!("udp.port=={sip_port},sip")])
+        .args(["-Y", "sip.Method == \"INVITE\""])
+        .args(["-T", "fields", "-E", "separator=|"])
+        .args(["-e", "sip.To", "-e", "sip.msg_hdr"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("tshark -r");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let invite = text.lines().next().unwrap_or_default();
+    let (to, headers) = invite.split_once('|').unwrap_or_default();
+    (to.to_string(), headers.to_string())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. The curl examples of docs/call-control.md, run as a reader would run them.
+
+
+/// What a block of the docs sends for credentials. Written out, it would put the token on
+/// curl's command line, where every local user can read it (`/proc/<pid>/cmdline`, `ps`) and
+/// where this test's printed commands would show it; the test hands curl the same user and
+/// password in a config file of its own instead (`-K`).
+const CREDENTIALS: &str = "\"$ACCOUNT_SID:$ONTIME_API_AUTH_TOKEN\"";
+/// The variables the docs' setup block exports, which the test provides itself.
+const SETUP_VARIABLES: [&str; 3] = ["ONTIME_API", "ACCOUNT_SID", "ONTIME_API_AUTH_TOKEN"];
+/// Where the docs' examples point a bot's WebSocket (replaced with the test's bot).
+const DOC_BOT_WS: &str = "wss://bot.example/ws";
+/// Where the docs' examples point a bot's web server (replaced with the test's webhook sink).
+const DOC_BOT_WEB: &str = "https://bot.example/";
+
+/// The `sh` blocks of docs/call-control.md by name, and what the test puts in place of the
+/// reader's setup: the API's address, the account, the credentials file, the bot's URLs.
+struct DocExamples {
+    blocks: Vec<doc_sh::ShBlock>,
+    ran: Vec<String>,
+    api: String,
+    account: String,
+    /// Only to check that it never reaches curl's command line.
+    token: String,
+    credentials: PathBuf,
+    bot_ws: String,
+    bot_web: String,
+}
+
+impl DocExamples {
+    /// Read the page; every `sh` block must be named (`<!-- runs: NAME -->`), each name once.
+    fn load(cc: &ApiGateway, bot_ws: &str, bot_web: &str) -> DocExamples {
+        let page = std::fs::read_to_string(workspace().join("docs/call-control.md"))
+            .expect("read docs/call-control.md");
+        let blocks = doc_sh::sh_blocks(&page);
+        let mut names = Vec::new();
+        for b in &blocks {
+            let name = b.name.clone().unwrap_or_else(|| {
+                panic!(
+                    "docs/call-control.md:{}: an sh block without a <!-- runs: NAME --> line before it",
+                    b.line
+                )
+            });
+            assert!(
+                !names.contains(&name),
+                "docs/call-control.md:{}: a second block named {name}",
+                b.line
+            );
+            names.push(name);
+        }
+        // Readable by this user only, as a reader's own netrc or curlrc would be.
+        let credentials = tempdir("doc-curl").join("credentials.curlrc");
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&credentials)
+            .unwrap();
+        writeln!(file, "user = \"{}:{}\"", cc.account, cc.token).unwrap();
+        DocExamples {
+            blocks,
+            ran: Vec::new(),
+            api: format!("http://{}", cc.api),
+            account: cc.account.clone(),
+            token: cc.token.clone(),
+            credentials,
+            bot_ws: bot_ws.to_string(),
+            bot_web: bot_web.to_string(),
+        }
+    }
+
+    fn block(&mut self, name: &str) -> doc_sh::ShBlock {
+        let block = self
+            .blocks
+            .iter()
+            .find(|b| b.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("docs/call-control.md has no block named {name}"))
+            .clone();
+        self.ran.push(name.to_string());
+        block
+    }
+
+    /// The setup block exports exactly the variables the test provides, and runs nothing else.
+    fn check_setup(&mut self) {
+        let block = self.block("setup");
+        let mut exported = Vec::new();
+        for command in doc_sh::commands(&block.text) {
+            let words = doc_sh::raw_words(&command);
+            assert!(
+                matches!(words.first().map(String::as_str), Some("export" | "read")),
+                "the setup block runs {command:?}"
+            );
+            for pair in words.windows(2).filter(|w| w[0] == "export") {
+                exported.push(pair[1].split('=').next().unwrap_or_default().to_string());
+            }
+        }
+        exported.sort();
+        let mut expected = SETUP_VARIABLES.map(String::from).to_vec();
+        expected.sort();
+        assert_eq!(exported, expected, "the setup block's variables");
+    }
+
+    /// Run the block `name` with the real curl: its one command, the variables the setup block
+    /// sets and `CALL_SID` (when given) filled in, the credentials from the test's file.
+    fn run(&mut self, name: &str, call_sid: Option<&str>) -> Resp {
+        let block = self.block(name);
+        let commands = doc_sh::commands(&block.text);
+        let [command] = commands.as_slice() else {
+            panic!("block {name}: one command expected, found {commands:?}");
+        };
+        let raw = doc_sh::raw_words(command);
+        assert_eq!(
+            raw.first().map(String::as_str),
+            Some("curl"),
+            "block {name}"
+        );
+        let mut var = |v: &str| match v {
+            "ONTIME_API" => self.api.clone(),
+            "ACCOUNT_SID" => self.account.clone(),
+            "CALL_SID" => call_sid
+                .unwrap_or_else(|| panic!("block {name} uses $CALL_SID; no call given"))
+                .to_string(),
+            other => panic!("block {name} uses ${other}, which the test does not provide"),
+        };
+        let mut args: Vec<String> = Vec::new();
+        let mut words = raw.iter().skip(1);
+        while let Some(word) = words.next() {
+            if word == "-u" {
+                let user = words.next().map(String::as_str);
+                assert_eq!(user, Some(CREDENTIALS), "block {name}: -u");
+                args.push("-K".into());
+                args.push(self.credentials.to_string_lossy().into_owned());
+            } else {
+                let arg = doc_sh::expand(word, &mut var)
+                    .replace(DOC_BOT_WS, &self.bot_ws)
+                    .replace(DOC_BOT_WEB, &self.bot_web);
+                args.push(arg);
+            }
+        }
+        assert!(
+            args.iter().any(|a| a == "-K"),
+            "block {name} sends no credentials"
+        );
+        assert!(
+            !args.iter().any(|a| a.contains(&self.token)),
+            "block {name} puts the token on curl's command line"
+        );
+        eprintln!("{name}: curl {}", args.join(" "));
+        let out = Command::new("curl")
+            .args(&args)
+            .args(["-S", "--max-time", "20", "-w", "\n%{http_code}"])
+            .output()
+            .expect("run curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "block {name}: curl failed: {}{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+        let status = status
+            .parse()
+            .unwrap_or_else(|_| panic!("block {name}: no status in {text:?}"));
+        eprintln!("{name}: HTTP {status}");
+        Resp {
+            status,
+            body: body.to_string(),
+        }
+    }
+
+    /// Every block of the page ran, each once.
+    fn check_all_ran(&self) {
+        let mut ran = self.ran.clone();
+        ran.sort();
+        let mut all: Vec<String> = self.blocks.iter().filter_map(|b| b.name.clone()).collect();
+        all.sort();
+        assert_eq!(ran, all, "the blocks the test ran vs the page's blocks");
+    }
+}
+
+/// A caller playing the trunk that accepts a REFER whose Refer-To matches `refer_to_re`.
+fn refer_accepting_caller(cc: &ApiGateway, refer_to_re: &str) -> SippCall {
+    caller(
+        cc,
+        "caller_refer_accept.xml",
+        &[
+            ("@REFER_WITHIN_MS@", "20000"),
+            ("@REFER_TO_RE@", refer_to_re),
+        ],
+        free_udp_port() & !1,
+    )
+}
+
+/// Run the block `name` on the call `sid`: 200 with the call, then `peer`'s scenario must pass
+/// (bounded: 30 s) and the call must end as `final_status`.
+fn run_to_the_end(
+    docs: &mut DocExamples,
+    cc: &ApiGateway,
+    (name, sid): (&str, &str),
+    peer: SippCall,
+    final_status: &str,
+) {
+    let r = docs.run(name, Some(sid));
+    assert_eq!(r.status, 200, "{name}: {}", r.body);
+    assert_eq!(r.json()["sid"], sid, "{name}: {}", r.body);
+    let (ok, log) = peer.finish(Duration::from_secs(30));
+    assert!(
+        ok,
+        "{name}: the peer's scenario failed:\n{log}\n{}",
+        cc.context()
+    );
+    let view = cc.wait_status(sid, final_status, Duration::from_secs(5));
+    assert_eq!(view["status"], final_status, "{name}: {view}");
+}
+
+/// [`run_to_the_end`] on the one live call, from `caller`, which ends `completed`.
+fn run_on_a_call(docs: &mut DocExamples, cc: &ApiGateway, name: &str, caller: SippCall) {
+    let sid = cc.live_call()["sid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    run_to_the_end(docs, cc, (name, &sid), caller, "completed");
+}
+
+/// A callee's "Hello?" (fresh speech, about half a second): answering-machine detection's
+/// person.
+fn voicemail_free_hello(callee_sip: u16) -> PathBuf {
+    fresh_speech(&tempdir(&format!("hello-{callee_sip}")), "Hello?")
+}
+
+/// The bot's `start` message on connection `i` (waited for, bounded: 15 s).
+fn bot_start(bot: &TestBot, i: usize, cc: &ApiGateway) -> Value {
+    let mut start = None;
+    wait_until(Duration::from_secs(15), || {
+        start = bot
+            .connection(i)
+            .and_then(|c| c.events("start").first().map(|(_, v)| v.clone()));
+        start.is_some()
+    });
+    start.unwrap_or_else(|| panic!("the bot's connection {i} got no start\n{}", cc.context()))
+}
+
+/// Every `sh` block of docs/call-control.md, run with the real curl against a real gateway
+/// (its `--trunk-uri` a sipp callee) and sipp callers: each answer's status and fields, and
+/// each one's effect on the call (digits heard as RFC 4733 events, a BYE with its Reason, a
+/// REFER's Refer-To, a bot's `start`, an INVITE's headers, a CANCEL). A block the test does
+/// not run fails it.
+#[test]
+fn the_curl_examples_of_the_docs_do_what_they_say() {
+    let Some(_one) = begin().filter(|_| require("curl")) else {
+        return;
+    };
+    let bot = TestBot::start(vec![Step::WaitMedia(1)]);
+    let sink = HttpSink::start("<Response><Hangup/></Response>");
+    let (cc, callee_sip, callee_media) = with_trunk(&[], &[]);
+    let mut docs = DocExamples::load(&cc, &bot.url(), &format!("http://{}/", sink.addr));
+    docs.check_setup();
+
+    // A call for the list, the read, the digits and the pause.
+    let media_port = free_udp_port() & !1;
+    let cap = capture(&[media_port]);
+    let first = caller_hung_up_by_api(&cc, media_port);
+    let sid = cc.live_call()["sid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let list = docs.run("list-calls", None);
+    assert_eq!(list.status, 200, "{}", list.body);
+    let page = list.json();
+    let listed: Vec<&str> = page["calls"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|c| c["sid"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(listed, [sid.as_str()], "{page}");
+    assert_eq!(page["page_size"], 20, "{page}");
+    assert_eq!(page["page"], 0, "{page}");
+    let one = docs.run("get-call", Some(&sid));
+    assert_eq!(one.status, 200, "{}", one.body);
+    let view = one.json();
+    assert_eq!(view["sid"], sid.as_str(), "{view}");
+    assert_eq!(view["status"], "in-progress", "{view}");
+    assert_eq!(view["direction"], "inbound", "{view}");
+
+    let played = docs.run("play-digits", Some(&sid));
+    assert_eq!(played.status, 200, "{}", played.body);
+    assert!(
+        wait_until(Duration::from_secs(10), || cc
+            .gw
+            .metric("ontime_dtmf_sent_total")
+            == Some(4.0)),
+        "ontime_dtmf_sent_total is {:?}, not 4\n{}",
+        cc.gw.metric("ontime_dtmf_sent_total"),
+        cc.context()
+    );
+    // The sequence lasts 1.3 s from its start: let it and its end packets go out first, since
+    // new TwiML replaces what the call runs.
+    std::thread::sleep(Duration::from_millis(1500));
+    let paused = docs.run("pause-hangup", Some(&sid));
+    let asked = Instant::now();
+    assert_eq!(paused.status, 200, "{}", paused.body);
+    std::thread::sleep(Duration::from_millis(500));
+    let during = cc.get_call(&sid).json();
+    assert_eq!(
+        during["status"], "in-progress",
+        "within the pause: {during}"
+    );
+    let (ok, log) = first.finish(Duration::from_secs(15));
+    let took = asked.elapsed();
+    assert!(
+        ok,
+        "pause-hangup: no BYE with cause 16:\n{log}\n{}",
+        cc.context()
+    );
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+        "the BYE came {took:?} after the request; the pause is 1 s"
+    );
+    let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
+    assert_eq!(view["status"], "completed", "{view}");
+    let packets = rtp_to(&cap.finish(), media_port);
+    let events: Vec<&RtpPkt> = packets.iter().filter(|p| p.event.is_some()).collect();
+    let heard: Vec<u8> = digit_groups(&events)
+        .iter()
+        .filter_map(|rows| rows[0].event.map(|e| e.0))
+        .collect();
+    assert_eq!(heard, [1, 5, 9, 11], "digits heard (11 is #): {events:?}");
+
+    // <Reject> on an answered call: a BYE with cause 21.
+    let rejected = caller(
+        &cc,
+        "caller_speaks_waits_bye.xml",
+        &[
+            ("@BYE_WITHIN_MS@", "20000"),
+            ("@REASON@", "Q\\.850;cause=21;text=.Call rejected."),
+        ],
+        free_udp_port() & !1,
+    );
+    run_on_a_call(&mut docs, &cc, "reject", rejected);
+
+    // <Dial> to a number: the callee on the trunk answers, speaks and hangs up; with no
+    // action and no verb after it, the caller's call ends (cause 16).
+    let callee = spawn_callee(
+        callee_sip,
+        callee_media,
+        "\\+15551234567",
+        "Front desk.",
+        "1000",
+    );
+    let bridged = caller_hung_up_by_api(&cc, free_udp_port() & !1);
+    run_on_a_call(&mut docs, &cc, "dial-number", bridged);
+    let (ok, log) = callee.finish(Duration::from_secs(30));
+    assert!(
+        ok,
+        "dial-number: the callee failed:\n{log}\n{}",
+        cc.context()
+    );
+
+    // <Dial> to a SIP URI with an X- header: on the leg's INVITE (its To without it), and the
+    // action hears the leg completed; its TwiML (the webhook's <Hangup/>) ends the call.
+    let cap = capture(&[callee_sip]);
+    let callee = spawn_callee_at(
+        callee_sip,
+        callee_media,
+        "sip:agent@pbx\\.example",
+        "Agent speaking.",
+        "1000",
+    );
+    let bridged = caller_hung_up_by_api(&cc, free_udp_port() & !1);
+    run_on_a_call(&mut docs, &cc, "dial-sip", bridged);
+    let (ok, log) = callee.finish(Duration::from_secs(30));
+    assert!(ok, "dial-sip: the callee failed:\n{log}\n{}", cc.context());
+    let (to, headers) = first_invite(&cap.finish(), callee_sip);
+    assert_eq!(to, "<sip:agent@pbx.example>", "the leg's To");
+    assert_eq!(headers.matches("X-Campaign: 7").count(), 1, "{headers}");
+    let after: Vec<Received> = requests_to(&sink, "/after-dial");
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(
+        after[0].param("DialCallStatus").as_deref(),
+        Some("completed")
+    );
+
+    // <Refer>: a REFER, its Refer-To exactly as the docs say.
+    let transferred = refer_accepting_caller(&cc, "sip:agent@pbx\\.example");
+    run_on_a_call(&mut docs, &cc, "refer-sip", transferred);
+    assert_eq!(
+        cc.metric("ontime_transfers_total{result=\"completed\"}"),
+        1.0
+    );
+
+    // <Connect><Stream>: the bot gets the call, with its parameter; then the API hangs up.
+    let streamed = caller_hung_up_by_api(&cc, free_udp_port() & !1);
+    let sid = cc.live_call()["sid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let connected = docs.run("connect-stream", Some(&sid));
+    assert_eq!(connected.status, 200, "{}", connected.body);
+    let start = bot_start(&bot, 0, &cc);
+    assert_eq!(start["start"]["callSid"], sid.as_str(), "{start}");
+    assert_eq!(
+        start["start"]["customParameters"]["campaign"], "7",
+        "{start}"
+    );
+    run_to_the_end(
+        &mut docs,
+        &cc,
+        ("complete-call", &sid),
+        streamed,
+        "completed",
+    );
+
+    // Url=: the gateway fetches the TwiML (the sink's <Hangup/>) with a signed POST.
+    let fetched = caller_hung_up_by_api(&cc, free_udp_port() & !1);
+    run_on_a_call(&mut docs, &cc, "update-url", fetched);
+    let fetches: Vec<Received> = sink
+        .received()
+        .into_iter()
+        .filter(|r| r.target == "/twiml")
+        .collect();
+    assert_eq!(fetches.len(), 1, "{fetches:?}");
+    check_webhook(&fetches[0], "/twiml", &cc.account, "inbound");
+
+    // Dial out to a number: 201, the callee answers, the bot gets the call, the callbacks come.
+    let callee = spawn_callee(callee_sip, callee_media, "\\+15551234567", "Hello.", "1000");
+    let created = docs.run("create-call", None);
+    assert_eq!(created.status, 201, "{}\n{}", created.body, cc.context());
+    let call = created.json();
+    let out_sid = call["sid"].as_str().unwrap_or_default().to_string();
+    assert_eq!(call["direction"], "outbound-api", "{call}");
+    assert_eq!(call["to"], "+15551234567", "{call}");
+    assert_eq!(call["from"], "+15557654321", "{call}");
+    let (ok, log) = callee.finish(Duration::from_secs(30));
+    assert!(
+        ok,
+        "create-call: the callee failed:\n{log}\n{}",
+        cc.context()
+    );
+    let start = bot_start(&bot, 1, &cc);
+    assert_eq!(start["start"]["callSid"], out_sid.as_str(), "{start}");
+    let view = cc.wait_status(&out_sid, "completed", Duration::from_secs(5));
+    assert_eq!(view["status"], "completed", "{view}");
+    let statuses = |sink: &HttpSink| -> Vec<String> {
+        let mut got: Vec<Received> = sink
+            .received()
+            .into_iter()
+            .filter(|r| r.target == "/status")
+            .collect();
+        got.sort_by_key(|r| {
+            r.param("SequenceNumber")
+                .and_then(|n| n.parse::<u32>().ok())
+        });
+        got.iter().filter_map(|r| r.param("CallStatus")).collect()
+    };
+    wait_until(Duration::from_secs(5), || statuses(&sink).len() >= 4);
+    assert_eq!(
+        statuses(&sink),
+        ["initiated", "ringing", "in-progress", "completed"],
+        "the status callbacks"
+    );
+
+    // Dial out to a SIP URI with X- headers: they are on the INVITE, not in its URIs.
+    let cap = capture(&[callee_sip]);
+    let callee = spawn_callee_at(
+        callee_sip,
+        callee_media,
+        "sip:bob@pbx\\.example",
+        "Hello.",
+        "1000",
+    );
+    let created = docs.run("create-call-x-headers", None);
+    assert_eq!(created.status, 201, "{}\n{}", created.body, cc.context());
+    assert_eq!(
+        created.json()["to"],
+        "sip:bob@pbx.example",
+        "{}",
+        created.body
+    );
+    let (ok, log) = callee.finish(Duration::from_secs(30));
+    assert!(
+        ok,
+        "create-call-x-headers: the callee failed:\n{log}\n{}",
+        cc.context()
+    );
+    let (to, headers) = first_invite(&cap.finish(), callee_sip);
+    assert_eq!(to, "<sip:bob@pbx.example>", "the INVITE's To");
+    assert_eq!(headers.matches("X-Campaign: 7").count(), 1, "{headers}");
+    assert_eq!(headers.matches("X-Account: a1").count(), 1, "{headers}");
+
+    // Cancel a call that rings: the callee gets the CANCEL, the call ends canceled.
+    let scen = scenario(
+        "callee_rings_until_cancel.xml",
+        &[("@CANCEL_WITHIN_MS@", "20000")],
+    );
+    let callee = spawn_sipp_uas(&scen, callee_sip, 1, callee_media, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(500));
+    let form = [
+        ("To", "+15551234567"),
+        ("From", "+15557654321"),
+        ("Twiml", "<Response/>"),
+    ];
+    let r = cc.request("POST", &cc.calls_path(), Some(&form));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let ringing_sid = r.json()["sid"].as_str().unwrap_or_default().to_string();
+    let view = cc.wait_status(&ringing_sid, "ringing", Duration::from_secs(10));
+    assert_eq!(view["status"], "ringing", "{view}");
+    run_to_the_end(
+        &mut docs,
+        &cc,
+        ("cancel-call", &ringing_sid),
+        callee,
+        "canceled",
+    );
+
+    // Answering-machine detection: a callee saying "Hello?" is a person. Its webhook answers
+    // with a pause (the callee hangs up first, as its scenario expects).
+    let amd_sink = HttpSink::start(r#"<Response><Pause length="20"/></Response>"#);
+    docs.bot_web = format!("http://{}/", amd_sink.addr);
+    let hello = voicemail_free_hello(callee_sip);
+    for (name, verdict_path) in [
+        ("create-call-amd", "/outbound-twiml"),
+        ("create-call-amd-async", "/amd"),
+    ] {
+        let callee = spawn_callee_playing(
+            callee_sip,
+            callee_media,
+            &format!("sip:\\+15551234567@127\\.0\\.0\\.1:{callee_sip}"),
+            Some(&hello),
+            "4000",
+        );
+        let created = docs.run(name, None);
+        assert_eq!(
+            created.status,
+            201,
+            "{name}: {}\n{}",
+            created.body,
+            cc.context()
+        );
+        let (ok, log) = callee.finish(Duration::from_secs(30));
+        assert!(ok, "{name}: the callee failed:\n{log}\n{}", cc.context());
+        let sid = created.json()["sid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let view = cc.wait_status(&sid, "completed", Duration::from_secs(5));
+        assert_eq!(view["answered_by"], "human", "{name}: {view}");
+        std::thread::sleep(Duration::from_millis(300));
+        let got = requests_to(&amd_sink, verdict_path);
+        assert_eq!(got.len(), 1, "{name}: {got:?}");
+        assert_eq!(
+            got[0].param("AnsweredBy").as_deref(),
+            Some("human"),
+            "{name}"
+        );
+    }
+
+    docs.check_all_ran();
+    let m = |s: &str| cc.metric(s);
+    // play, pause, reject, two dials and a transfer, connect, complete, url, cancel.
+    assert_eq!(
+        m("ontime_api_requests_total{route=\"call_update\",status=\"200\"}"),
+        10.0
+    );
+    assert_eq!(
+        m("ontime_api_requests_total{route=\"calls_create\",status=\"201\"}"),
+        5.0
+    );
+    // Two dial-outs, two <Dial> legs, two dial-outs with detection.
+    assert_eq!(m("ontime_outbound_calls_total{result=\"answered\"}"), 6.0);
+    assert_eq!(m("ontime_outbound_calls_total{result=\"canceled\"}"), 1.0);
+    assert_eq!(m("ontime_dtmf_sent_total"), 4.0);
 }
