@@ -7,7 +7,7 @@
 //!   cause 16), and the call then reads `completed`;
 //! - `<Play digits="w159#"/>` reaches the caller as RFC 4733 events 1, 5, 9, 11 (tshark decodes
 //!   them in the caller's capture), 100 ms each;
-//! - `<Dial><Sip>` is a blind transfer by REFER: a caller playing the trunk accepts (202, NOTIFY
+//! - `<Refer><Sip>` is a blind transfer by REFER: a caller playing the trunk accepts (202, NOTIFY
 //!   `100 Trying` then `200 OK`, the gateway then leaves with BYE) or declines (603: the call stays
 //!   up and the WebSocket bot gets `ontime.transfer`);
 //! - `--voice-url` asks a webhook (signed, Twilio's parameters) and runs the TwiML it returns;
@@ -669,7 +669,7 @@ fn refer_accepted_then_notify_200_and_the_gateway_leaves_with_bye() {
         free_udp_port() & !1,
     );
     let sid = cc.live_call()["sid"].as_str().unwrap().to_string();
-    let twiml = format!("<Response><Dial><Sip>{TRANSFER_TARGET}</Sip></Dial></Response>");
+    let twiml = format!("<Response><Refer><Sip>{TRANSFER_TARGET}</Sip></Refer></Response>");
     let r = cc.update(&sid, &[("Twiml", &twiml)]);
     assert_eq!(r.status, 200, "Dial: HTTP {} {}", r.status, r.body);
     let flow = finish_transfer(&cc, caller, cap, "the transfer flow failed");
@@ -1244,7 +1244,7 @@ fn outbound_call_rings_answers_hears_the_stub_and_sends_signed_callbacks() {
 }
 
 /// A call routed by `--voice-url` (at `path` of a webhook answering
-/// `<Dial><Sip>{sip}</Sip></Dial>`, `sip` XML-escaped) from a caller playing the trunk, which
+/// `<Refer><Sip>{sip}</Sip></Refer>`, `sip` XML-escaped) from a caller playing the trunk, which
 /// accepts the REFER if its Refer-To matches `refer_to_re`: the gateway, the webhook's request
 /// (one, its signature checked with Twilio's own validator) and the SIP flow.
 fn routed_transfer(
@@ -1253,7 +1253,7 @@ fn routed_transfer(
     refer_to_re: &str,
 ) -> (ApiGateway, Vec<Received>, String) {
     let sink = HttpSink::start(&format!(
-        "<Response><Dial><Sip>{sip}</Sip></Dial></Response>"
+        "<Response><Refer><Sip>{sip}</Sip></Refer></Response>"
     ));
     let voice_url = format!("http://{}{path}", sink.addr);
     let cc = start_with_api(&["--voice-url", &voice_url], free_tcp_port());
@@ -1623,7 +1623,7 @@ fn an_outbound_call_challenged_by_the_trunk_is_answered_with_digest() {
 
 /// The INVITE's X- headers reach the voice webhook as Twilio's `SipHeader_X-…` parameters (the
 /// caller's `P-Tenant` does not: only X- headers pass), signed like the rest; the X- headers of
-/// the `<Dial><Sip>` URI the webhook answers with ride the REFER's Refer-To, which the caller's
+/// the `<Refer><Sip>` URI the webhook answers with ride the REFER's Refer-To, which the caller's
 /// scenario matches exactly; the call record names the target without them.
 #[test]
 fn x_headers_reach_the_webhook_and_ride_the_refer_to() {
