@@ -264,6 +264,9 @@ pub async fn run(
     if !program.is_empty() {
         core.handle_command(CallCommand::Run(program), Instant::now());
     }
+    if bridge_peer.is_some() {
+        core.serve_bridge();
+    }
     if bridge_peer.is_some()
         && !services
             .registry

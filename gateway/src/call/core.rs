@@ -413,6 +413,8 @@ pub struct CallCore {
     answered_by: Option<AnsweredBy>,
     /// The `<Dial>` the call waits on, ringing or bridged.
     dial: Option<DialLeg>,
+    /// This call is itself a `<Dial>`'s leg.
+    bridge_leg: bool,
     srtp: Option<CallSrtp>,
     transfer: Option<PendingTransfer>,
     last_transfer: Option<TransferOutcome>,
@@ -502,6 +504,7 @@ impl CallCore {
             amd: None,
             answered_by: None,
             dial: None,
+            bridge_leg: false,
             srtp: None,
             transfer: None,
             last_transfer: None,
@@ -788,6 +791,16 @@ impl CallCore {
         self.outputs.push_back(CallOutput::Dial(dial.clone()));
         self.dial = Some(DialLeg::new(dial));
         self.ringback(now);
+    }
+
+    /// This call is a `<Dial>`'s leg: the other party is its agent for as long as it lasts.
+    pub fn serve_bridge(&mut self) {
+        self.bridge_leg = true;
+    }
+
+    /// Whether the call's audio goes to another leg (either side of a bridge).
+    fn in_bridge(&self) -> bool {
+        self.bridge_leg || self.dial.as_ref().is_some_and(DialLeg::is_bridged)
     }
 
     /// Keep ringback queued while the leg rings.
@@ -1406,16 +1419,21 @@ impl CallCore {
             // The echo canceller needs what was played up to now before the caller's audio.
             self.collect_sent_audio();
         }
+        // Bridged to another leg, nothing here decides on the caller's speech: no VAD, no turn,
+        // no echo to take out of what the VAD hears.
+        let to_vad = !self.in_bridge();
         for frame in frames {
-            let mut heard = frame;
-            self.cancel_echo(start, &mut heard);
-            if let Some(amd) = self.amd.as_mut() {
-                let verdict = amd.push_frame(now, &heard);
-                self.amd_decided(verdict);
+            if to_vad {
+                let mut heard = frame;
+                self.cancel_echo(start, &mut heard);
+                if let Some(amd) = self.amd.as_mut() {
+                    let verdict = amd.push_frame(now, &heard);
+                    self.amd_decided(verdict);
+                }
+                self.outputs
+                    .push_back(CallOutput::Inference(Box::new(heard)));
+                self.vad_stream = (self.vad_stream.0 + SAMPLES_PER_FRAME as u64, Some(now));
             }
-            self.outputs
-                .push_back(CallOutput::Inference(Box::new(heard)));
-            self.vad_stream = (self.vad_stream.0 + SAMPLES_PER_FRAME as u64, Some(now));
             if record {
                 // The caller's track runs on from its first frame, one frame per frame played:
                 // the jitter buffer's playout clock is the caller's timeline.

@@ -1640,6 +1640,7 @@ fn a_dial_rings_back_bridges_and_runs_on_when_the_leg_ends() {
     assert_eq!(sim.voiced_packets(), 150);
     sim.core.handle_command(CallCommand::DialAnswered, sim.now);
     let answered = sim.now;
+    let to_vad = sim.inference_frames;
     // The other party talks (their audio comes in as the agent's); the caller's speech does
     // not cut it.
     for _ in 0..50 {
@@ -1648,6 +1649,8 @@ fn a_dial_rings_back_bridges_and_runs_on_when_the_leg_ends() {
         sim.run_for(FRAME);
     }
     assert!(!sim.barged_in());
+    // Bridged, the caller's audio goes to the other party, not to the VAD.
+    assert_eq!(sim.inference_frames, to_vad);
     // The leg's time limit (10 s from the answer) asks to end it, once.
     sim.run_until(answered + seconds(10.0) + FRAME);
     assert_eq!(sim.dials.last(), Some(&DialAsk::End("CAleg".into())));
