@@ -2375,7 +2375,6 @@ fn first_invite(pcap: &Path, sip_port: u16) -> (String, String) {
 // ---------------------------------------------------------------------------------------------
 // 8. The curl examples of docs/call-control.md, run as a reader would run them.
 
-
 /// What a block of the docs sends for credentials. Written out, it would put the token on
 /// curl's command line, where every local user can read it (`/proc/<pid>/cmdline`, `ps`) and
 /// where this test's printed commands would show it; the test hands curl the same user and
