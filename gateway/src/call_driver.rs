@@ -205,6 +205,8 @@ pub async fn run(
     // A `<Dial>` leg's input, handed over once it answers, and the leg (its CallSid).
     let (bridge_tx, mut bridge_rx) = mpsc::unbounded_channel::<AgentOutput>();
     let mut dial_leg: Option<String> = None;
+    // The agent is the `<Dial>` leg's bridge end (replaced by nothing when that leg is over).
+    let mut bridged_agent = false;
     // A `<Dial>`'s `action` TwiML, fetched.
     let (action_tx, mut action_rx) = mpsc::unbounded_channel::<Vec<Verb>>();
     // This call is a `<Dial>` leg: the other party is its agent.
@@ -341,6 +343,7 @@ pub async fn run(
                     // connected (the caller hears silence meanwhile).
                     agent.on_event(AgentEvent::Ended);
                     agent = Box::new(NoAgent);
+                    bridged_agent = false;
                     let mut config = (*services.ws_base).clone();
                     config.url = url;
                     config.custom_parameters.extend(parameters);
@@ -461,14 +464,22 @@ pub async fn run(
             Some(action) = agent_rx.recv() => core.handle_agent(action, Instant::now()),
             Some(command) = control.recv() => {
                 if let CallCommand::DialEnded(_) = &command {
-                    // The other party is gone: nothing more to hand them.
-                    agent = Box::new(NoAgent);
+                    // The other party is gone: nothing more to hand them (unless new TwiML
+                    // gave the call another agent meanwhile).
+                    if bridged_agent {
+                        agent = Box::new(NoAgent);
+                        bridged_agent = false;
+                    }
                     dial_leg = None;
                 }
                 core.handle_command(command, Instant::now());
             }
             Some(peer) = bridge_rx.recv() => {
-                agent = Box::new(BridgeEnd::new(&AgentOutput::new(agent_tx.clone()), peer));
+                // A leg that answers after new TwiML ended its `<Dial>` is not bridged.
+                if core.dialing() {
+                    agent = Box::new(BridgeEnd::new(&AgentOutput::new(agent_tx.clone()), peer));
+                    bridged_agent = true;
+                }
             }
             Some(verbs) = action_rx.recv() => {
                 core.handle_command(CallCommand::DialAction(verbs), Instant::now());

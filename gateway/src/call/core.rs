@@ -747,6 +747,18 @@ impl CallCore {
                 now,
             ),
             CallCommand::Run(verbs) => {
+                // New TwiML ends a `<Dial>` in progress, as on Twilio: its leg is cancelled or
+                // hung up, and its end (still reported) no longer resumes anything.
+                if let Some(leg) = self.dial.take() {
+                    info!("new TwiML ends the <Dial> in progress");
+                    if let Some(sid) = leg.call_sid() {
+                        self.outputs.push_back(CallOutput::EndDial(sid.to_string()));
+                    }
+                    self.out.clear();
+                    self.last_play = None;
+                    self.prebuffer_until = None;
+                    self.barge_in_allowed = true;
+                }
                 self.program.replace(verbs);
                 self.run_program(now);
             }
@@ -791,6 +803,11 @@ impl CallCore {
         self.outputs.push_back(CallOutput::Dial(dial.clone()));
         self.dial = Some(DialLeg::new(dial));
         self.ringback(now);
+    }
+
+    /// Whether the call waits on a `<Dial>`'s leg (ringing or bridged).
+    pub fn dialing(&self) -> bool {
+        self.dial.is_some()
     }
 
     /// This call is a `<Dial>`'s leg: the other party is its agent for as long as it lasts.

@@ -1721,3 +1721,44 @@ fn a_dials_action_is_fetched_with_the_legs_outcome() {
     assert_eq!(sim.sip.len(), 1, "{:?}", sim.sip);
     assert_eq!(sim.core.take_stats().dtmf_sent, 0);
 }
+
+/// New TwiML while a `<Dial>` rings ends its leg (asked once), and the leg's end when it comes
+/// resumes nothing: the new TwiML runs.
+#[test]
+fn new_twiml_during_a_dial_ends_its_leg() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.2));
+    sim.core
+        .handle_command(CallCommand::Run(dial_twiml(None, 60)), sim.now);
+    sim.core
+        .handle_command(CallCommand::DialPlaced("CAleg".into()), sim.now);
+    sim.run_for(seconds(1.0));
+    assert!(sim.core.dialing());
+    sim.core.handle_command(
+        CallCommand::Run(vec![Verb::Pause(Duration::from_secs(30))]),
+        sim.now,
+    );
+    sim.drain();
+    assert!(!sim.core.dialing());
+    assert_eq!(sim.dials.last(), Some(&DialAsk::End("CAleg".into())));
+    sim.core.handle_command(
+        CallCommand::DialEnded(DialEnd {
+            call_sid: Some("CAleg".into()),
+            status: ontime_twilio::CallStatus::Canceled,
+            sip_status: Some(487),
+            duration_secs: 0,
+        }),
+        sim.now,
+    );
+    sim.run_for(seconds(2.0));
+    // Still pausing: no action fetched, no hang-up.
+    assert_eq!(
+        sim.dials
+            .iter()
+            .filter(|d| matches!(d, DialAsk::Fetch(..)))
+            .count(),
+        0
+    );
+    assert!(sim.sip.is_empty(), "{:?}", sim.sip);
+}

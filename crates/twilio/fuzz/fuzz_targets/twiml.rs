@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 
-use ontime_twilio::twiml::{parse, DialTarget, TwimlError, Verb, MAX_PAUSE_SECS, MAX_TWIML_BYTES};
+use ontime_twilio::twiml::{
+    parse, DialTarget, TwimlError, Verb, DIAL_TIME_LIMIT_MAX, MAX_PAUSE_SECS, MAX_TWIML_BYTES,
+};
 
 /// `MAX_ELEMENTS` and `MAX_DIGITS` of twiml.rs (private there): elements per document, digits
 /// per `<Play>`.
@@ -42,6 +44,14 @@ fn esc(s: &str) -> String {
     out
 }
 
+/// A `<Dial>` or `<Refer>` target as its noun.
+fn noun(target: &DialTarget) -> String {
+    match target {
+        DialTarget::Sip(uri) => format!("<Sip>{}</Sip>", esc(uri)),
+        DialTarget::Number(n) => format!("<Number>{}</Number>", esc(n)),
+    }
+}
+
 /// The verbs as TwiML, and how many elements that is.
 fn write(verbs: &[Verb]) -> (String, usize) {
     let mut xml = String::from("<Response>");
@@ -55,12 +65,25 @@ fn write(verbs: &[Verb]) -> (String, usize) {
             Verb::PlayDigits(d) => {
                 let _ = write!(xml, "<Play digits=\"{}\"/>", esc(d));
             }
-            Verb::Transfer(DialTarget::Sip(uri)) => {
-                let _ = write!(xml, "<Dial><Sip>{}</Sip></Dial>", esc(uri));
+            Verb::Transfer(target) => {
+                let _ = write!(xml, "<Refer>{}</Refer>", noun(target));
                 elements += 1;
             }
-            Verb::Transfer(DialTarget::Number(n)) => {
-                let _ = write!(xml, "<Dial><Number>{}</Number></Dial>", esc(n));
+            Verb::Dial(d) => {
+                let _ = write!(
+                    xml,
+                    "<Dial timeout=\"{}\" timeLimit=\"{}\" method=\"{}\"",
+                    d.timeout.as_secs(),
+                    d.time_limit.as_secs(),
+                    if d.action_get { "GET" } else { "POST" }
+                );
+                if let Some(c) = &d.caller_id {
+                    let _ = write!(xml, " callerId=\"{}\"", esc(c));
+                }
+                if let Some(a) = &d.action {
+                    let _ = write!(xml, " action=\"{}\"", esc(a));
+                }
+                let _ = write!(xml, ">{}</Dial>", noun(&d.target));
                 elements += 1;
             }
             Verb::ConnectStream { url, parameters } => {
@@ -100,23 +123,26 @@ fn check_verb(v: &Verb) {
                 "digits {d:?}"
             );
         }
-        Verb::Transfer(DialTarget::Sip(uri)) => {
-            let lower = uri.to_ascii_lowercase();
-            let rest = lower
-                .strip_prefix("sip:")
-                .or_else(|| lower.strip_prefix("sips:"));
-            assert!(rest.is_some_and(|r| !r.is_empty()), "SIP URI {uri:?}");
+        Verb::Transfer(target) => check_target(target),
+        Verb::Dial(d) => {
             assert!(
-                !uri.chars().any(|c| c.is_whitespace() || c.is_control()),
-                "SIP URI {uri:?}"
+                (5..=600).contains(&d.timeout.as_secs()) && d.timeout.subsec_nanos() == 0,
+                "dial timeout {:?}",
+                d.timeout
             );
-        }
-        Verb::Transfer(DialTarget::Number(n)) => {
-            let digits = n.strip_prefix('+').unwrap_or_else(|| panic!("E.164 {n:?}"));
             assert!(
-                (1..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()),
-                "E.164 {n:?}"
+                (1..=DIAL_TIME_LIMIT_MAX.as_secs()).contains(&d.time_limit.as_secs())
+                    && d.time_limit.subsec_nanos() == 0,
+                "dial timeLimit {:?}",
+                d.time_limit
             );
+            if let Some(a) = &d.action {
+                assert!(
+                    a.starts_with("http://") || a.starts_with("https://"),
+                    "dial action {a:?}"
+                );
+            }
+            check_target(&d.target);
         }
         Verb::ConnectStream { url, parameters } => {
             assert!(
@@ -128,6 +154,29 @@ fn check_verb(v: &Verb) {
                 parameters.len() < MAX_ELEMENTS,
                 "{} parameters",
                 parameters.len()
+            );
+        }
+    }
+}
+
+fn check_target(target: &DialTarget) {
+    match target {
+        DialTarget::Sip(uri) => {
+            let lower = uri.to_ascii_lowercase();
+            let rest = lower
+                .strip_prefix("sip:")
+                .or_else(|| lower.strip_prefix("sips:"));
+            assert!(rest.is_some_and(|r| !r.is_empty()), "SIP URI {uri:?}");
+            assert!(
+                !uri.chars().any(|c| c.is_whitespace() || c.is_control()),
+                "SIP URI {uri:?}"
+            );
+        }
+        DialTarget::Number(n) => {
+            let digits = n.strip_prefix('+').unwrap_or_else(|| panic!("E.164 {n:?}"));
+            assert!(
+                (1..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()),
+                "E.164 {n:?}"
             );
         }
     }
