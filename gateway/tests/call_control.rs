@@ -2255,14 +2255,10 @@ fn dial_unanswered_at_its_timeout_tells_the_action_no_answer() {
             sink.addr
         ),
     );
-    let ruri = desk_ruri(trunk_sip);
     let callee = spawn_sipp_uas(
         &scenario(
-            "callee_rings.xml",
-            &[
-                ("@RURI_RE@", ruri.as_str()),
-                ("@CANCEL_WITHIN_MS@", "15000"),
-            ],
+            "callee_rings_until_cancel.xml",
+            &[("@CANCEL_WITHIN_MS@", "15000")],
         ),
         trunk_sip,
         1,
@@ -2308,14 +2304,10 @@ fn the_caller_hanging_up_while_the_dial_rings_cancels_the_leg() {
             sink.addr
         ),
     );
-    let ruri = desk_ruri(trunk_sip);
     let callee = spawn_sipp_uas(
         &scenario(
-            "callee_rings.xml",
-            &[
-                ("@RURI_RE@", ruri.as_str()),
-                ("@CANCEL_WITHIN_MS@", "15000"),
-            ],
+            "callee_rings_until_cancel.xml",
+            &[("@CANCEL_WITHIN_MS@", "15000")],
         ),
         trunk_sip,
         1,

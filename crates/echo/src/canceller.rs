@@ -50,6 +50,8 @@ const BOUND_REFERENCE: f32 = 1e-4;
 const DOUBT_HANGOVER: u32 = 10;
 /// Frames (200 ms) the residual keeps passing after the caller was last heard.
 const CALLER_HANGOVER: u32 = 6;
+/// Frames in a row over the level bound that hold the gate open before the filter converges.
+const LOUD_FRAMES: u32 = 2;
 /// Frames in a row the residual must stand clear of the echo before they pass as the caller.
 const RESIDUAL_FRAMES: u32 = 2;
 /// ... and exceed the line's noise floor by this much (9 dB).
@@ -187,6 +189,8 @@ pub struct EchoCanceller {
     double_talk_hold: u32,
     /// Frames in a row whose residual was over the echo.
     residual_run: u32,
+    /// Frames in a row over the level bound, audibly.
+    loud_run: u32,
     report: EchoReport,
     residual: [f32; FRAME_SAMPLES],
     /// The recent frames, ring by frame number: (position, whether it could have been the
@@ -219,6 +223,7 @@ impl EchoCanceller {
             erl_echo: 0.0,
             gated_run: 0,
             residual_run: 0,
+            loud_run: 0,
             double_talk_hold: 0,
             since_lock: 0,
             caller_hold: 0,
@@ -243,6 +248,7 @@ impl EchoCanceller {
         self.erle_residual = 0.0;
         self.gated_run = 0;
         self.residual_run = 0;
+        self.loud_run = 0;
         self.double_talk_hold = 0;
         self.caller_hold = 0;
         self.report.delay = None;
@@ -475,7 +481,21 @@ impl EchoCanceller {
         if residual_is_caller && loud && peak_block > AUDIBLE_ECHO {
             self.caller_hold = CALLER_HANGOVER;
         }
-        let caller = heard || (converged && filtered.is_some() && self.caller_hold > 0);
+        // Before the filter has converged (the first seconds of a call's first reply) only the
+        // level decides, and speech over the echo passes in fragments: its quieter syllables
+        // sit under the bound, and a VAD hearing those holes confirmed the speech late (a
+        // word or two late, past the 300 ms a barge-in has). Two frames in a row over the bound,
+        // audibly, are the caller (echo that loud for that long is what the bound is set
+        // against), and hold the gate open as above.
+        self.loud_run = if loud && peak_block > AUDIBLE_ECHO {
+            self.loud_run.saturating_add(1)
+        } else {
+            0
+        };
+        if !converged && self.loud_run >= LOUD_FRAMES {
+            self.caller_hold = CALLER_HANGOVER;
+        }
+        let caller = heard || (self.caller_hold > 0 && (!converged || filtered.is_some()));
         let near_residual = filtered.is_some_and(|(echo, residual)| {
             converged
                 && residual > ONSET_EVIDENCE * (share * echo + NOISE_MARGIN * self.noise_floor)
