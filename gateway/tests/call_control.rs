@@ -2036,6 +2036,38 @@ fn desk_ruri(trunk_sip: u16) -> String {
     format!("^INVITE sip:desk@127\\.0\\.0\\.1:{trunk_sip} SIP/2\\.0")
 }
 
+/// A gateway whose inbound calls `<Dial>` desk@ the trunk (ringing at most `timeout_s`, its
+/// action answering `<Hangup/>`), and a sipp callee on that trunk running `callee_scenario`
+/// with `reps`: the action's sink, the gateway and the callee.
+fn dial_to_callee(
+    timeout_s: u32,
+    callee_scenario: &str,
+    reps: &[(&str, &str)],
+) -> (HttpSink, ApiGateway, SippCall) {
+    let sink = HttpSink::start("<Response><Hangup/></Response>");
+    let trunk_sip = free_udp_port();
+    let cc = dialling_gateway(
+        trunk_sip,
+        &format!(
+            r#"<Response><Dial action="http://{}/after" timeout="{timeout_s}"><Sip>sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
+            sink.addr
+        ),
+    );
+    let ruri = desk_ruri(trunk_sip);
+    let mut all = vec![("@RURI_RE@", ruri.as_str())];
+    all.extend_from_slice(reps);
+    let callee = spawn_sipp_uas(
+        &scenario(callee_scenario, &all),
+        trunk_sip,
+        1,
+        free_udp_port() & !1,
+        Duration::from_secs(30),
+    );
+    // sipp binds its port at start; give it a moment before the INVITE can arrive.
+    std::thread::sleep(Duration::from_millis(500));
+    (sink, cc, callee)
+}
+
 /// The one request the `<Dial>`'s action got.
 fn the_action(sink: &HttpSink, cc: &ApiGateway) -> Received {
     let mut got = Vec::new();
@@ -2192,24 +2224,7 @@ fn dial_bridges_the_caller_and_the_callee_then_runs_the_action() {
 #[test]
 fn dial_to_a_busy_callee_tells_the_action_busy() {
     let Some(_one) = begin() else { return };
-    let sink = HttpSink::start("<Response><Hangup/></Response>");
-    let trunk_sip = free_udp_port();
-    let cc = dialling_gateway(
-        trunk_sip,
-        &format!(
-            r#"<Response><Dial action="http://{}/after"><Sip>sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
-            sink.addr
-        ),
-    );
-    let ruri = desk_ruri(trunk_sip);
-    let callee = spawn_sipp_uas(
-        &scenario("callee_busy.xml", &[("@RURI_RE@", ruri.as_str())]),
-        trunk_sip,
-        1,
-        free_udp_port() & !1,
-        Duration::from_secs(30),
-    );
-    std::thread::sleep(Duration::from_millis(500));
+    let (sink, cc, callee) = dial_to_callee(30, "callee_busy.xml", &[]);
     let caller = caller(
         &cc,
         "caller_speaks_waits_bye.xml",
@@ -2246,26 +2261,11 @@ fn dial_to_a_busy_callee_tells_the_action_busy() {
 #[test]
 fn dial_unanswered_at_its_timeout_tells_the_action_no_answer() {
     let Some(_one) = begin() else { return };
-    let sink = HttpSink::start("<Response><Hangup/></Response>");
-    let trunk_sip = free_udp_port();
-    let cc = dialling_gateway(
-        trunk_sip,
-        &format!(
-            r#"<Response><Dial action="http://{}/after" timeout="5"><Sip>sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
-            sink.addr
-        ),
+    let (sink, cc, callee) = dial_to_callee(
+        5,
+        "callee_rings_until_cancel.xml",
+        &[("@CANCEL_WITHIN_MS@", "15000")],
     );
-    let callee = spawn_sipp_uas(
-        &scenario(
-            "callee_rings_until_cancel.xml",
-            &[("@CANCEL_WITHIN_MS@", "15000")],
-        ),
-        trunk_sip,
-        1,
-        free_udp_port() & !1,
-        Duration::from_secs(30),
-    );
-    std::thread::sleep(Duration::from_millis(500));
     let started = Instant::now();
     let caller = caller(
         &cc,
@@ -2295,26 +2295,11 @@ fn dial_unanswered_at_its_timeout_tells_the_action_no_answer() {
 #[test]
 fn the_caller_hanging_up_while_the_dial_rings_cancels_the_leg() {
     let Some(_one) = begin() else { return };
-    let sink = HttpSink::start("<Response><Hangup/></Response>");
-    let trunk_sip = free_udp_port();
-    let cc = dialling_gateway(
-        trunk_sip,
-        &format!(
-            r#"<Response><Dial action="http://{}/after" timeout="30"><Sip>sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
-            sink.addr
-        ),
+    let (sink, cc, callee) = dial_to_callee(
+        30,
+        "callee_rings_until_cancel.xml",
+        &[("@CANCEL_WITHIN_MS@", "15000")],
     );
-    let callee = spawn_sipp_uas(
-        &scenario(
-            "callee_rings_until_cancel.xml",
-            &[("@CANCEL_WITHIN_MS@", "15000")],
-        ),
-        trunk_sip,
-        1,
-        free_udp_port() & !1,
-        Duration::from_secs(30),
-    );
-    std::thread::sleep(Duration::from_millis(500));
     let caller = caller(
         &cc,
         "caller_speaks.xml",
