@@ -20,7 +20,7 @@ const MAX_POSITION: u64 = 1 << 62;
 const RING: usize = 16384;
 /// How far before the bulk delay the filter's window starts: the envelope search is good to a
 /// few milliseconds and a hybrid's response starts a little before its peak.
-const LEAD: usize = 48;
+const LEAD: usize = 64;
 /// The loudest echo a line returns relative to what it was sent, with margin: ITU-T G.168 plans
 /// for an echo return loss down to 6 dB; the gate assumes 3 dB until it has measured the line.
 const ECHO_GAIN_PRIOR: f32 = 0.5;
@@ -50,6 +50,8 @@ const BOUND_REFERENCE: f32 = 1e-4;
 const DOUBT_HANGOVER: u32 = 10;
 /// Frames (200 ms) the residual keeps passing after the caller was last heard.
 const CALLER_HANGOVER: u32 = 6;
+/// A frame must be this much over the line's noise floor (9 dB) to be louder than the echo.
+const LOUD_OVER_NOISE: f32 = 8.0;
 /// Frames in a row over the level bound that hold the gate open before the filter converges.
 const LOUD_FRAMES: u32 = 2;
 /// Frames in a row the residual must stand clear of the echo before they pass as the caller.
@@ -439,7 +441,10 @@ impl EchoCanceller {
             None => wide,
         };
         let ratio = peak_block / reference;
-        let loud = ratio > bound;
+        // Over a reply gone quiet at the path's lag, the ratio of line noise to the floor is
+        // over any bound: only a frame that stands out of the line's noise is the caller (noise
+        // taken for double talk froze the filter through the next syllable of the reply).
+        let loud = ratio > bound && frame_energy > LOUD_OVER_NOISE * self.noise_floor;
 
         // The filter's view: echo estimate and residual with the taps as they are.
         let filtered = self
@@ -519,8 +524,11 @@ impl EchoCanceller {
         }
         let double_talk = self.double_talk_hold > 0;
         self.double_talk_hold = self.double_talk_hold.saturating_sub(1);
-        if let (false, Some(offset), Some((_, residual))) =
-            (double_talk, self.filter_offset, filtered)
+        // Nor does the filter learn over a reply too quiet to echo audibly: there the error is
+        // line noise, and NLMS normalised by a near-silent reference walks its taps off the path.
+        let learnable = reference >= BOUND_REFERENCE;
+        if let (false, true, Some(offset), Some((_, residual))) =
+            (double_talk, learnable, self.filter_offset, filtered)
         {
             self.adapt(at, &mic, offset);
             {

@@ -18,17 +18,29 @@ const MEMORY_BLOCKS: f32 = 750.0;
 const LOCK_CORRELATION: f32 = 0.6;
 /// Consecutive evaluations (one a frame) that must agree on a lag before it is taken.
 const LOCK_AGREEMENT: u32 = 5;
+/// Blocks of audible reply (200 ms, counted with the correlation's memory) a lag must have
+/// been correlated over before it may be taken: over a handful of blocks the normalised
+/// correlation of line noise with the reply's first syllable reaches 0.6 by chance, and a
+/// lock on such a lag, made before the real echo has come back, let that echo through the
+/// gate as the caller (a bot speaking at call start barged in on itself 0.4 s in).
+const LOCK_EVIDENCE: f32 = 100.0;
+/// A reference block louder than this (RMS, about −60 dBFS) is reply a lag can learn from.
+const ACTIVE_RMS: f32 = 1e-3;
 
 /// Running envelope-correlation search over `lags` block lags.
 #[derive(Debug)]
 pub(crate) struct DelayEstimator {
     /// Mean-removed RMS envelope of the reference, ring indexed by block number.
     ref_env: Vec<f32>,
+    /// Whether each reference block of the ring was audible reply.
+    ref_active: Vec<bool>,
     mask: usize,
     ref_mean: f32,
     mic_mean: f32,
     corr: Vec<f32>,
     ref_power: Vec<f32>,
+    /// Blocks of audible reply each lag's correlation was summed over (with its memory).
+    evidence: Vec<f32>,
     mic_power: f32,
     candidate: Option<(usize, u32)>,
     locked: Option<usize>,
@@ -41,11 +53,13 @@ impl DelayEstimator {
         debug_assert!(ring_blocks.is_power_of_two() && ring_blocks > lags + 10);
         DelayEstimator {
             ref_env: vec![0.0; ring_blocks],
+            ref_active: vec![false; ring_blocks],
             mask: ring_blocks - 1,
             ref_mean: 0.0,
             mic_mean: 0.0,
             corr: vec![0.0; lags],
             ref_power: vec![0.0; lags],
+            evidence: vec![0.0; lags],
             mic_power: 0.0,
             candidate: None,
             locked: None,
@@ -56,7 +70,9 @@ impl DelayEstimator {
     /// Forget everything (a new path: the stream restarted).
     pub(crate) fn reset(&mut self) {
         self.ref_env.fill(0.0);
+        self.ref_active.fill(false);
         self.corr.fill(0.0);
+        self.evidence.fill(0.0);
         self.ref_power.fill(0.0);
         self.mic_power = 0.0;
         self.ref_mean = 0.0;
@@ -71,6 +87,7 @@ impl DelayEstimator {
         let rms = (energy / BLOCK as f32).sqrt();
         self.ref_mean += (rms - self.ref_mean) / MEAN_BLOCKS;
         self.ref_env[block as usize & self.mask] = rms - self.ref_mean;
+        self.ref_active[block as usize & self.mask] = rms > ACTIVE_RMS;
     }
 
     /// The caller's block `block` has energy `energy`; `ref_upto` is the first reference block
@@ -82,13 +99,22 @@ impl DelayEstimator {
         let keep = 1.0 - 1.0 / MEMORY_BLOCKS;
         self.mic_power = keep * self.mic_power + m * m;
         let oldest = ref_upto.saturating_sub(self.mask as u64);
-        for (lag, (c, p)) in self.corr.iter_mut().zip(&mut self.ref_power).enumerate() {
-            let r = match block.checked_sub(lag as u64) {
-                Some(k) if k < ref_upto && k >= oldest => self.ref_env[k as usize & self.mask],
-                _ => 0.0,
+        let lags = self
+            .corr
+            .iter_mut()
+            .zip(&mut self.ref_power)
+            .zip(&mut self.evidence);
+        for (lag, ((c, p), n)) in lags.enumerate() {
+            let (r, active) = match block.checked_sub(lag as u64) {
+                Some(k) if k < ref_upto && k >= oldest => {
+                    let i = k as usize & self.mask;
+                    (self.ref_env[i], self.ref_active[i])
+                }
+                _ => (0.0, false),
             };
             *c = keep * *c + m * r;
             *p = keep * *p + r * r;
+            *n = keep * *n + if active { 1.0 } else { 0.0 };
         }
     }
 
@@ -97,7 +123,11 @@ impl DelayEstimator {
     pub(crate) fn evaluate(&mut self) -> Option<usize> {
         let mut best = (0usize, 0.0f32);
         let floor = 1e-12;
-        for (lag, (c, p)) in self.corr.iter().zip(&self.ref_power).enumerate() {
+        let lags = self.corr.iter().zip(&self.ref_power).zip(&self.evidence);
+        for (lag, ((c, p), n)) in lags.enumerate() {
+            if *n < LOCK_EVIDENCE {
+                continue;
+            }
             let ncc = c / (p * self.mic_power + floor).sqrt();
             if ncc > best.1 {
                 best = (lag, ncc);
@@ -117,7 +147,7 @@ impl DelayEstimator {
             return None;
         }
         match self.locked {
-            Some(lag) if lag.abs_diff(best.0) <= 1 => None,
+            Some(lag) if lag.abs_diff(best.0) <= 2 => None,
             _ => {
                 self.locked = Some(best.0);
                 Some(best.0)
