@@ -17,7 +17,9 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::agent::bridge::BridgeEnd;
-use crate::agent::{Admission, Agent, AgentCall, AgentEvent, AgentOutput, WsAgent, WsAgentConfig};
+use crate::agent::{
+    Admission, Agent, AgentAction, AgentCall, AgentEvent, AgentOutput, WsAgent, WsAgentConfig,
+};
 use crate::api::Callbacks;
 use crate::call::dial::DialEnd;
 use crate::call::{CallCommand, CallCore, CallOutput, CallStats, DialogEvent, SipRequest};
@@ -211,7 +213,14 @@ pub async fn run(
     let (action_tx, mut action_rx) = mpsc::unbounded_channel::<Vec<Verb>>();
     // This call is a `<Dial>` leg: the other party is its agent.
     let bridge_peer = services.registry.take_bridge(&sid);
-    let mut agent: Box<dyn AgentCall> = if let Some(peer) = bridge_peer.clone() {
+    // ... whose own TwiML (`<Number url>`) runs first: the bridge waits for its end.
+    let whisper = bridge_peer
+        .as_ref()
+        .and_then(|_| services.registry.whisper(&sid, &info));
+    let (whisper_tx, mut whisper_rx) = mpsc::unbounded_channel::<Vec<Verb>>();
+    let mut agent: Box<dyn AgentCall> = if whisper.is_some() {
+        Box::new(NoAgent)
+    } else if let Some(peer) = bridge_peer.clone() {
         Box::new(BridgeEnd::new(&AgentOutput::new(agent_tx.clone()), peer))
     } else if held.is_some() || matches!(program.first(), Some(Verb::ConnectStream { .. })) {
         Box::new(NoAgent)
@@ -266,16 +275,30 @@ pub async fn run(
     if !program.is_empty() {
         core.handle_command(CallCommand::Run(program), Instant::now());
     }
-    if bridge_peer.is_some() {
-        core.serve_bridge();
-    }
-    if bridge_peer.is_some()
-        && !services
-            .registry
-            .bridged(&sid, AgentOutput::new(agent_tx.clone()))
-    {
-        // The call that dialled this leg is gone already.
-        core.handle_command(CallCommand::Complete, Instant::now());
+    match whisper {
+        Some((leg_twiml, params)) => {
+            let callbacks = services.registry.callbacks().clone();
+            tokio::spawn(async move {
+                let verbs = match callbacks
+                    .fetch_twiml(&leg_twiml.url, leg_twiml.get, &params)
+                    .await
+                {
+                    Ok(v) => v,
+                    Err(e) => {
+                        // As a call whose TwiML cannot be had: the leg ends, unbridged.
+                        warn!(error = %e, "the dialled leg's TwiML fetch failed: hanging up");
+                        vec![Verb::Hangup]
+                    }
+                };
+                let _ = whisper_tx.send(verbs);
+            });
+        }
+        None if bridge_peer.is_some() => {
+            if !bridge_leg(&services, &sid, &mut core, &agent_tx) {
+                core.handle_command(CallCommand::Complete, Instant::now());
+            }
+        }
+        None => {}
     }
     let mut depth = services.jitter_depth.share();
     let mut rtp_buf = vec![0u8; 2048];
@@ -395,6 +418,18 @@ pub async fn run(
                     }
                 }
                 CallOutput::EndDial(leg) => services.registry.end(&leg),
+                CallOutput::WhisperDone => {
+                    // The leg's own TwiML (or the bot it connected) is done with it: the other
+                    // party takes the agent's place.
+                    agent.on_event(AgentEvent::Ended);
+                    agent = Box::new(NoAgent);
+                    if let Some(peer) = bridge_peer.clone() {
+                        agent = Box::new(BridgeEnd::new(&AgentOutput::new(agent_tx.clone()), peer));
+                        if !bridge_leg(&services, &sid, &mut core, &agent_tx) {
+                            core.handle_command(CallCommand::Complete, Instant::now());
+                        }
+                    }
+                }
                 CallOutput::FetchTwiml {
                     url,
                     method_get,
@@ -481,6 +516,9 @@ pub async fn run(
                     bridged_agent = true;
                 }
             }
+            Some(verbs) = whisper_rx.recv() => {
+                core.handle_command(CallCommand::Whisper(verbs), Instant::now());
+            }
             Some(verbs) = action_rx.recv() => {
                 core.handle_command(CallCommand::DialAction(verbs), Instant::now());
             }
@@ -524,6 +562,20 @@ pub async fn run(
     drop(inference); // unregisters from the pool
     drop(core); // removes the stream at the next tick
     drop(admitted); // the slot: port back to the pool, one call fewer
+}
+
+/// A `<Dial>` leg's audio goes to the call that dialled it from now on, and that call is told
+/// it answered; false if that call is gone already.
+fn bridge_leg(
+    services: &CallServices,
+    sid: &str,
+    core: &mut CallCore,
+    agent_tx: &mpsc::UnboundedSender<AgentAction>,
+) -> bool {
+    core.serve_bridge();
+    services
+        .registry
+        .bridged(sid, AgentOutput::new(agent_tx.clone()))
 }
 
 /// Add what a call counted to the gateway's metrics (the one place a call's numbers become

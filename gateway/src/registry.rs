@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime};
 use ontime_twilio::webhook::{amd_params, call_params};
 use ontime_twilio::{
     CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Dial, DialTarget,
-    Direction, MachineDetection, NewCall, SipTarget, StatusCallback, StatusCallbackEvent, XHeaders,
+    Direction, LegTwiml, MachineDetection, NewCall, SipTarget, StatusCallback, StatusCallbackEvent,
+    XHeaders,
 };
 use tokio::sync::mpsc;
 
@@ -52,6 +53,8 @@ struct Entry {
     twiml_url: Option<(String, bool)>,
     /// A `<Dial>`'s leg: the call that dialled it, and where its audio goes once answered.
     parent: Option<(String, AgentOutput)>,
+    /// A `<Dial>`'s leg: the TwiML it runs before its bridge (`<Number url>`).
+    whisper: Option<LegTwiml>,
     /// A call with a `<Dial>` leg: where that leg's own input is handed once it answers.
     bridge_inbox: Option<mpsc::UnboundedSender<AgentOutput>>,
 }
@@ -136,6 +139,7 @@ impl CallRegistry {
                 twiml_url: None,
                 parent: None,
                 bridge_inbox: None,
+                whisper: None,
             },
         );
     }
@@ -308,6 +312,7 @@ impl CallRegistry {
                 twiml_url: call.twiml_url.clone(),
                 parent: None,
                 bridge_inbox: None,
+                whisper: None,
             },
         );
         view
@@ -360,6 +365,7 @@ impl CallRegistry {
                 e.view.direction = Direction::OutboundDial;
                 e.view.parent_call_sid = Some(parent.call_sid.clone());
                 e.parent = Some((parent.call_sid.clone(), parent_input));
+                e.whisper = dial.whisper.clone();
             }
             if let Some(e) = inner.calls.get_mut(&parent.call_sid) {
                 e.bridge_inbox = Some(inbox);
@@ -380,6 +386,31 @@ impl CallRegistry {
             .get(sid)
             .and_then(|e| e.parent.as_ref())
             .map(|(_, input)| input.clone())
+    }
+
+    /// The TwiML the `<Dial>` leg `sid` runs before its bridge, if it has one, and the
+    /// parameters to fetch it with: Twilio's for the leg (its own CallSid, `Direction`
+    /// `outbound-dial`, `CallStatus` `in-progress`) and `ParentCallSid`.
+    pub(crate) fn whisper(
+        &self,
+        sid: &str,
+        info: &CallInfo,
+    ) -> Option<(LegTwiml, Vec<(String, String)>)> {
+        let inner = self.lock();
+        let e = inner.calls.get(sid)?;
+        let whisper = e.whisper.clone()?;
+        let mut params = crate::routing::webhook_params(info);
+        for (k, v) in params.iter_mut() {
+            match k.as_str() {
+                "CallStatus" => *v = "in-progress".into(),
+                "Direction" => *v = e.view.direction.as_str().into(),
+                _ => {}
+            }
+        }
+        if let Some((parent, _)) = &e.parent {
+            params.push(("ParentCallSid".into(), parent.clone()));
+        }
+        Some((whisper, params))
     }
 
     /// The `<Dial>` leg `sid` answered and takes its audio on `input`: the call that dialled

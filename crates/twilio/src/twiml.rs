@@ -60,6 +60,18 @@ pub struct Dial {
     pub action_get: bool,
     /// `timeLimit`: the longest the bridge may last (Twilio's default 4 h).
     pub time_limit: Duration,
+    /// `<Number url>` / `<Sip url>`: TwiML run on the dialled party's leg once it answers and
+    /// before the two are bridged (a whisper, or a bot briefing the person: a warm transfer).
+    pub whisper: Option<LegTwiml>,
+}
+
+/// Where the TwiML of a dialled leg is fetched (`url` and `method` of `<Number>`/`<Sip>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LegTwiml {
+    /// An absolute `http://` or `https://` URL.
+    pub url: String,
+    /// `method="GET"` (Twilio's default is POST).
+    pub get: bool,
 }
 
 /// `<Dial timeout>`'s default, as Twilio's.
@@ -387,7 +399,7 @@ fn verb(el: &Element) -> Result<Verb, TwimlError> {
             el.only_attrs(&[])?;
             let target = el.single_child("<Sip>")?;
             match target.name.as_str() {
-                "Sip" => Ok(Verb::Transfer(sip_target(target)?)),
+                "Sip" => Ok(Verb::Transfer(sip_target(target, &[])?)),
                 other => Err(TwimlError::Unsupported(other.into(), " inside <Refer>")),
             }
         }
@@ -479,23 +491,24 @@ fn dial(el: &Element) -> Result<Verb, TwimlError> {
         }
     };
     let caller_id = el.attr("callerId").map(|c| c.trim().to_string());
-    let target = if el.children.is_empty() {
+    let (target, whisper) = if el.children.is_empty() {
         let number = el.text.trim();
         if number.is_empty() {
             return Err(el.invalid("needs a <Sip>, a <Number> or a number"));
         }
-        DialTarget::Number(e164(el, number)?)
+        (DialTarget::Number(e164(el, number)?), None)
     } else {
         let target = el.single_child("<Sip> or <Number>")?;
-        match target.name.as_str() {
-            "Sip" => sip_target(target)?,
+        let noun = match target.name.as_str() {
+            "Sip" => sip_target(target, LEG_ATTRS)?,
             "Number" => {
-                target.only_attrs(&[])?;
+                target.only_attrs(LEG_ATTRS)?;
                 target.no_children()?;
                 DialTarget::Number(e164(target, target.text.trim())?)
             }
             other => return Err(TwimlError::Unsupported(other.into(), " inside <Dial>")),
-        }
+        };
+        (noun, leg_twiml(target)?)
     };
     Ok(Verb::Dial(Dial {
         target,
@@ -504,16 +517,43 @@ fn dial(el: &Element) -> Result<Verb, TwimlError> {
         action,
         action_get,
         time_limit,
+        whisper,
     }))
 }
 
-/// `<Sip>sip:...</Sip>` (in `<Dial>` or `<Refer>`); its attributes (username, password, url,
-/// statusCallback, ...) are not honoured and refuse the document. Headers in the URI
+/// The attributes of `<Number>` and `<Sip>` in a `<Dial>` that ontime honours.
+const LEG_ATTRS: &[&str] = &["url", "method"];
+
+/// `url` and `method` of a `<Dial>`'s noun: the TwiML its leg runs before the bridge.
+fn leg_twiml(el: &Element) -> Result<Option<LegTwiml>, TwimlError> {
+    let get = match el.attr("method") {
+        None | Some("POST") => false,
+        Some("GET") => true,
+        Some(other) => return Err(el.invalid(format!("method must be GET or POST, got {other:?}"))),
+    };
+    match el.attr("url").map(str::trim) {
+        None if el.attr("method").is_some() => Err(el.invalid("method needs a url")),
+        None => Ok(None),
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+            Ok(Some(LegTwiml {
+                url: url.to_string(),
+                get,
+            }))
+        }
+        Some(url) => Err(el.invalid(format!(
+            "url must be an absolute http:// or https:// URL, got {url:?}"
+        ))),
+    }
+}
+
+/// `<Sip>sip:...</Sip>` (in `<Dial>` or `<Refer>`); attributes other than `attrs` (username,
+/// password, statusCallback, ...; `url` and `method` in a `<Dial>`) are not honoured and refuse
+/// the document. Headers in the URI
 /// (`?X-Campaign=7`, [`crate::sip_headers`]) are checked here, so that a header that may not be
 /// set refuses the document (400 naming it on the API) before anything runs, as any other
 /// TwiML ontime does not honour; the URI keeps them, written back canonically escaped.
-fn sip_target(el: &Element) -> Result<DialTarget, TwimlError> {
-    el.only_attrs(&[])?;
+fn sip_target(el: &Element, attrs: &[&str]) -> Result<DialTarget, TwimlError> {
+    el.only_attrs(attrs)?;
     el.no_children()?;
     let uri = el.text.trim();
     let lower = uri.to_ascii_lowercase();
@@ -558,6 +598,7 @@ mod tests {
         Verb::Dial(Dial {
             target,
             timeout: DIAL_TIMEOUT_DEFAULT,
+            whisper: None,
             caller_id: None,
             action: None,
             action_get: false,
@@ -578,9 +619,53 @@ mod tests {
                 action: Some("https://bot.example/after?x=1".into()),
                 action_get: true,
                 time_limit: Duration::from_secs(600),
+                whisper: None,
             })]
         );
+        // The leg's own TwiML, on either noun.
+        let with_url = |xml: &str| match ok(xml).pop() {
+            Some(Verb::Dial(d)) => d.whisper,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            with_url(
+                r#"<Response><Dial><Number url="https://bot.example/brief">+15551234567</Number></Dial></Response>"#
+            ),
+            Some(LegTwiml {
+                url: "https://bot.example/brief".into(),
+                get: false
+            })
+        );
+        assert_eq!(
+            with_url(
+                r#"<Response><Dial><Sip url="http://bot.example/w" method="GET">sip:desk@pbx</Sip></Dial></Response>"#
+            ),
+            Some(LegTwiml {
+                url: "http://bot.example/w".into(),
+                get: true
+            })
+        );
         for (xml, says) in [
+            (
+                r#"<Dial><Number url="/brief">+15551234567</Number></Dial>"#,
+                "url must be",
+            ),
+            (
+                r#"<Dial><Number method="GET">+15551234567</Number></Dial>"#,
+                "method needs a url",
+            ),
+            (
+                r#"<Dial><Sip url="https://x" method="PUT">sip:a@b</Sip></Dial>"#,
+                "method must be",
+            ),
+            (
+                r#"<Dial><Number sendDigits="1">+15551234567</Number></Dial>"#,
+                "sendDigits",
+            ),
+            (
+                r#"<Refer><Sip url="https://x">sip:a@b</Sip></Refer>"#,
+                "url",
+            ),
             (
                 r#"<Dial timeout="4">+15551234567</Dial>"#,
                 "timeout must be",
@@ -730,8 +815,8 @@ mod tests {
                 "record",
             ),
             (
-                r#"<Response><Dial><Number url="https://a/whisper">+15551234567</Number></Dial></Response>"#,
-                "url",
+                r#"<Response><Dial><Number statusCallback="https://a/cb">+15551234567</Number></Dial></Response>"#,
+                "statusCallback",
             ),
             (
                 r#"<Response><Play loop="2" digits="1"/></Response>"#,

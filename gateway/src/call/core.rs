@@ -21,7 +21,7 @@ use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_
 use ontime_sender::{StreamEvent, StreamId, StreamProducer};
 use ontime_sip::{Direction, NegotiatedMedia};
 use ontime_srtp::{SdesKeys, SrtpContext, SRTCP_TRAILER_LEN};
-use ontime_twilio::{Dial, DialTarget, SipTarget, Verb};
+use ontime_twilio::{CallStatus, Dial, DialTarget, SipTarget, Verb};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tracing::{info, warn};
@@ -149,6 +149,11 @@ pub enum CallCommand {
     DialEnded(DialEnd),
     /// The `<Dial>`'s `action` answered with this TwiML (empty if it failed: the call ends).
     DialAction(Vec<Verb>),
+    /// This call is a `<Dial>`'s leg whose `<Number url>` answered with this TwiML: run it on
+    /// this leg before the bridge; [`CallOutput::WhisperDone`] follows when it is over (its
+    /// verbs ran out, or the bot it connected closed normally and was heard out). A hang-up in
+    /// it declines the call.
+    Whisper(Vec<Verb>),
 }
 
 /// What the call asks of the SIP side.
@@ -317,6 +322,8 @@ pub enum CallOutput {
         /// Twilio's form parameters.
         params: Vec<(String, String)>,
     },
+    /// The leg's own TwiML ([`CallCommand::Whisper`]) is over: bridge it now.
+    WhisperDone,
     /// The call is over: log the record, close the recording at `recording_end` samples and
     /// give the resources back. Nothing follows.
     Ended {
@@ -325,6 +332,19 @@ pub enum CallOutput {
         /// The timeline's length in samples (both recording tracks end here).
         recording_end: u64,
     },
+}
+
+/// A `<Dial>` leg's own TwiML (`<Number url>`), run before its bridge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whisper {
+    /// None was asked for (or the call is no leg).
+    None,
+    /// Its verbs are running.
+    Running,
+    /// It connected a bot, whose normal close ends it.
+    Bot,
+    /// It is over; the leg is bridged.
+    Done,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -415,6 +435,8 @@ pub struct CallCore {
     dial: Option<DialLeg>,
     /// This call is itself a `<Dial>`'s leg.
     bridge_leg: bool,
+    /// Where the leg's own TwiML is, before its bridge.
+    whisper: Whisper,
     srtp: Option<CallSrtp>,
     transfer: Option<PendingTransfer>,
     last_transfer: Option<TransferOutcome>,
@@ -510,6 +532,7 @@ impl CallCore {
             last_transfer: None,
             phase: Phase::Up,
             hangup_when_played: None,
+            whisper: Whisper::None,
             outputs: VecDeque::new(),
             stats: CallStats::default(),
             rng,
@@ -785,6 +808,15 @@ impl CallCore {
                 self.program.run_action(verbs);
                 self.run_program(now);
             }
+            CallCommand::Whisper(verbs) => {
+                info!(
+                    verbs = verbs.len(),
+                    "running the leg's TwiML before the bridge"
+                );
+                self.whisper = Whisper::Running;
+                self.program.replace(verbs);
+                self.run_program(now);
+            }
         }
     }
 
@@ -830,10 +862,16 @@ impl CallCore {
         }
     }
 
-    fn dial_ended(&mut self, end: DialEnd, now: Instant) {
+    fn dial_ended(&mut self, mut end: DialEnd, now: Instant) {
         let Some(leg) = self.dial.take() else {
             return;
         };
+        // A leg that answered but hung up before it was bridged declined the call in its own
+        // TwiML (`<Number url>` hung up): the person did not take it, which is what a bot must
+        // learn to try someone else. Twilio's documents do not name a status for it.
+        if !leg.is_bridged() && end.status == CallStatus::Completed {
+            end.status = CallStatus::NoAnswer;
+        }
         info!(
             status = end.status.as_str(),
             sip_status = ?end.sip_status,
@@ -881,6 +919,20 @@ impl CallCore {
 
     /// Carry out the program's steps due now.
     fn run_program(&mut self, now: Instant) {
+        self.run_steps(now);
+        // A leg's own TwiML that ran out (not into a bot) is over: the bridge follows.
+        if self.whisper == Whisper::Running && self.phase == Phase::Up && self.program.is_idle() {
+            self.whisper_done();
+        }
+    }
+
+    fn whisper_done(&mut self) {
+        info!("the leg's TwiML is over: bridging");
+        self.whisper = Whisper::Done;
+        self.outputs.push_back(CallOutput::WhisperDone);
+    }
+
+    fn run_steps(&mut self, now: Instant) {
         while self.phase == Phase::Up {
             let rtp_digits =
                 self.negotiated.telephone_event_pt.is_some() && self.out.producer().is_some();
@@ -912,6 +964,9 @@ impl CallCore {
                 }
                 Step::Transfer(target) => self.start_transfer(&target, now),
                 Step::Connect { url, parameters } => {
+                    if self.whisper == Whisper::Running {
+                        self.whisper = Whisper::Bot;
+                    }
                     info!(%url, "connecting the call to a new bot");
                     self.outputs
                         .push_back(CallOutput::ConnectStream { url, parameters });
@@ -1609,7 +1664,13 @@ impl CallCore {
         };
         if self.out.is_dry() || now >= *give_up_at {
             if let Some((request, _)) = self.hangup_when_played.take() {
-                self.hang_up(EndCause::GatewayBye, request, now);
+                if self.whisper == Whisper::Bot {
+                    // The bot briefing the dialled party closed normally and was heard out:
+                    // its part is over, and the leg is bridged rather than hung up.
+                    self.whisper_done();
+                } else {
+                    self.hang_up(EndCause::GatewayBye, request, now);
+                }
             }
         }
     }

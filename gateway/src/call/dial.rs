@@ -145,6 +145,7 @@ mod tests {
             action: Some("https://bot/after".into()),
             action_get: true,
             time_limit: Duration::from_secs(60),
+            whisper: None,
         }
     }
 

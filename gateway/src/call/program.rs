@@ -108,6 +108,11 @@ impl Program {
         self.verbs.push_back(verb);
     }
 
+    /// Whether nothing is left to run or waited on.
+    pub fn is_idle(&self) -> bool {
+        self.verbs.is_empty() && self.info_digits.is_empty() && self.wait == Wait::Ready
+    }
+
     /// When the program wants to be polled again, if it waits for time.
     pub fn wake_at(&self) -> Option<Instant> {
         match self.wait {
@@ -359,6 +364,7 @@ mod tests {
             action: action.map(str::to_string),
             action_get: false,
             time_limit: Duration::from_secs(3600),
+            whisper: None,
         }
     }
 

@@ -257,6 +257,7 @@ impl Sim {
                 CallOutput::ConnectStream { url, .. } => self.connects.push(url),
                 CallOutput::Dial(d) => self.dials.push(DialAsk::Place(d.target)),
                 CallOutput::EndDial(sid) => self.dials.push(DialAsk::End(sid)),
+                CallOutput::WhisperDone => self.dials.push(DialAsk::Bridge),
                 CallOutput::FetchTwiml { url, params, .. } => {
                     self.dials.push(DialAsk::Fetch(url, params))
                 }
@@ -1599,6 +1600,8 @@ enum DialAsk {
     Place(ontime_twilio::DialTarget),
     End(String),
     Fetch(String, Vec<(String, String)>),
+    /// A leg's own TwiML is over: bridge it.
+    Bridge,
 }
 
 fn dial_twiml(action: Option<&str>, time_limit_s: u64) -> Vec<Verb> {
@@ -1610,6 +1613,7 @@ fn dial_twiml(action: Option<&str>, time_limit_s: u64) -> Vec<Verb> {
             action: action.map(str::to_string),
             action_get: false,
             time_limit: Duration::from_secs(time_limit_s),
+            whisper: None,
         }),
         Verb::PlayDigits("4".into()),
     ]
@@ -1761,4 +1765,101 @@ fn new_twiml_during_a_dial_ends_its_leg() {
         0
     );
     assert!(sim.sip.is_empty(), "{:?}", sim.sip);
+}
+
+/// A `<Dial>` leg with `<Number url>` TwiML on simulated time: its verbs run on the leg (a
+/// pause, digits to the dialled party), and the bridge is asked for once, only when they ran
+/// out.
+#[test]
+fn a_legs_own_twiml_runs_before_its_bridge() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.2));
+    sim.core.handle_command(
+        CallCommand::Whisper(vec![
+            Verb::Pause(Duration::from_secs(2)),
+            Verb::PlayDigits("1".into()),
+        ]),
+        sim.now,
+    );
+    sim.run_for(seconds(1.9));
+    assert!(sim.dials.is_empty(), "{:?}", sim.dials);
+    sim.run_for(seconds(2.0));
+    assert_eq!(sim.core.take_stats().dtmf_sent, 1);
+    assert_eq!(sim.dials, vec![DialAsk::Bridge]);
+    sim.run_for(seconds(5.0));
+    assert_eq!(sim.dials, vec![DialAsk::Bridge]);
+    assert!(sim.sip.is_empty(), "{:?}", sim.sip);
+}
+
+/// A leg whose TwiML hangs up declines the call: BYE, and no bridge.
+#[test]
+fn a_leg_whose_twiml_hangs_up_is_not_bridged() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.2));
+    sim.core
+        .handle_command(CallCommand::Whisper(vec![Verb::Hangup]), sim.now);
+    sim.run_for(seconds(1.0));
+    assert!(sim.dials.is_empty(), "{:?}", sim.dials);
+    assert_eq!(sim.sip.len(), 1, "{:?}", sim.sip);
+}
+
+/// A leg whose TwiML connects a bot (a warm transfer's briefing) is bridged when the bot closes
+/// normally and what it queued has played, not hung up; the bot's audio reaches the leg whole.
+#[test]
+fn a_briefing_bots_normal_close_bridges_the_leg() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.2));
+    sim.core.handle_command(
+        CallCommand::Whisper(vec![Verb::ConnectStream {
+            url: "ws://bot/brief".into(),
+            parameters: Vec::new(),
+        }]),
+        sim.now,
+    );
+    sim.drain();
+    assert_eq!(sim.connects, vec!["ws://bot/brief".to_string()]);
+    assert!(sim.dials.is_empty(), "{:?}", sim.dials);
+    // The bot says one second of briefing and closes (1000).
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.agent(AgentAction::HangupWhenPlayed(Some("bot closed".into())));
+    sim.run_for(seconds(0.5));
+    assert!(sim.dials.is_empty(), "{:?}", sim.dials);
+    sim.run_for(seconds(1.5));
+    assert_eq!(sim.dials, vec![DialAsk::Bridge]);
+    assert_eq!(sim.voiced_packets(), 50);
+    assert!(sim.sip.is_empty(), "{:?}", sim.sip);
+}
+
+/// The caller's side: a leg that answered but ended before it was bridged (its own TwiML hung
+/// up) reaches the `action` as `no-answer`.
+#[test]
+fn a_leg_that_declined_before_the_bridge_is_no_answer() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.2));
+    sim.core.handle_command(
+        CallCommand::Run(dial_twiml(Some("https://bot/after"), 60)),
+        sim.now,
+    );
+    sim.core
+        .handle_command(CallCommand::DialPlaced("CAleg".into()), sim.now);
+    sim.run_for(seconds(1.0));
+    sim.core.handle_command(
+        CallCommand::DialEnded(DialEnd {
+            call_sid: Some("CAleg".into()),
+            status: ontime_twilio::CallStatus::Completed,
+            sip_status: None,
+            duration_secs: 3,
+        }),
+        sim.now,
+    );
+    sim.drain();
+    let Some(DialAsk::Fetch(_, params)) = sim.dials.last() else {
+        panic!("{:?}", sim.dials);
+    };
+    let status = params.iter().find(|(k, _)| k == "DialCallStatus");
+    assert_eq!(status.map(|(_, v)| v.as_str()), Some("no-answer"));
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 
 use ontime_twilio::twiml::{
-    parse, DialTarget, TwimlError, Verb, DIAL_TIME_LIMIT_MAX, MAX_PAUSE_SECS, MAX_TWIML_BYTES,
+    parse, DialTarget, LegTwiml, TwimlError, Verb, DIAL_TIME_LIMIT_MAX, MAX_PAUSE_SECS, MAX_TWIML_BYTES,
 };
 
 /// `MAX_ELEMENTS` and `MAX_DIGITS` of twiml.rs (private there): elements per document, digits
@@ -44,11 +44,18 @@ fn esc(s: &str) -> String {
     out
 }
 
-/// A `<Dial>` or `<Refer>` target as its noun.
-fn noun(target: &DialTarget) -> String {
+/// A `<Dial>` or `<Refer>` target as its noun, with the leg's TwiML URL if any.
+fn noun(target: &DialTarget, whisper: Option<&LegTwiml>) -> String {
+    let attrs = whisper.map_or(String::new(), |w| {
+        format!(
+            " url=\"{}\" method=\"{}\"",
+            esc(&w.url),
+            if w.get { "GET" } else { "POST" }
+        )
+    });
     match target {
-        DialTarget::Sip(uri) => format!("<Sip>{}</Sip>", esc(uri)),
-        DialTarget::Number(n) => format!("<Number>{}</Number>", esc(n)),
+        DialTarget::Sip(uri) => format!("<Sip{attrs}>{}</Sip>", esc(uri)),
+        DialTarget::Number(n) => format!("<Number{attrs}>{}</Number>", esc(n)),
     }
 }
 
@@ -66,7 +73,7 @@ fn write(verbs: &[Verb]) -> (String, usize) {
                 let _ = write!(xml, "<Play digits=\"{}\"/>", esc(d));
             }
             Verb::Transfer(target) => {
-                let _ = write!(xml, "<Refer>{}</Refer>", noun(target));
+                let _ = write!(xml, "<Refer>{}</Refer>", noun(target, None));
                 elements += 1;
             }
             Verb::Dial(d) => {
@@ -83,7 +90,7 @@ fn write(verbs: &[Verb]) -> (String, usize) {
                 if let Some(a) = &d.action {
                     let _ = write!(xml, " action=\"{}\"", esc(a));
                 }
-                let _ = write!(xml, ">{}</Dial>", noun(&d.target));
+                let _ = write!(xml, ">{}</Dial>", noun(&d.target, d.whisper.as_ref()));
                 elements += 1;
             }
             Verb::ConnectStream { url, parameters } => {
@@ -143,6 +150,13 @@ fn check_verb(v: &Verb) {
                 );
             }
             check_target(&d.target);
+            if let Some(w) = &d.whisper {
+                assert!(
+                    w.url.starts_with("http://") || w.url.starts_with("https://"),
+                    "dial leg url {:?}",
+                    w.url
+                );
+            }
         }
         Verb::ConnectStream { url, parameters } => {
             assert!(
