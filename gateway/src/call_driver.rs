@@ -293,10 +293,9 @@ pub async fn run(
                 let _ = whisper_tx.send(verbs);
             });
         }
-        None if bridge_peer.is_some() => {
-            if !bridge_leg(&services, &sid, &mut core, &agent_tx) {
-                core.handle_command(CallCommand::Complete, Instant::now());
-            }
+        // The call that dialled this leg is gone already.
+        None if bridge_peer.is_some() && !bridge_leg(&services, &sid, &mut core, &agent_tx) => {
+            core.handle_command(CallCommand::Complete, Instant::now());
         }
         None => {}
     }
