@@ -2219,6 +2219,123 @@ fn dial_bridges_the_caller_and_the_callee_then_runs_the_action() {
     assert_eq!(parent_view["parent_call_sid"], Value::Null, "{parent_view}");
 }
 
+/// A gateway whose inbound calls `<Dial>` desk@ the trunk with `<Sip url>` pointing at
+/// `whisper` (the leg's own TwiML), the action at `action`, and a sipp callee on the trunk
+/// running `callee_scenario`.
+fn dial_with_leg_twiml(
+    whisper: &HttpSink,
+    action: &HttpSink,
+    callee_scenario: &str,
+    reps: &[(&str, &str)],
+) -> (ApiGateway, SippCall) {
+    let trunk_sip = free_udp_port();
+    let cc = dialling_gateway(
+        trunk_sip,
+        &format!(
+            r#"<Response><Dial action="http://{}/after" timeout="20"><Sip url="http://{}/whisper">sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
+            action.addr, whisper.addr
+        ),
+    );
+    let ruri = desk_ruri(trunk_sip);
+    let mut all = vec![("@RURI_RE@", ruri.as_str())];
+    all.extend_from_slice(reps);
+    let callee = spawn_sipp_uas(
+        &scenario(callee_scenario, &all),
+        trunk_sip,
+        1,
+        free_udp_port() & !1,
+        Duration::from_secs(30),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    (cc, callee)
+}
+
+/// The one request the leg's own TwiML was fetched with: for the leg (its CallSid, not the
+/// caller's; `outbound-dial`, `in-progress`), naming the caller's call as its parent.
+fn the_whisper_fetch(whisper: &HttpSink, cc: &ApiGateway) -> Received {
+    let got = requests_to(whisper, "/whisper");
+    assert_eq!(got.len(), 1, "whisper requests: {got:?}\n{}", cc.context());
+    let w = got[0].clone();
+    assert_eq!(w.param("Direction").as_deref(), Some("outbound-dial"), "{w:?}");
+    assert_eq!(w.param("CallStatus").as_deref(), Some("in-progress"), "{w:?}");
+    w
+}
+
+/// `<Sip url>`: once the callee answers, the leg runs its own TwiML (a one-second pause) and
+/// only then is bridged; the callee talks and hangs up, and the `action` hears `completed`
+/// (a leg never bridged would be `no-answer`). The TwiML was fetched once, for the leg.
+#[test]
+fn dial_runs_the_legs_own_twiml_then_bridges() {
+    let Some(_one) = begin() else { return };
+    let whisper = HttpSink::start(r#"<Response><Pause length="1"/></Response>"#);
+    let action = HttpSink::start("<Response><Hangup/></Response>");
+    let speech = fresh_speech(
+        &tempdir("dial-whisper-callee"),
+        "Front desk, Sam speaking.",
+    );
+    let (cc, callee) = dial_with_leg_twiml(
+        &whisper,
+        &action,
+        "callee_answers_speaks.xml",
+        &[
+            ("@SPEECH@", speech.to_str().unwrap()),
+            ("@LISTEN_MS@", "3000"),
+        ],
+    );
+    let caller = caller(
+        &cc,
+        "caller_speaks_waits_bye.xml",
+        &[("@BYE_WITHIN_MS@", "30000"), ("@REASON@", "cause=16")],
+        free_udp_port() & !1,
+    );
+    let (callee_ok, callee_log) = callee.finish(Duration::from_secs(40));
+    let (caller_ok, caller_log) = caller.finish(Duration::from_secs(30));
+    assert!(callee_ok, "callee:\n{callee_log}\n{}", cc.context());
+    assert!(caller_ok, "caller:\n{caller_log}\n{}", cc.context());
+    let after = the_action(&action, &cc);
+    assert_eq!(
+        after.param("DialCallStatus").as_deref(),
+        Some("completed"),
+        "{after:?}"
+    );
+    let w = the_whisper_fetch(&whisper, &cc);
+    assert_eq!(w.param("CallSid"), after.param("DialCallSid"), "{w:?}");
+    assert_eq!(w.param("ParentCallSid"), after.param("CallSid"), "{w:?}");
+}
+
+/// `<Sip url>` whose TwiML hangs up declines the call: the callee, who answered, gets the
+/// gateway's BYE, and the caller's `action` hears `DialCallStatus=no-answer`.
+#[test]
+fn dial_whose_leg_twiml_hangs_up_is_no_answer() {
+    let Some(_one) = begin() else { return };
+    let whisper = HttpSink::start("<Response><Hangup/></Response>");
+    let action = HttpSink::start("<Response><Hangup/></Response>");
+    let (cc, callee) = dial_with_leg_twiml(
+        &whisper,
+        &action,
+        "callee_answers_hung_up.xml",
+        &[("@BYE_WITHIN_MS@", "10000")],
+    );
+    let caller = caller(
+        &cc,
+        "caller_speaks_waits_bye.xml",
+        &[("@BYE_WITHIN_MS@", "30000"), ("@REASON@", "cause=16")],
+        free_udp_port() & !1,
+    );
+    let (callee_ok, callee_log) = callee.finish(Duration::from_secs(30));
+    let (caller_ok, caller_log) = caller.finish(Duration::from_secs(30));
+    assert!(callee_ok, "callee:\n{callee_log}\n{}", cc.context());
+    assert!(caller_ok, "caller:\n{caller_log}\n{}", cc.context());
+    let after = the_action(&action, &cc);
+    assert_eq!(
+        after.param("DialCallStatus").as_deref(),
+        Some("no-answer"),
+        "{after:?}"
+    );
+    let w = the_whisper_fetch(&whisper, &cc);
+    assert_eq!(w.param("CallSid"), after.param("DialCallSid"), "{w:?}");
+}
+
 /// A busy callee: the `action` hears `DialCallStatus=busy` with the 486, and the caller's call
 /// runs its TwiML (here a hang-up).
 #[test]
