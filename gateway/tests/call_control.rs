@@ -2256,8 +2256,16 @@ fn the_whisper_fetch(whisper: &HttpSink, cc: &ApiGateway) -> Received {
     let got = requests_to(whisper, "/whisper");
     assert_eq!(got.len(), 1, "whisper requests: {got:?}\n{}", cc.context());
     let w = got[0].clone();
-    assert_eq!(w.param("Direction").as_deref(), Some("outbound-dial"), "{w:?}");
-    assert_eq!(w.param("CallStatus").as_deref(), Some("in-progress"), "{w:?}");
+    assert_eq!(
+        w.param("Direction").as_deref(),
+        Some("outbound-dial"),
+        "{w:?}"
+    );
+    assert_eq!(
+        w.param("CallStatus").as_deref(),
+        Some("in-progress"),
+        "{w:?}"
+    );
     w
 }
 
@@ -2269,10 +2277,7 @@ fn dial_runs_the_legs_own_twiml_then_bridges() {
     let Some(_one) = begin() else { return };
     let whisper = HttpSink::start(r#"<Response><Pause length="1"/></Response>"#);
     let action = HttpSink::start("<Response><Hangup/></Response>");
-    let speech = fresh_speech(
-        &tempdir("dial-whisper-callee"),
-        "Front desk, Sam speaking.",
-    );
+    let speech = fresh_speech(&tempdir("dial-whisper-callee"), "Front desk, Sam speaking.");
     let (cc, callee) = dial_with_leg_twiml(
         &whisper,
         &action,
