@@ -206,7 +206,7 @@ pub async fn run(
     let (agent_tx, mut agent_rx) = mpsc::unbounded_channel();
     // A `<Dial>` leg's input, handed over once it answers, and the leg (its CallSid).
     let (bridge_tx, mut bridge_rx) = mpsc::unbounded_channel::<AgentOutput>();
-    let mut dial_leg: Option<String> = None;
+    let mut dial_legs: Vec<String> = Vec::new();
     // The agent is the `<Dial>` leg's bridge end (replaced by nothing when that leg is over).
     let mut bridged_agent = false;
     // A `<Dial>`'s `action` TwiML, fetched.
@@ -391,28 +391,33 @@ pub async fn run(
                     // once it answers (ringback meanwhile), then the TwiML goes on.
                     agent.on_event(AgentEvent::Ended);
                     agent = Box::new(NoAgent);
-                    let placed = services.registry.dial(
-                        core.info(),
-                        &dial,
-                        AgentOutput::new(agent_tx.clone()),
-                        bridge_tx.clone(),
-                    );
-                    match placed {
-                        Ok(leg) => {
-                            dial_leg = Some(leg.clone());
-                            core.handle_command(CallCommand::DialPlaced(leg), Instant::now());
-                        }
-                        Err(e) => {
-                            warn!(error = %e, "the <Dial> leg could not be placed");
-                            core.handle_command(
-                                CallCommand::DialEnded(DialEnd {
-                                    call_sid: None,
-                                    status: CallStatus::Failed,
-                                    sip_status: None,
-                                    duration_secs: 0,
-                                }),
-                                Instant::now(),
-                            );
+                    // Every party at once: the first to answer is bridged.
+                    dial_legs.clear();
+                    for noun in &dial.nouns {
+                        let placed = services.registry.dial(
+                            core.info(),
+                            &dial,
+                            noun,
+                            AgentOutput::new(agent_tx.clone()),
+                            bridge_tx.clone(),
+                        );
+                        match placed {
+                            Ok(leg) => {
+                                dial_legs.push(leg.clone());
+                                core.handle_command(CallCommand::DialPlaced(leg), Instant::now());
+                            }
+                            Err(e) => {
+                                warn!(error = %e, "a <Dial> leg could not be placed");
+                                core.handle_command(
+                                    CallCommand::DialEnded(DialEnd {
+                                        call_sid: None,
+                                        status: CallStatus::Failed,
+                                        sip_status: None,
+                                        duration_secs: 0,
+                                    }),
+                                    Instant::now(),
+                                );
+                            }
                         }
                     }
                 }
@@ -497,16 +502,20 @@ pub async fn run(
             Some(ev) = inference_rx.recv() => core.handle_inference(ev, Instant::now()),
             Some(action) = agent_rx.recv() => core.handle_agent(action, Instant::now()),
             Some(command) = control.recv() => {
-                if let CallCommand::DialEnded(_) = &command {
-                    // The other party is gone: nothing more to hand them (unless new TwiML
-                    // gave the call another agent meanwhile).
-                    if bridged_agent {
+                let leg_over = match &command {
+                    CallCommand::DialEnded(end) => end.call_sid.clone(),
+                    _ => None,
+                };
+                core.handle_command(command, Instant::now());
+                if let Some(leg) = leg_over {
+                    dial_legs.retain(|l| *l != leg);
+                    // The other party is gone (not a leg that lost the race): nothing more to
+                    // hand them, unless new TwiML gave the call another agent meanwhile.
+                    if bridged_agent && !core.bridged() {
                         agent = Box::new(NoAgent);
                         bridged_agent = false;
                     }
-                    dial_leg = None;
                 }
-                core.handle_command(command, Instant::now());
             }
             Some(peer) = bridge_rx.recv() => {
                 // A leg that answers after new TwiML ended its `<Dial>` is not bridged.
@@ -554,7 +563,7 @@ pub async fn run(
             },
         }
     }
-    if let Some(leg) = dial_leg {
+    for leg in dial_legs {
         // The caller is gone: a leg still ringing is cancelled, a bridged one hung up.
         services.registry.end(&leg);
     }

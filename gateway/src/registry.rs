@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime};
 
 use ontime_twilio::webhook::{amd_params, call_params};
 use ontime_twilio::{
-    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Dial, DialTarget,
-    Direction, LegTwiml, MachineDetection, NewCall, SipTarget, StatusCallback, StatusCallbackEvent,
-    XHeaders,
+    CallControl, CallFilter, CallStatus, CallUpdate, CallView, ControlError, Dial, DialNoun,
+    DialTarget, Direction, LegTwiml, MachineDetection, NewCall, SipTarget, StatusCallback,
+    StatusCallbackEvent, XHeaders,
 };
 use tokio::sync::mpsc;
 
@@ -55,6 +55,8 @@ struct Entry {
     parent: Option<(String, AgentOutput)>,
     /// A `<Dial>`'s leg: the TwiML it runs before its bridge (`<Number url>`).
     whisper: Option<LegTwiml>,
+    /// A `<Dial>`'s leg that was bridged (the first of its `<Dial>` to answer).
+    bridged: bool,
     /// A call with a `<Dial>` leg: where that leg's own input is handed once it answers.
     bridge_inbox: Option<mpsc::UnboundedSender<AgentOutput>>,
 }
@@ -140,6 +142,7 @@ impl CallRegistry {
                 parent: None,
                 bridge_inbox: None,
                 whisper: None,
+                bridged: false,
             },
         );
     }
@@ -313,6 +316,7 @@ impl CallRegistry {
                 parent: None,
                 bridge_inbox: None,
                 whisper: None,
+                bridged: false,
             },
         );
         view
@@ -326,6 +330,7 @@ impl CallRegistry {
         &self,
         parent: &CallInfo,
         dial: &Dial,
+        noun: &DialNoun,
         parent_input: AgentOutput,
         inbox: mpsc::UnboundedSender<AgentOutput>,
     ) -> Result<String, ControlError> {
@@ -335,7 +340,7 @@ impl CallRegistry {
         if !(self.can_admit)() {
             return Err(ControlError::AtCapacity);
         }
-        let (to, sip_headers) = match &dial.target {
+        let (to, sip_headers) = match &noun.target {
             DialTarget::Number(n) => (n.clone(), XHeaders::default()),
             // The URI's X- headers were checked when the TwiML was read.
             DialTarget::Sip(uri) => match SipTarget::parse(uri) {
@@ -365,7 +370,7 @@ impl CallRegistry {
                 e.view.direction = Direction::OutboundDial;
                 e.view.parent_call_sid = Some(parent.call_sid.clone());
                 e.parent = Some((parent.call_sid.clone(), parent_input));
-                e.whisper = dial.whisper.clone();
+                e.whisper = noun.whisper.clone();
             }
             if let Some(e) = inner.calls.get_mut(&parent.call_sid) {
                 e.bridge_inbox = Some(inbox);
@@ -413,22 +418,57 @@ impl CallRegistry {
         Some((whisper, params))
     }
 
-    /// The `<Dial>` leg `sid` answered and takes its audio on `input`: the call that dialled
-    /// it is told, with the input (`false` if that call is gone).
+    /// The `<Dial>` leg `sid` answered and takes its audio on `input`: if it is the first of
+    /// its `<Dial>`'s legs to, the call that dialled it is told, with the input, and the
+    /// other legs still up are ended (cancelled while they ring). `false` if that call is gone
+    /// or another leg was bridged first: the leg is not wanted.
     pub(crate) fn bridged(&self, sid: &str, input: AgentOutput) -> bool {
-        let inner = self.lock();
-        let Some((parent, _)) = inner.calls.get(sid).and_then(|e| e.parent.as_ref()) else {
+        let mut inner = self.lock();
+        let Some((parent, _)) = inner.calls.get(sid).and_then(|e| e.parent.clone()) else {
             return false;
         };
-        let Some(p) = inner.calls.get(parent) else {
+        // The legs of the same `<Dial>`: the other calls of this parent not over yet (legs of
+        // an earlier `<Dial>` of the call are over before a new one places any).
+        let siblings: Vec<String> = inner
+            .calls
+            .iter()
+            .filter(|(other, e)| {
+                other.as_str() != sid
+                    && !e.view.status.is_final()
+                    && e.parent.as_ref().is_some_and(|(p, _)| *p == parent)
+            })
+            .map(|(other, _)| other.clone())
+            .collect();
+        if siblings
+            .iter()
+            .any(|other| inner.calls.get(other).is_some_and(|e| e.bridged))
+        {
             return false;
-        };
-        match (&p.bridge_inbox, &p.control) {
-            (Some(inbox), Some(control)) => {
-                inbox.send(input).is_ok() && control.send(CallCommand::DialAnswered).is_ok()
+        }
+        let told = match inner
+            .calls
+            .get(&parent)
+            .map(|p| (&p.bridge_inbox, &p.control))
+        {
+            Some((Some(inbox), Some(control))) => {
+                inbox.send(input).is_ok()
+                    && control
+                        .send(CallCommand::DialAnswered(sid.to_string()))
+                        .is_ok()
             }
             _ => false,
+        };
+        if !told {
+            return false;
         }
+        if let Some(e) = inner.calls.get_mut(sid) {
+            e.bridged = true;
+        }
+        drop(inner);
+        for other in siblings {
+            self.end(&other);
+        }
+        true
     }
 
     /// End call `sid` whatever its state (a `<Dial>` leg whose caller is gone, or whose

@@ -2269,6 +2269,34 @@ fn the_whisper_fetch(whisper: &HttpSink, cc: &ApiGateway) -> Received {
     w
 }
 
+/// A caller (speaking, then waiting for the gateway's BYE) calls `cc`, whose `<Dial>` reaches
+/// `callees`; both sipp runs must pass. The one request of the `<Dial>`'s `action`, whose
+/// `DialCallStatus` must be `status`.
+fn call_through_dial(
+    cc: &ApiGateway,
+    callees: SippCall,
+    action: &HttpSink,
+    status: &str,
+) -> Received {
+    let caller = caller(
+        cc,
+        "caller_speaks_waits_bye.xml",
+        &[("@BYE_WITHIN_MS@", "30000"), ("@REASON@", "cause=16")],
+        free_udp_port() & !1,
+    );
+    let (callees_ok, callees_log) = callees.finish(Duration::from_secs(40));
+    let (caller_ok, caller_log) = caller.finish(Duration::from_secs(30));
+    assert!(callees_ok, "callees:\n{callees_log}\n{}", cc.context());
+    assert!(caller_ok, "caller:\n{caller_log}\n{}", cc.context());
+    let after = the_action(action, cc);
+    assert_eq!(
+        after.param("DialCallStatus").as_deref(),
+        Some(status),
+        "{after:?}"
+    );
+    after
+}
+
 /// `<Sip url>`: once the callee answers, the leg runs its own TwiML (a one-second pause) and
 /// only then is bridged; the callee talks and hangs up, and the `action` hears `completed`
 /// (a leg never bridged would be `no-answer`). The TwiML was fetched once, for the leg.
@@ -2287,22 +2315,7 @@ fn dial_runs_the_legs_own_twiml_then_bridges() {
             ("@LISTEN_MS@", "3000"),
         ],
     );
-    let caller = caller(
-        &cc,
-        "caller_speaks_waits_bye.xml",
-        &[("@BYE_WITHIN_MS@", "30000"), ("@REASON@", "cause=16")],
-        free_udp_port() & !1,
-    );
-    let (callee_ok, callee_log) = callee.finish(Duration::from_secs(40));
-    let (caller_ok, caller_log) = caller.finish(Duration::from_secs(30));
-    assert!(callee_ok, "callee:\n{callee_log}\n{}", cc.context());
-    assert!(caller_ok, "caller:\n{caller_log}\n{}", cc.context());
-    let after = the_action(&action, &cc);
-    assert_eq!(
-        after.param("DialCallStatus").as_deref(),
-        Some("completed"),
-        "{after:?}"
-    );
+    let after = call_through_dial(&cc, callee, &action, "completed");
     let w = the_whisper_fetch(&whisper, &cc);
     assert_eq!(w.param("CallSid"), after.param("DialCallSid"), "{w:?}");
     assert_eq!(w.param("ParentCallSid"), after.param("CallSid"), "{w:?}");
@@ -2321,24 +2334,67 @@ fn dial_whose_leg_twiml_hangs_up_is_no_answer() {
         "callee_answers_hung_up.xml",
         &[("@BYE_WITHIN_MS@", "10000")],
     );
-    let caller = caller(
-        &cc,
-        "caller_speaks_waits_bye.xml",
-        &[("@BYE_WITHIN_MS@", "30000"), ("@REASON@", "cause=16")],
-        free_udp_port() & !1,
-    );
-    let (callee_ok, callee_log) = callee.finish(Duration::from_secs(30));
-    let (caller_ok, caller_log) = caller.finish(Duration::from_secs(30));
-    assert!(callee_ok, "callee:\n{callee_log}\n{}", cc.context());
-    assert!(caller_ok, "caller:\n{caller_log}\n{}", cc.context());
-    let after = the_action(&action, &cc);
-    assert_eq!(
-        after.param("DialCallStatus").as_deref(),
-        Some("no-answer"),
-        "{after:?}"
-    );
+    let after = call_through_dial(&cc, callee, &action, "no-answer");
     let w = the_whisper_fetch(&whisper, &cc);
     assert_eq!(w.param("CallSid"), after.param("DialCallSid"), "{w:?}");
+}
+
+/// `<Dial>` of two parties behind the trunk, at once: one rings on, the other answers after a
+/// second. The one that answers is bridged (it talks, hangs up, and the `action` hears
+/// `completed` with its CallSid); the one still ringing is cancelled (the callee got the
+/// CANCEL) and reads `canceled`. Both legs name the caller's call as their parent.
+#[test]
+fn dial_of_two_bridges_the_one_that_answers_and_cancels_the_other() {
+    let Some(_one) = begin() else { return };
+    let action = HttpSink::start("<Response><Hangup/></Response>");
+    let trunk_sip = free_udp_port();
+    let cc = dialling_gateway(
+        trunk_sip,
+        &format!(
+            r#"<Response><Dial action="http://{}/after" timeout="20"><Sip>sip:ring@127.0.0.1:{trunk_sip}</Sip><Sip>sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
+            action.addr
+        ),
+    );
+    let speech = fresh_speech(&tempdir("dial-two-callee"), "Front desk, Sam speaking.");
+    let callees = spawn_sipp_uas(
+        &scenario(
+            "callee_one_of_two.xml",
+            &[
+                ("@CANCEL_WITHIN_MS@", "15000"),
+                ("@SPEECH@", speech.to_str().unwrap()),
+                ("@LISTEN_MS@", "3000"),
+            ],
+        ),
+        trunk_sip,
+        2,
+        free_udp_port() & !1,
+        Duration::from_secs(40),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let after = call_through_dial(&cc, callees, &action, "completed");
+    let parent = after.param("CallSid").unwrap_or_default();
+    let bridged = after.param("DialCallSid").unwrap_or_default();
+    let view = cc.wait_status(&bridged, "completed", Duration::from_secs(5));
+    assert!(
+        view["to"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("sip:desk@")),
+        "{view}"
+    );
+    // The other leg: listed by its To, cancelled.
+    let target = format!(
+        "{}?To={}",
+        cc.calls_path(),
+        form_encode(&[("x", &format!("sip:ring@127.0.0.1:{trunk_sip}"))]).trim_start_matches("x=")
+    );
+    let listed = cc.request("GET", &target, None).json();
+    let rung: Vec<&Value> = listed["calls"]
+        .as_array()
+        .map_or(Vec::new(), |c| c.iter().collect());
+    assert_eq!(rung.len(), 1, "{listed}");
+    assert_eq!(rung[0]["status"], "canceled", "{listed}");
+    assert_eq!(rung[0]["parent_call_sid"], parent.as_str(), "{listed}");
+    assert_eq!(view["parent_call_sid"], parent.as_str(), "{view}");
 }
 
 /// A busy callee: the `action` hears `DialCallStatus=busy` with the 486, and the caller's call

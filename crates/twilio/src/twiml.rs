@@ -47,8 +47,9 @@ pub enum Verb {
 /// `<Dial>`: the second leg the gateway places and bridges to the call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dial {
-    /// The one `<Number>` or `<Sip>` (or the bare number) to call.
-    pub target: DialTarget,
+    /// Whom to call: the `<Number>`s and `<Sip>`s (or the bare number), 1 to
+    /// [`MAX_DIAL_NOUNS`], all at once; the first to answer is bridged, the others hung up.
+    pub nouns: Vec<DialNoun>,
     /// `timeout`: how long it may ring (Twilio's default 30 s; 5 to 600).
     pub timeout: Duration,
     /// `callerId`: the `From` of the dialled leg (default: the caller's).
@@ -60,10 +61,20 @@ pub struct Dial {
     pub action_get: bool,
     /// `timeLimit`: the longest the bridge may last (Twilio's default 4 h).
     pub time_limit: Duration,
-    /// `<Number url>` / `<Sip url>`: TwiML run on the dialled party's leg once it answers and
+}
+
+/// One party a `<Dial>` calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DialNoun {
+    /// The number or SIP URI.
+    pub target: DialTarget,
+    /// `<Number url>` / `<Sip url>`: TwiML run on this party's leg once it answers and
     /// before the two are bridged (a whisper, or a bot briefing the person: a warm transfer).
     pub whisper: Option<LegTwiml>,
 }
+
+/// Most parties one `<Dial>` calls at once (Twilio's limit).
+pub const MAX_DIAL_NOUNS: usize = 10;
 
 /// Where the TwiML of a dialled leg is fetched (`url` and `method` of `<Number>`/`<Sip>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -491,33 +502,50 @@ fn dial(el: &Element) -> Result<Verb, TwimlError> {
         }
     };
     let caller_id = el.attr("callerId").map(|c| c.trim().to_string());
-    let (target, whisper) = if el.children.is_empty() {
+    let nouns = if el.children.is_empty() {
         let number = el.text.trim();
         if number.is_empty() {
             return Err(el.invalid("needs a <Sip>, a <Number> or a number"));
         }
-        (DialTarget::Number(e164(el, number)?), None)
+        vec![DialNoun {
+            target: DialTarget::Number(e164(el, number)?),
+            whisper: None,
+        }]
     } else {
-        let target = el.single_child("<Sip> or <Number>")?;
-        let noun = match target.name.as_str() {
-            "Sip" => sip_target(target, LEG_ATTRS)?,
-            "Number" => {
-                target.only_attrs(LEG_ATTRS)?;
-                target.no_children()?;
-                DialTarget::Number(e164(target, target.text.trim())?)
-            }
-            other => return Err(TwimlError::Unsupported(other.into(), " inside <Dial>")),
-        };
-        (noun, leg_twiml(target)?)
+        if !el.text.trim().is_empty() {
+            return Err(el.invalid("has both a number and nouns"));
+        }
+        if el.children.len() > MAX_DIAL_NOUNS {
+            return Err(el.invalid(format!(
+                "calls at most {MAX_DIAL_NOUNS} parties at once, got {}",
+                el.children.len()
+            )));
+        }
+        let mut nouns = Vec::with_capacity(el.children.len());
+        for noun in &el.children {
+            let target = match noun.name.as_str() {
+                "Sip" => sip_target(noun, LEG_ATTRS)?,
+                "Number" => {
+                    noun.only_attrs(LEG_ATTRS)?;
+                    noun.no_children()?;
+                    DialTarget::Number(e164(noun, noun.text.trim())?)
+                }
+                other => return Err(TwimlError::Unsupported(other.into(), " inside <Dial>")),
+            };
+            nouns.push(DialNoun {
+                target,
+                whisper: leg_twiml(noun)?,
+            });
+        }
+        nouns
     };
     Ok(Verb::Dial(Dial {
-        target,
+        nouns,
         timeout,
         caller_id,
         action,
         action_get,
         time_limit,
-        whisper,
     }))
 }
 
@@ -596,9 +624,11 @@ mod tests {
     /// `<Dial>` with every attribute at its default.
     fn dial_to(target: DialTarget) -> Verb {
         Verb::Dial(Dial {
-            target,
+            nouns: vec![DialNoun {
+                target,
+                whisper: None,
+            }],
             timeout: DIAL_TIMEOUT_DEFAULT,
-            whisper: None,
             caller_id: None,
             action: None,
             action_get: false,
@@ -613,18 +643,41 @@ mod tests {
                 r#"<Response><Dial timeout="12" callerId="+15550001111" action="https://bot.example/after?x=1" method="GET" timeLimit="600"><Sip>sip:desk@pbx</Sip></Dial></Response>"#
             ),
             vec![Verb::Dial(Dial {
-                target: DialTarget::Sip("sip:desk@pbx".into()),
+                nouns: vec![DialNoun {
+                    target: DialTarget::Sip("sip:desk@pbx".into()),
+                    whisper: None,
+                }],
                 timeout: Duration::from_secs(12),
                 caller_id: Some("+15550001111".into()),
                 action: Some("https://bot.example/after?x=1".into()),
                 action_get: true,
                 time_limit: Duration::from_secs(600),
-                whisper: None,
             })]
         );
+        let eleven = format!("<Dial>{}</Dial>", "<Number>+1555</Number>".repeat(11));
+        // Several parties at once, each with its own TwiML or none.
+        match ok(r#"<Response><Dial><Number>+15551230001</Number><Sip url="https://bot.example/w">sip:desk@pbx</Sip></Dial></Response>"#).pop() {
+            Some(Verb::Dial(d)) => assert_eq!(
+                d.nouns,
+                vec![
+                    DialNoun {
+                        target: DialTarget::Number("+15551230001".into()),
+                        whisper: None
+                    },
+                    DialNoun {
+                        target: DialTarget::Sip("sip:desk@pbx".into()),
+                        whisper: Some(LegTwiml {
+                            url: "https://bot.example/w".into(),
+                            get: false
+                        })
+                    }
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
         // The leg's own TwiML, on either noun.
         let with_url = |xml: &str| match ok(xml).pop() {
-            Some(Verb::Dial(d)) => d.whisper,
+            Some(Verb::Dial(d)) => d.nouns[0].whisper.clone(),
             other => panic!("{other:?}"),
         };
         assert_eq!(
@@ -690,9 +743,10 @@ mod tests {
                 r#"<Dial action="/relative">+15551234567</Dial>"#,
                 "action must be",
             ),
+            (eleven.as_str(), "at most 10 parties"),
             (
-                r#"<Dial><Number>+1555</Number><Number>+1556</Number></Dial>"#,
-                "<Sip> or <Number>",
+                r#"<Dial>+1555<Number>+1556</Number></Dial>"#,
+                "both a number and nouns",
             ),
         ] {
             let e = err(&format!("<Response>{xml}</Response>"));

@@ -143,8 +143,9 @@ pub enum CallCommand {
     Run(Vec<Verb>),
     /// The `<Dial>`'s leg ([`CallOutput::Dial`]) was placed as this CallSid.
     DialPlaced(String),
-    /// The `<Dial>`'s leg answered: the two are bridged (its audio arrives as the agent's).
-    DialAnswered,
+    /// This `<Dial>` leg answered first: the two are bridged (its audio arrives as the
+    /// agent's).
+    DialAnswered(String),
     /// The `<Dial>`'s leg is over (or could not be placed).
     DialEnded(DialEnd),
     /// The `<Dial>`'s `action` answered with this TwiML (empty if it failed: the call ends).
@@ -774,7 +775,7 @@ impl CallCore {
                 // hung up, and its end (still reported) no longer resumes anything.
                 if let Some(leg) = self.dial.take() {
                     info!("new TwiML ends the <Dial> in progress");
-                    if let Some(sid) = leg.call_sid() {
+                    for sid in leg.live_legs() {
                         self.outputs.push_back(CallOutput::EndDial(sid.to_string()));
                     }
                     self.out.clear();
@@ -790,13 +791,10 @@ impl CallCore {
                     leg.placed(sid);
                 }
             }
-            CallCommand::DialAnswered => {
+            CallCommand::DialAnswered(sid) => {
                 if let Some(leg) = self.dial.as_mut() {
-                    info!(
-                        leg = leg.call_sid().unwrap_or_default(),
-                        "dialled leg answered: bridged"
-                    );
-                    leg.answered(now);
+                    info!(leg = %sid, "dialled leg answered: bridged");
+                    leg.answered(sid, now);
                     // The ringback stops; what comes now is the other party.
                     self.out.clear();
                     self.last_play = None;
@@ -842,6 +840,11 @@ impl CallCore {
         self.dial.is_some()
     }
 
+    /// Whether a `<Dial>`'s leg is bridged to this call now.
+    pub fn bridged(&self) -> bool {
+        self.dial.as_ref().is_some_and(DialLeg::is_bridged)
+    }
+
     /// This call is a `<Dial>`'s leg: the other party is its agent for as long as it lasts.
     pub fn serve_bridge(&mut self) {
         self.bridge_leg = true;
@@ -863,15 +866,22 @@ impl CallCore {
     }
 
     fn dial_ended(&mut self, mut end: DialEnd, now: Instant) {
-        let Some(leg) = self.dial.take() else {
+        let Some(leg) = self.dial.as_mut() else {
             return;
         };
         // A leg that answered but hung up before it was bridged declined the call in its own
-        // TwiML (`<Number url>` hung up): the person did not take it, which is what a bot must
-        // learn to try someone else. Twilio's documents do not name a status for it.
+        // TwiML (`<Number url>` hung up), or lost the race to another leg: either way the
+        // person did not take it, which is what a bot must learn to try someone else.
+        // Twilio's documents do not name a status for it.
         if !leg.is_bridged() && end.status == CallStatus::Completed {
             end.status = CallStatus::NoAnswer;
         }
+        let Some(end) = leg.leg_ended(end) else {
+            return;
+        };
+        let Some(leg) = self.dial.take() else {
+            return;
+        };
         info!(
             status = end.status.as_str(),
             sip_status = ?end.sip_status,
@@ -1236,7 +1246,7 @@ impl CallCore {
             .dial
             .as_ref()
             .filter(|d| d.time_limit_at().is_some_and(|t| now >= t))
-            .and_then(|d| d.call_sid())
+            .and_then(|d| d.bridged_sid())
         {
             info!("the bridge reached its timeLimit");
             self.outputs.push_back(CallOutput::EndDial(sid.to_string()));

@@ -158,9 +158,13 @@ impl Program {
                     self.wait = Wait::Transfer;
                     return Some(Step::Transfer(target));
                 }
+                // A REFER names one target: the `<Dial>`'s first party (the parser gives it at
+                // least one).
                 Verb::Dial(dial) if self.dial_by_refer => {
-                    self.wait = Wait::Transfer;
-                    return Some(Step::Transfer(dial.target));
+                    if let Some(first) = dial.nouns.into_iter().next() {
+                        self.wait = Wait::Transfer;
+                        return Some(Step::Transfer(first.target));
+                    }
                 }
                 Verb::Dial(dial) => {
                     self.wait = Wait::Dial;
@@ -358,13 +362,15 @@ mod tests {
 
     fn dial(action: Option<&str>) -> Dial {
         Dial {
-            target: DialTarget::Number("+15550100".into()),
+            nouns: vec![ontime_twilio::DialNoun {
+                target: DialTarget::Number("+15550100".into()),
+                whisper: None,
+            }],
             timeout: Duration::from_secs(30),
             caller_id: None,
             action: action.map(str::to_string),
             action_get: false,
             time_limit: Duration::from_secs(3600),
-            whisper: None,
         }
     }
 

@@ -255,7 +255,11 @@ impl Sim {
                     self.core.digits_queued(&digits, took, self.now);
                 }
                 CallOutput::ConnectStream { url, .. } => self.connects.push(url),
-                CallOutput::Dial(d) => self.dials.push(DialAsk::Place(d.target)),
+                CallOutput::Dial(d) => {
+                    for n in d.nouns {
+                        self.dials.push(DialAsk::Place(n.target));
+                    }
+                }
                 CallOutput::EndDial(sid) => self.dials.push(DialAsk::End(sid)),
                 CallOutput::WhisperDone => self.dials.push(DialAsk::Bridge),
                 CallOutput::FetchTwiml { url, params, .. } => {
@@ -1607,13 +1611,15 @@ enum DialAsk {
 fn dial_twiml(action: Option<&str>, time_limit_s: u64) -> Vec<Verb> {
     vec![
         Verb::Dial(ontime_twilio::Dial {
-            target: ontime_twilio::DialTarget::Sip("sip:desk@pbx".into()),
+            nouns: vec![ontime_twilio::DialNoun {
+                target: ontime_twilio::DialTarget::Sip("sip:desk@pbx".into()),
+                whisper: None,
+            }],
             timeout: Duration::from_secs(20),
             caller_id: None,
             action: action.map(str::to_string),
             action_get: false,
             time_limit: Duration::from_secs(time_limit_s),
-            whisper: None,
         }),
         Verb::PlayDigits("4".into()),
     ]
@@ -1642,7 +1648,8 @@ fn a_dial_rings_back_bridges_and_runs_on_when_the_leg_ends() {
     // Three seconds of ringing: all of it is ringback (its 2 s tone, then its silence).
     sim.run_for(seconds(3.0));
     assert_eq!(sim.voiced_packets(), 150);
-    sim.core.handle_command(CallCommand::DialAnswered, sim.now);
+    sim.core
+        .handle_command(CallCommand::DialAnswered("CAleg".into()), sim.now);
     let answered = sim.now;
     let to_vad = sim.inference_frames;
     // The other party talks (their audio comes in as the agent's); the caller's speech does
@@ -1862,4 +1869,147 @@ fn a_leg_that_declined_before_the_bridge_is_no_answer() {
     };
     let status = params.iter().find(|(k, _)| k == "DialCallStatus");
     assert_eq!(status.map(|(_, v)| v.as_str()), Some("no-answer"));
+}
+
+/// A call running a `<Dial>` of two parties (with an `action`), both placed.
+fn dialling_two() -> Sim {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.2));
+    sim.core
+        .handle_command(CallCommand::Run(dial_two("https://bot/after")), sim.now);
+    sim.drain();
+    for sid in ["CAa", "CAb"] {
+        sim.core
+            .handle_command(CallCommand::DialPlaced(sid.into()), sim.now);
+    }
+    sim
+}
+
+/// A `<Dial>` of two parties: both are placed at once.
+fn dial_two(action: &str) -> Vec<Verb> {
+    let noun = |uri: &str| ontime_twilio::DialNoun {
+        target: ontime_twilio::DialTarget::Sip(uri.into()),
+        whisper: None,
+    };
+    vec![Verb::Dial(ontime_twilio::Dial {
+        nouns: vec![noun("sip:a@pbx"), noun("sip:b@pbx")],
+        timeout: Duration::from_secs(20),
+        caller_id: None,
+        action: Some(action.into()),
+        action_get: false,
+        time_limit: Duration::from_secs(3600),
+    })]
+}
+
+fn leg_end(sid: &str, status: ontime_twilio::CallStatus, sip: Option<u16>) -> CallCommand {
+    CallCommand::DialEnded(DialEnd {
+        call_sid: Some(sid.into()),
+        status,
+        sip_status: sip,
+        duration_secs: 4,
+    })
+}
+
+fn action_params(sim: &Sim) -> Vec<(String, String)> {
+    let fetches: Vec<&Vec<(String, String)>> = sim
+        .dials
+        .iter()
+        .filter_map(|d| match d {
+            DialAsk::Fetch(_, p) => Some(p),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fetches.len(), 1, "{:?}", sim.dials);
+    fetches[0].clone()
+}
+
+fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    params
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Two parties dialled at once: one busy, the other answering. The busy one's end changes
+/// nothing (ringback goes on), the one that answers is bridged, and its end, not the first,
+/// reaches the `action`.
+#[test]
+fn a_dial_of_two_bridges_the_one_that_answers() {
+    let mut sim = dialling_two();
+    assert_eq!(
+        sim.dials,
+        vec![
+            DialAsk::Place(ontime_twilio::DialTarget::Sip("sip:a@pbx".into())),
+            DialAsk::Place(ontime_twilio::DialTarget::Sip("sip:b@pbx".into())),
+        ]
+    );
+    sim.run_for(seconds(1.0));
+    sim.core.handle_command(
+        leg_end("CAa", ontime_twilio::CallStatus::Busy, Some(486)),
+        sim.now,
+    );
+    sim.run_for(seconds(1.0));
+    // Still ringing back: 2 s of tone so far.
+    assert_eq!(sim.voiced_packets(), 100);
+    assert_eq!(sim.dials.len(), 2, "{:?}", sim.dials);
+    sim.core
+        .handle_command(CallCommand::DialAnswered("CAb".into()), sim.now);
+    sim.run_for(seconds(2.0));
+    sim.core.handle_command(
+        leg_end("CAb", ontime_twilio::CallStatus::Completed, None),
+        sim.now,
+    );
+    sim.drain();
+    let params = action_params(&sim);
+    assert_eq!(param(&params, "DialCallStatus"), Some("completed"));
+    assert_eq!(param(&params, "DialCallSid"), Some("CAb"));
+}
+
+/// Two parties, neither answering: the `<Dial>` ends only with the last leg, and the
+/// `action` hears the outcome that says most (one rang out: `no-answer`, before `busy`).
+#[test]
+fn a_dial_of_two_that_neither_answers_ends_with_the_last() {
+    let mut sim = dialling_two();
+    sim.run_for(seconds(1.0));
+    sim.core.handle_command(
+        leg_end("CAb", ontime_twilio::CallStatus::NoAnswer, Some(487)),
+        sim.now,
+    );
+    sim.drain();
+    assert!(
+        !sim.dials.iter().any(|d| matches!(d, DialAsk::Fetch(..))),
+        "{:?}",
+        sim.dials
+    );
+    sim.core.handle_command(
+        leg_end("CAa", ontime_twilio::CallStatus::Busy, Some(486)),
+        sim.now,
+    );
+    sim.drain();
+    let params = action_params(&sim);
+    assert_eq!(param(&params, "DialCallStatus"), Some("no-answer"));
+    assert_eq!(param(&params, "DialCallSid"), Some("CAb"));
+    assert_eq!(param(&params, "DialSipResponseCode"), Some("487"));
+}
+
+/// New TwiML during a `<Dial>` of two ends both legs still ringing.
+#[test]
+fn new_twiml_ends_every_leg_of_a_dial() {
+    let mut sim = dialling_two();
+    sim.run_for(seconds(1.0));
+    sim.core.handle_command(
+        CallCommand::Run(vec![Verb::Pause(Duration::from_secs(5))]),
+        sim.now,
+    );
+    sim.drain();
+    let ended: Vec<&DialAsk> = sim
+        .dials
+        .iter()
+        .filter(|d| matches!(d, DialAsk::End(_)))
+        .collect();
+    assert_eq!(
+        ended,
+        vec![&DialAsk::End("CAa".into()), &DialAsk::End("CAb".into())]
+    );
 }

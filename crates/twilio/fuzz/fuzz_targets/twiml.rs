@@ -15,7 +15,7 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 
 use ontime_twilio::twiml::{
-    parse, DialTarget, LegTwiml, TwimlError, Verb, DIAL_TIME_LIMIT_MAX, MAX_PAUSE_SECS, MAX_TWIML_BYTES,
+    parse, DialTarget, LegTwiml, TwimlError, Verb, DIAL_TIME_LIMIT_MAX, MAX_DIAL_NOUNS, MAX_PAUSE_SECS, MAX_TWIML_BYTES,
 };
 
 /// `MAX_ELEMENTS` and `MAX_DIGITS` of twiml.rs (private there): elements per document, digits
@@ -90,8 +90,12 @@ fn write(verbs: &[Verb]) -> (String, usize) {
                 if let Some(a) = &d.action {
                     let _ = write!(xml, " action=\"{}\"", esc(a));
                 }
-                let _ = write!(xml, ">{}</Dial>", noun(&d.target, d.whisper.as_ref()));
-                elements += 1;
+                xml.push('>');
+                for n in &d.nouns {
+                    xml.push_str(&noun(&n.target, n.whisper.as_ref()));
+                    elements += 1;
+                }
+                xml.push_str("</Dial>");
             }
             Verb::ConnectStream { url, parameters } => {
                 let _ = write!(xml, "<Connect><Stream url=\"{}\">", esc(url));
@@ -149,13 +153,20 @@ fn check_verb(v: &Verb) {
                     "dial action {a:?}"
                 );
             }
-            check_target(&d.target);
-            if let Some(w) = &d.whisper {
-                assert!(
-                    w.url.starts_with("http://") || w.url.starts_with("https://"),
-                    "dial leg url {:?}",
-                    w.url
-                );
+            assert!(
+                (1..=MAX_DIAL_NOUNS).contains(&d.nouns.len()),
+                "dial nouns {}",
+                d.nouns.len()
+            );
+            for n in &d.nouns {
+                check_target(&n.target);
+                if let Some(w) = &n.whisper {
+                    assert!(
+                        w.url.starts_with("http://") || w.url.starts_with("https://"),
+                        "dial leg url {:?}",
+                        w.url
+                    );
+                }
             }
         }
         Verb::ConnectStream { url, parameters } => {
