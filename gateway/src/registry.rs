@@ -167,6 +167,19 @@ impl CallRegistry {
 
     /// The call was answered; its task takes commands on `control`.
     pub(crate) fn answered(&self, sid: &str, control: mpsc::UnboundedSender<CallCommand>) {
+        self.attach(sid, control);
+        self.mark_answered(sid);
+    }
+
+    /// The call's task takes commands on `control` (answered or not yet).
+    pub(crate) fn attach(&self, sid: &str, control: mpsc::UnboundedSender<CallCommand>) {
+        if let Some(e) = self.lock().calls.get_mut(sid) {
+            e.control = Some(control);
+        }
+    }
+
+    /// The call was answered now.
+    pub(crate) fn mark_answered(&self, sid: &str) {
         let mut inner = self.lock();
         let Some(e) = inner.calls.get_mut(sid) else {
             return;
@@ -175,7 +188,6 @@ impl CallRegistry {
         e.view.status = CallStatus::InProgress;
         e.view.start_time = Some(now);
         e.view.date_updated = now;
-        e.control = Some(control);
         drop(inner);
         self.callback(sid, StatusCallbackEvent::Answered, Some(200));
     }

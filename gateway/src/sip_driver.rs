@@ -205,9 +205,17 @@ impl SipDriver {
                 let (dialog_tx, dialog_rx) = mpsc::unbounded_channel();
                 let (control_tx, control_rx) = mpsc::unbounded_channel();
                 self.calls.insert(start.call, dialog_tx);
-                self.services
-                    .registry
-                    .answered(&start.info.call_sid, control_tx);
+                // A call started unanswered (`<Dial answerOnBridge>`) takes commands at once
+                // and counts as answered when it is (`RegistryNote::Answered`).
+                if start.settings.unanswered {
+                    self.services
+                        .registry
+                        .attach(&start.info.call_sid, control_tx);
+                } else {
+                    self.services
+                        .registry
+                        .answered(&start.info.call_sid, control_tx);
+                }
                 let span = start.span.clone();
                 self.tasks.spawn(tracing::Instrument::instrument(
                     call_driver::run(self.services.clone(), *start, dialog_rx, control_rx),
@@ -255,6 +263,7 @@ impl SipDriver {
                     RegistryNote::Inbound(info) => registry.inbound(&info),
                     RegistryNote::Initiated { sid, call_id } => registry.initiated(&sid, &call_id),
                     RegistryNote::Ringing { sid, status } => registry.ringing(&sid, status),
+                    RegistryNote::Answered { sid } => registry.mark_answered(&sid),
                     RegistryNote::Ended {
                         sid,
                         status,

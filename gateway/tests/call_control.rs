@@ -2228,12 +2228,27 @@ fn dial_with_leg_twiml(
     callee_scenario: &str,
     reps: &[(&str, &str)],
 ) -> (ApiGateway, SippCall) {
+    let sip_attrs = format!(r#" url="http://{}/whisper""#, whisper.addr);
+    let (cc, callee, _) = dial_desk("", &sip_attrs, action, callee_scenario, reps);
+    (cc, callee)
+}
+
+/// A gateway whose inbound calls run `<Dial{dial_attrs} action timeout="20">` of
+/// `<Sip{sip_attrs}>sip:desk@…</Sip>` through its trunk, and a sipp callee on that trunk running
+/// `callee_scenario` (its Request-URI checked): the gateway, the callee and the trunk's port.
+fn dial_desk(
+    dial_attrs: &str,
+    sip_attrs: &str,
+    action: &HttpSink,
+    callee_scenario: &str,
+    reps: &[(&str, &str)],
+) -> (ApiGateway, SippCall, u16) {
     let trunk_sip = free_udp_port();
     let cc = dialling_gateway(
         trunk_sip,
         &format!(
-            r#"<Response><Dial action="http://{}/after" timeout="20"><Sip url="http://{}/whisper">sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
-            action.addr, whisper.addr
+            r#"<Response><Dial{dial_attrs} action="http://{}/after" timeout="20"><Sip{sip_attrs}>sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
+            action.addr
         ),
     );
     let ruri = desk_ruri(trunk_sip);
@@ -2247,7 +2262,7 @@ fn dial_with_leg_twiml(
         Duration::from_secs(30),
     );
     std::thread::sleep(Duration::from_millis(500));
-    (cc, callee)
+    (cc, callee, trunk_sip)
 }
 
 /// The one request the leg's own TwiML was fetched with: for the leg (its CallSid, not the
@@ -2395,6 +2410,65 @@ fn dial_of_two_bridges_the_one_that_answers_and_cancels_the_other() {
     assert_eq!(rung[0]["status"], "canceled", "{listed}");
     assert_eq!(rung[0]["parent_call_sid"], parent.as_str(), "{listed}");
     assert_eq!(view["parent_call_sid"], parent.as_str(), "{view}");
+}
+
+/// `<Dial answerOnBridge="true">`: the caller's INVITE rings (180) and is answered only once
+/// the callee has answered the gateway's INVITE, checked on the wire (the callee's 200 comes
+/// first); then the two are bridged, and when the callee hangs up the `action` hears
+/// `completed` and hangs the caller up.
+#[test]
+fn dial_answer_on_bridge_answers_the_caller_after_the_callee() {
+    let Some(_one) = begin() else { return };
+    let action = HttpSink::start("<Response><Hangup/></Response>");
+    let speech = fresh_speech(&tempdir("dial-aob-callee"), "Front desk, Sam speaking.");
+    let (cc, callee, trunk_sip) = dial_desk(
+        r#" answerOnBridge="true""#,
+        "",
+        &action,
+        "callee_answers_speaks.xml",
+        &[
+            ("@SPEECH@", speech.to_str().unwrap()),
+            ("@LISTEN_MS@", "3000"),
+        ],
+    );
+    let gw_sip = cc.gw.sip.port();
+    let cap = capture(&[gw_sip, trunk_sip]);
+    call_through_dial(&cc, callee, &action, "completed");
+    let pcap = cap.finish();
+    let flow = sip_flow(&pcap, gw_sip);
+    // src|dst|request line|status line|CSeq|...
+    let at = |status: &str, from_callee: bool| {
+        flow.lines().position(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            f.len() > 4
+                && f[3].starts_with(status)
+                && f[4].ends_with("INVITE")
+                && (f[0] == trunk_sip.to_string()) == from_callee
+                && (from_callee || f[1] != trunk_sip.to_string())
+        })
+    };
+    let (callee_200, caller_180, caller_200) = (
+        at("SIP/2.0 200", true),
+        at("SIP/2.0 180", false),
+        at("SIP/2.0 200", false),
+    );
+    assert!(
+        caller_180.is_some() && callee_200.is_some() && caller_200.is_some(),
+        "{flow}"
+    );
+    assert!(caller_180 < callee_200 && callee_200 < caller_200, "{flow}");
+    let answers_to_caller = flow
+        .lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            f.len() > 4
+                && f[3].starts_with("SIP/2.0 200")
+                && f[4].ends_with("INVITE")
+                && f[0] == gw_sip.to_string()
+                && f[1] != trunk_sip.to_string()
+        })
+        .count();
+    assert_eq!(answers_to_caller, 1, "{flow}");
 }
 
 /// A busy callee: the `action` hears `DialCallStatus=busy` with the 486, and the caller's call

@@ -61,6 +61,9 @@ pub struct Dial {
     pub action_get: bool,
     /// `timeLimit`: the longest the bridge may last (Twilio's default 4 h).
     pub time_limit: Duration,
+    /// `answerOnBridge="true"`: a call not answered yet when the `<Dial>` runs stays ringing
+    /// until a leg is bridged (answered then), instead of being answered before the TwiML.
+    pub answer_on_bridge: bool,
 }
 
 /// One party a `<Dial>` calls.
@@ -464,9 +467,25 @@ fn verb(el: &Element) -> Result<Verb, TwimlError> {
 }
 
 /// `<Dial>` and its attributes. The attributes ontime does not honour (`record`,
-/// `answerOnBridge`, `hangupOnStar`, `ringTone`, ...) refuse the document, naming them.
+/// `hangupOnStar`, `ringTone`, ...) refuse the document, naming them.
 fn dial(el: &Element) -> Result<Verb, TwimlError> {
-    el.only_attrs(&["timeout", "callerId", "action", "method", "timeLimit"])?;
+    el.only_attrs(&[
+        "timeout",
+        "callerId",
+        "action",
+        "method",
+        "timeLimit",
+        "answerOnBridge",
+    ])?;
+    let answer_on_bridge = match el.attr("answerOnBridge").map(str::trim) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(el.invalid(format!(
+                "answerOnBridge must be true or false, got {other:?}"
+            )))
+        }
+    };
     let secs =
         |name: &str, default: Duration, range: std::ops::RangeInclusive<u64>| match el.attr(name) {
             None => Ok(default),
@@ -541,6 +560,7 @@ fn dial(el: &Element) -> Result<Verb, TwimlError> {
     };
     Ok(Verb::Dial(Dial {
         nouns,
+        answer_on_bridge,
         timeout,
         caller_id,
         action,
@@ -629,6 +649,7 @@ mod tests {
                 whisper: None,
             }],
             timeout: DIAL_TIMEOUT_DEFAULT,
+            answer_on_bridge: false,
             caller_id: None,
             action: None,
             action_get: false,
@@ -652,9 +673,14 @@ mod tests {
                 action: Some("https://bot.example/after?x=1".into()),
                 action_get: true,
                 time_limit: Duration::from_secs(600),
+                answer_on_bridge: false,
             })]
         );
         let eleven = format!("<Dial>{}</Dial>", "<Number>+1555</Number>".repeat(11));
+        match ok(r#"<Response><Dial answerOnBridge="true">+15551234567</Dial></Response>"#).pop() {
+            Some(Verb::Dial(d)) => assert!(d.answer_on_bridge),
+            other => panic!("{other:?}"),
+        }
         // Several parties at once, each with its own TwiML or none.
         match ok(r#"<Response><Dial><Number>+15551230001</Number><Sip url="https://bot.example/w">sip:desk@pbx</Sip></Dial></Response>"#).pop() {
             Some(Verb::Dial(d)) => assert_eq!(
@@ -738,6 +764,10 @@ mod tests {
             (
                 r#"<Dial method="PUT">+15551234567</Dial>"#,
                 "method must be",
+            ),
+            (
+                r#"<Dial answerOnBridge="yes">+15551234567</Dial>"#,
+                "answerOnBridge must be",
             ),
             (
                 r#"<Dial action="/relative">+15551234567</Dial>"#,
@@ -861,10 +891,6 @@ mod tests {
     fn unhonoured_attributes_are_named() {
         for (xml, attr) in [
             (
-                r#"<Response><Dial answerOnBridge="true"><Number>+15551234567</Number></Dial></Response>"#,
-                "answerOnBridge",
-            ),
-            (
                 r#"<Response><Dial record="record-from-answer">+15551234567</Dial></Response>"#,
                 "record",
             ),
@@ -904,7 +930,7 @@ mod tests {
             r#"<Response><Dial></Dial></Response>"#,
             r#"<Response><Dial>415-123-4567</Dial></Response>"#,
             r#"<Response><Dial><Sip>tel:+1555</Sip></Dial></Response>"#,
-            r#"<Response><Dial><Sip>sip:a@b</Sip><Sip>sip:c@d</Sip></Dial></Response>"#,
+            r#"<Response><Dial><Sip>sip:a@b</Sip><Sip>tel:+1</Sip></Dial></Response>"#,
             r#"<Response><Refer><Number>+15551234567</Number></Refer></Response>"#,
             r#"<Response><Connect><Stream url="https://a"/></Connect></Response>"#,
             r#"<Response><Connect><Stream/></Connect></Response>"#,

@@ -60,6 +60,10 @@ pub const PREBUFFER: Duration = Duration::from_millis(60);
 /// ahead of real time) has already covered any jitter.
 pub const BURST: Duration = Duration::from_secs(1);
 
+/// What a call started unanswered is refused with when its `<Dial>` ended without a bridge
+/// and its outcome says nothing better (480 Temporarily Unavailable: no one took the call).
+const REFUSE_UNBRIDGED: u16 = 480;
+
 /// Extra time a hang-up waits beyond the audio queued before it
 /// ([`AgentAction::HangupWhenPlayed`]): a stream that stops being served (the sender removed
 /// it) must not keep the call up.
@@ -106,6 +110,11 @@ pub struct CallSettings {
     pub transfer_domain: String,
     /// `<Dial>` transfers by REFER instead of bridging a second leg (`--dial-by-refer`).
     pub dial_by_refer: bool,
+    /// The INVITE is not answered yet: the call runs a `<Dial answerOnBridge>` and answers
+    /// ([`SipRequest::Answer`]) only once a leg is bridged, or when other TwiML runs after
+    /// it; meanwhile it sends no media (the caller's phone rings back on our 180) and expects
+    /// none.
+    pub unanswered: bool,
 }
 
 /// What the SIP side tells a call.
@@ -169,6 +178,12 @@ pub enum SipRequest {
     Refer(String),
     /// Send this DTMF digit by SIP INFO, with this tone length.
     InfoDtmf(char, Duration),
+    /// Answer the INVITE now (200 with our SDP): a call started unanswered
+    /// ([`CallSettings::unanswered`]).
+    Answer,
+    /// Refuse the INVITE with this final status: a call started unanswered whose `<Dial>`
+    /// bridged no one and that has nothing else to run.
+    Reject(u16),
 }
 
 /// An agent event the call produced, owned (the driver lends it as [`AgentEvent`]).
@@ -436,6 +451,10 @@ pub struct CallCore {
     dial: Option<DialLeg>,
     /// This call is itself a `<Dial>`'s leg.
     bridge_leg: bool,
+    /// The INVITE is not answered yet ([`CallSettings::unanswered`]).
+    unanswered: bool,
+    /// What an unanswered call is refused with when it ends: its `<Dial>`'s outcome.
+    refuse_with: u16,
     /// Where the leg's own TwiML is, before its bridge.
     whisper: Whisper,
     srtp: Option<CallSrtp>,
@@ -482,6 +501,7 @@ impl CallCore {
         now: Instant,
         wall: SystemTime,
     ) -> CallCore {
+        let settings_unanswered = settings.unanswered;
         let sdp_ip: Option<IpAddr> = negotiated.remote_rtp.map(|a| a.ip());
         let max_buffered_bytes =
             (settings.max_buffered.as_secs_f64() * f64::from(SAMPLE_RATE_HZ)) as usize;
@@ -528,6 +548,8 @@ impl CallCore {
             answered_by: None,
             dial: None,
             bridge_leg: false,
+            unanswered: settings_unanswered,
+            refuse_with: REFUSE_UNBRIDGED,
             srtp: None,
             transfer: None,
             last_transfer: None,
@@ -795,6 +817,8 @@ impl CallCore {
                 if let Some(leg) = self.dial.as_mut() {
                     info!(leg = %sid, "dialled leg answered: bridged");
                     leg.answered(sid, now);
+                    // `answerOnBridge`: the caller's call is answered now, not before.
+                    self.answer_now(now);
                     // The ringback stops; what comes now is the other party.
                     self.out.clear();
                     self.last_play = None;
@@ -857,7 +881,7 @@ impl CallCore {
 
     /// Keep ringback queued while the leg rings.
     fn ringback(&mut self, now: Instant) {
-        let ringing = self.dial.as_ref().is_some_and(|d| !d.is_bridged());
+        let ringing = self.dial.as_ref().is_some_and(|d| !d.is_bridged()) && !self.unanswered;
         let low = (RINGBACK_LOW_WATER.as_millis() as usize) * SAMPLE_RATE_HZ as usize / 1000;
         if ringing && self.out.queued_bytes() < low {
             let cycle = ringback_cycle();
@@ -878,6 +902,12 @@ impl CallCore {
         }
         let Some(end) = leg.leg_ended(end) else {
             return;
+        };
+        self.refuse_with = match end.status {
+            CallStatus::Busy => 486,
+            CallStatus::Canceled => 487,
+            CallStatus::Failed => 503,
+            _ => REFUSE_UNBRIDGED,
         };
         let Some(leg) = self.dial.take() else {
             return;
@@ -936,6 +966,19 @@ impl CallCore {
         }
     }
 
+    /// Answer a call started unanswered (if it still is): the INVITE's 200, then media.
+    fn answer_now(&mut self, now: Instant) {
+        if !self.unanswered || self.phase != Phase::Up {
+            return;
+        }
+        info!("answering the call");
+        self.unanswered = false;
+        // The caller's media starts with our answer: the RTP timeout counts from here.
+        self.last_rtp = now;
+        self.outputs.push_back(CallOutput::Sip(SipRequest::Answer));
+        self.start_stream_if_sending();
+    }
+
     fn whisper_done(&mut self) {
         info!("the leg's TwiML is over: bridging");
         self.whisper = Whisper::Done;
@@ -949,6 +992,16 @@ impl CallCore {
             let Some(step) = self.program.poll(now, rtp_digits) else {
                 return;
             };
+            // An unanswered call is answered by any step but a hang-up (refused instead) and a
+            // `<Dial answerOnBridge>` (answered by its bridge), as Twilio's.
+            let answers = match &step {
+                Step::Hangup(_) => false,
+                Step::Dial(d) => !d.answer_on_bridge,
+                _ => true,
+            };
+            if answers && self.unanswered {
+                self.answer_now(now);
+            }
             match step {
                 Step::Hangup(reason) => self.hang_up(
                     EndCause::GatewayBye,
@@ -1320,7 +1373,9 @@ impl CallCore {
         if let Some(timeout) = self.settings.rtp_timeout {
             // Only while the caller should be sending: on hold (we receive nothing by
             // agreement) the clock is paused, and restarts at resume.
-            if !on_hold(&self.negotiated) && now.duration_since(self.last_rtp) >= timeout {
+            // Nor before the answer: a caller sends media once it has ours.
+            let expecting = !on_hold(&self.negotiated) && !self.unanswered;
+            if expecting && now.duration_since(self.last_rtp) >= timeout {
                 self.stats.rtp_timeouts += 1;
                 info!(
                     timeout_s = timeout.as_secs_f64(),
@@ -1601,6 +1656,10 @@ impl CallCore {
     }
 
     fn start_stream_if_sending(&mut self) {
+        // No media before the answer: the caller's phone rings back on our 180.
+        if self.unanswered {
+            return;
+        }
         let Some(remote) = self.negotiated.remote_rtp else {
             return;
         };
@@ -1689,6 +1748,17 @@ impl CallCore {
         if self.phase != Phase::Up {
             return;
         }
+        // A call never answered is refused, not hung up: with its `<Dial>`'s outcome, as the
+        // caller's phone would have shown the dialled party's.
+        let request = if self.unanswered {
+            info!(
+                status = self.refuse_with,
+                "refusing the call never answered"
+            );
+            SipRequest::Reject(self.refuse_with)
+        } else {
+            request
+        };
         self.outputs.push_back(CallOutput::Sip(request));
         self.phase = Phase::HangingUp {
             cause,

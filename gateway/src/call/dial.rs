@@ -211,6 +211,7 @@ mod tests {
             action: Some("https://bot/after".into()),
             action_get: true,
             time_limit: Duration::from_secs(60),
+            answer_on_bridge: false,
         }
     }
 

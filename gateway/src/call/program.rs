@@ -371,6 +371,7 @@ mod tests {
             action: action.map(str::to_string),
             action_get: false,
             time_limit: Duration::from_secs(3600),
+            answer_on_bridge: false,
         }
     }
 

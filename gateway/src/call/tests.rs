@@ -83,6 +83,7 @@ fn settings(origin: Instant) -> CallSettings {
         record: false,
         sender_origin: origin,
         transfer_domain: "trunk.example:5060".into(),
+        unanswered: false,
         dial_by_refer: false,
     }
 }
@@ -1620,6 +1621,7 @@ fn dial_twiml(action: Option<&str>, time_limit_s: u64) -> Vec<Verb> {
             action: action.map(str::to_string),
             action_get: false,
             time_limit: Duration::from_secs(time_limit_s),
+            answer_on_bridge: false,
         }),
         Verb::PlayDigits("4".into()),
     ]
@@ -1899,6 +1901,7 @@ fn dial_two(action: &str) -> Vec<Verb> {
         action: Some(action.into()),
         action_get: false,
         time_limit: Duration::from_secs(3600),
+        answer_on_bridge: false,
     })]
 }
 
@@ -2012,4 +2015,81 @@ fn new_twiml_ends_every_leg_of_a_dial() {
         ended,
         vec![&DialAsk::End("CAa".into()), &DialAsk::End("CAb".into())]
     );
+}
+
+/// A call started unanswered for a `<Dial answerOnBridge>` of one party, with a digit after
+/// it (`then_digit`) or nothing.
+fn unanswered_dialling(then_digit: bool) -> Sim {
+    let mut sim = Sim::new(|origin| CallSettings {
+        unanswered: true,
+        ..settings(origin)
+    });
+    let mut program = dial_twiml(None, 3600);
+    if let Verb::Dial(d) = &mut program[0] {
+        d.answer_on_bridge = true;
+    }
+    if !then_digit {
+        program.truncate(1);
+    }
+    sim.core.handle_command(CallCommand::Run(program), sim.now);
+    sim.core
+        .handle_command(CallCommand::DialPlaced("CAleg".into()), sim.now);
+    sim
+}
+
+/// `<Dial answerOnBridge>`: while the leg rings the call stays unanswered: no SIP request, no
+/// stream, no ringback, and no RTP timeout though the caller sends nothing (2 s here). The
+/// leg's answer answers the call ([`SipRequest::Answer`], once), and the stream starts then.
+#[test]
+fn answer_on_bridge_answers_when_the_leg_does() {
+    let mut sim = unanswered_dialling(false);
+    sim.run_for(seconds(10.0));
+    assert!(sim.sip.is_empty(), "{:?}", sim.sip);
+    assert_eq!(sim.streams_started, 0);
+    assert_eq!(sim.voiced_packets(), 0);
+    sim.core
+        .handle_command(CallCommand::DialAnswered("CAleg".into()), sim.now);
+    sim.caller_talks(0xFF);
+    // The stream starts with the answer; the driver attaches it before the next agent action
+    // is read, as this frame's run does here.
+    sim.run_for(FRAME);
+    for _ in 0..50 {
+        sim.agent(AgentAction::Play(tone(0.02)));
+        sim.run_for(FRAME);
+    }
+    sim.run_for(seconds(0.5));
+    assert_eq!(sim.sip, vec![SipRequest::Answer]);
+    assert_eq!(sim.streams_started, 1);
+    assert_eq!(sim.voiced_packets(), 50);
+}
+
+/// `<Dial answerOnBridge>` whose party is busy, with nothing after it: the call, never
+/// answered, is refused with the party's 486 (no BYE, no answer).
+#[test]
+fn answer_on_bridge_refuses_the_call_with_the_dials_outcome() {
+    let mut sim = unanswered_dialling(false);
+    sim.run_for(seconds(1.0));
+    sim.core.handle_command(
+        leg_end("CAleg", ontime_twilio::CallStatus::Busy, Some(486)),
+        sim.now,
+    );
+    sim.run_for(seconds(1.0));
+    assert_eq!(sim.sip, vec![SipRequest::Reject(486)]);
+    assert_eq!(sim.streams_started, 0);
+}
+
+/// `<Dial answerOnBridge>` that rang out, followed by other TwiML: the next verb answers the
+/// call (then runs: a digit), as Twilio's.
+#[test]
+fn answer_on_bridge_answers_for_the_verb_after_an_unbridged_dial() {
+    let mut sim = unanswered_dialling(true);
+    sim.run_for(seconds(1.0));
+    sim.core.handle_command(
+        leg_end("CAleg", ontime_twilio::CallStatus::NoAnswer, Some(487)),
+        sim.now,
+    );
+    sim.run_for(seconds(2.0));
+    assert_eq!(sim.sip.first(), Some(&SipRequest::Answer), "{:?}", sim.sip);
+    assert_eq!(sim.streams_started, 1);
+    assert_eq!(sim.core.take_stats().dtmf_sent, 1);
 }

@@ -63,6 +63,11 @@ pub(crate) enum RegistryNote {
         /// The SIP Call-ID.
         call_id: String,
     },
+    /// A call started unanswered (`<Dial answerOnBridge>`) was answered now.
+    Answered {
+        /// The CallSid.
+        sid: String,
+    },
     /// Our call rings (the first 18x).
     Ringing {
         /// The CallSid.

@@ -29,7 +29,9 @@ use super::sim_call::SimCall;
 use super::{Action, Setup, Switchboard};
 use crate::admission::CallSlots;
 use crate::agent::{Admission, CallInfo};
+use crate::call::CallCommand;
 use crate::config::{Config, PortRange};
+use ontime_twilio::Verb;
 
 /// The gateway's SIP address on the simulated network (admission binds RTP on its IP).
 pub(super) const GATEWAY: &str = "127.0.0.1:5060";
@@ -347,9 +349,21 @@ impl Harness {
 
     /// Give the verdict of the oldest held route.
     pub(super) fn give_verdict(&mut self, admission: Admission) {
+        self.give_verdict_with(admission, Vec::new());
+    }
+
+    /// The held route's verdict, with the TwiML the call runs.
+    pub(super) fn give_verdict_with(&mut self, admission: Admission, program: Vec<Verb>) {
         let (call, info) = self.held.remove(0);
-        self.board
-            .routed(call, &info, admission, Vec::new(), self.now);
+        self.board.routed(call, &info, admission, program, self.now);
+        self.pump();
+    }
+
+    /// Tell the call task of `call` a command (as the registry would) and run to quiet.
+    pub(super) fn command(&mut self, call: CallHandle, command: CallCommand) {
+        if let Some(sim) = self.live.get_mut(&call) {
+            sim.core.handle_command(command, self.now);
+        }
         self.pump();
     }
 

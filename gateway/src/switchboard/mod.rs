@@ -60,6 +60,12 @@ use timers::{Timer, Timers};
 /// within `max_calls`).
 pub const HEADROOM_HEADER: &str = "X-Ontime-Headroom";
 
+/// Whether TwiML keeps its call ringing until a `<Dial>` bridges: it begins with
+/// `<Dial answerOnBridge="true">` (its bridged leg answers the call).
+fn answers_on_bridge(program: &[Verb]) -> bool {
+    matches!(program.first(), Some(Verb::Dial(d)) if d.answer_on_bridge)
+}
+
 /// How long the gateway stays after the last call of a drain (RFC 3261 T4), absorbing
 /// retransmitted BYEs and ACKs.
 const LINGER: Duration = Duration::from_secs(5);
@@ -122,6 +128,17 @@ struct PendingCall {
 /// An answered call, as the switchboard keeps it: what re-offers are answered from.
 struct LiveCall {
     local: LocalMedia,
+    /// A call whose task started before its answer (`<Dial answerOnBridge>`): what to answer
+    /// with when it asks, and what to count then.
+    unanswered: Option<Unanswered>,
+}
+
+/// What an inbound call started unanswered keeps for its answer.
+struct Unanswered {
+    answer: SessionDescription,
+    sid: String,
+    transport: &'static str,
+    media: &'static str,
 }
 
 /// A drain in progress.
@@ -330,6 +347,25 @@ impl Switchboard {
                 self.endpoint
                     .send_info_dtmf(call, digit, tone.as_millis() as u32, now)
             }
+            SipRequest::Answer => {
+                match self.calls.get_mut(&call).and_then(|c| c.unanswered.take()) {
+                    Some(u) => {
+                        let r = self.endpoint.answer(call, &u.answer, now);
+                        if r.is_ok() {
+                            info!("call answered on the bridge");
+                            self.count(Counted::Answered {
+                                transport: u.transport,
+                                media: u.media,
+                            });
+                            self.actions
+                                .push_back(Action::Registry(RegistryNote::Answered { sid: u.sid }));
+                        }
+                        r
+                    }
+                    None => Ok(()),
+                }
+            }
+            SipRequest::Reject(status) => self.endpoint.reject(call, status, &[], now),
         };
         if let Err(e) = result {
             warn!(error = %e, "in-dialog request could not be sent");
@@ -800,6 +836,9 @@ impl Switchboard {
         let span = p.span.clone();
         let _enter = span.enter();
         match p.verdict {
+            Some(Admission::Answer) | None if answers_on_bridge(&p.program) => {
+                self.start_unanswered(call, p, now)
+            }
             Some(Admission::Answer) | None => self.answer(call, p, now),
             Some(Admission::Reject) => {
                 info!("agent unavailable: 503");
@@ -846,6 +885,7 @@ impl Switchboard {
             cname: format!("ontime@{}", self.config.public_ip),
             record: false,
             sender_origin: self.sender_origin,
+            unanswered: false,
             transfer_domain: match &self.config.trunk_uri {
                 Some(t) => t.host_port.clone(),
                 None => self.endpoint.config().local_addr.to_string(),
@@ -863,21 +903,52 @@ impl Switchboard {
         self.start_call(call, p);
     }
 
+    /// A call whose TwiML begins with `<Dial answerOnBridge="true">`: it rings (180, the
+    /// caller's phone rings back) and its task starts now, unanswered; the task asks for the
+    /// answer once a leg is bridged ([`SipRequest::Answer`]), or refuses the call with the
+    /// `<Dial>`'s outcome ([`SipRequest::Reject`]).
+    fn start_unanswered(&mut self, call: CallHandle, p: PendingCall, now: Instant) {
+        if let Err(e) = self.endpoint.ring(call, now) {
+            warn!(error = %e, "180 failed");
+        }
+        info!("answer on bridge: the call rings until its <Dial> bridges");
+        let media = if p.srtp.is_some() { "srtp" } else { "rtp" };
+        let unanswered = Unanswered {
+            answer: p.answer.clone(),
+            sid: p.info.call_sid.clone(),
+            transport: p.info.transport.name(),
+            media,
+        };
+        self.start_task(call, p, Some(unanswered));
+    }
+
     /// Hand an answered call (either way) to its task.
     fn start_call(&mut self, call: CallHandle, p: PendingCall) {
-        self.calls.insert(call, LiveCall { local: p.local });
         let media = if p.srtp.is_some() { "srtp" } else { "rtp" };
         self.count(Counted::Answered {
             transport: p.info.transport.name(),
             media,
         });
+        self.start_task(call, p, None);
+    }
+
+    fn start_task(&mut self, call: CallHandle, p: PendingCall, unanswered: Option<Unanswered>) {
+        let mut settings = self.call_settings();
+        settings.unanswered = unanswered.is_some();
+        self.calls.insert(
+            call,
+            LiveCall {
+                local: p.local,
+                unanswered,
+            },
+        );
         let start = CallStart {
             call,
             info: p.info,
             admitted: p.admitted,
             negotiated: p.negotiated,
             start_unix_ms: p.start_unix_ms,
-            settings: self.call_settings(),
+            settings,
             program: p.program,
             srtp: p.srtp,
             span: p.span,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ontime_sip::sdp::{self, Direction, LocalMedia};
 use ontime_sip::{EndReason, Event, Transport};
-use ontime_twilio::{CallStatus, NewCall, XHeaders};
+use ontime_twilio::{CallStatus, NewCall, Verb, XHeaders};
 
 use super::harness::{addr, Harness, RouteMode, GATEWAY, TRUNK};
 use super::{Action, Counted, RegistryNote, LINGER};
@@ -13,7 +13,7 @@ use crate::admission::RejectReason;
 use crate::agent::Admission;
 use crate::call::tests::{speech_started, speech_stopped, turn_ended};
 use crate::call::AgentNotice;
-use crate::call::{DialogEvent, SipRequest};
+use crate::call::{CallCommand, DialogEvent, SipRequest};
 use crate::config::{Config, TrunkUri, UntrustedSip};
 use crate::records::cdr::EndCause;
 use crate::registry::RegistryRequest;
@@ -754,4 +754,102 @@ fn a_barge_in_cuts_the_reply_on_one_clock() {
     let cdr = h.done[0].ended.as_ref().unwrap();
     assert_eq!(cdr.barge_ins, 1);
     assert_eq!(cdr.turns, 1);
+}
+
+/// TwiML that dials one party with `answerOnBridge="true"`.
+fn dial_on_bridge() -> Vec<Verb> {
+    vec![Verb::Dial(ontime_twilio::Dial {
+        nouns: vec![ontime_twilio::DialNoun {
+            target: ontime_twilio::DialTarget::Sip(format!("sip:desk@{TRUNK}")),
+            whisper: None,
+        }],
+        timeout: Duration::from_secs(30),
+        caller_id: None,
+        action: None,
+        action_get: false,
+        time_limit: Duration::from_secs(3600),
+        answer_on_bridge: true,
+    })]
+}
+
+/// An inbound call routed to `<Dial answerOnBridge>`, its task started and its leg placed.
+/// The harness, the gateway's handle of the call and the trunk's.
+fn ringing_on_bridge() -> (Harness, ontime_sip::CallHandle, ontime_sip::CallHandle) {
+    let mut h = Harness::new(Harness::config());
+    h.route = RouteMode::Held;
+    let at_trunk = h.call_in();
+    h.give_verdict_with(Admission::Answer, dial_on_bridge());
+    let call = h.only_call();
+    h.command(call, CallCommand::DialPlaced("CAleg".into()));
+    (h, call, at_trunk)
+}
+
+/// `<Dial answerOnBridge>`: the call rings (180) while its task runs the `<Dial>`; the INVITE
+/// is answered (200, counted, noted for the registry) only when the leg is bridged.
+#[test]
+fn answer_on_bridge_rings_until_the_leg_answers() {
+    let (mut h, call, _) = ringing_on_bridge();
+    h.advance(ms(5000));
+    assert_eq!(h.count(true, "SIP/2.0 200"), 0, "{:#?}", h.lines());
+    assert_eq!(h.count(true, "SIP/2.0 180"), 2, "{:#?}", h.lines());
+    let answered_counts = |h: &Harness| {
+        h.actions
+            .iter()
+            .filter(|a| matches!(a, Action::Count(Counted::Answered { .. })))
+            .count()
+    };
+    assert_eq!(answered_counts(&h), 0);
+    h.command(call, CallCommand::DialAnswered("CAleg".into()));
+    h.advance(ms(100));
+    assert_eq!(h.count(true, "SIP/2.0 200"), 1, "{:#?}", h.lines());
+    assert_eq!(answered_counts(&h), 1);
+    let noted = h
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::Registry(RegistryNote::Answered { .. })))
+        .count();
+    assert_eq!(noted, 1);
+    assert!(answered(&h).is_some());
+}
+
+/// `<Dial answerOnBridge>` whose party is busy, nothing after it: the INVITE gets 486, never a
+/// 200, and the call's slot is free again.
+#[test]
+fn answer_on_bridge_refuses_the_invite_with_the_dials_outcome() {
+    let (mut h, call, _) = ringing_on_bridge();
+    h.advance(ms(1000));
+    h.command(
+        call,
+        CallCommand::DialEnded(crate::call::dial::DialEnd {
+            call_sid: Some("CAleg".into()),
+            status: CallStatus::Busy,
+            sip_status: Some(486),
+            duration_secs: 0,
+        }),
+    );
+    h.advance(ms(1000));
+    assert_eq!(h.count(true, "SIP/2.0 486"), 1, "{:#?}", h.lines());
+    assert_eq!(h.count(true, "SIP/2.0 200"), 0, "{:#?}", h.lines());
+    assert!(
+        matches!(ended(&h), Some(EndReason::Refused { status: 486, .. })),
+        "{:?}",
+        ended(&h)
+    );
+    assert!(h.live.is_empty());
+    assert_eq!(h.slots.active(), 0);
+}
+
+/// The caller gives up while an `answerOnBridge` call rings: CANCEL gets 487 and the call's
+/// task learns its end (and ends its `<Dial>`).
+#[test]
+fn answer_on_bridge_caller_cancel_ends_the_task() {
+    let (mut h, _, at_trunk) = ringing_on_bridge();
+    h.advance(ms(1000));
+    h.peer.cancel(at_trunk, h.now).unwrap();
+    h.pump();
+    h.advance(ms(500));
+    assert_eq!(h.count(true, "SIP/2.0 487"), 1, "{:#?}", h.lines());
+    assert!(to_call(&h).contains(&DialogEvent::Ended(EndCause::Cancelled)));
+    assert!(h.live.is_empty());
+    assert_eq!(h.slots.active(), 0);
 }

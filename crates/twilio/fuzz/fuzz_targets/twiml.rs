@@ -84,6 +84,9 @@ fn write(verbs: &[Verb]) -> (String, usize) {
                     d.time_limit.as_secs(),
                     if d.action_get { "GET" } else { "POST" }
                 );
+                if d.answer_on_bridge {
+                    xml.push_str(" answerOnBridge=\"true\"");
+                }
                 if let Some(c) = &d.caller_id {
                     let _ = write!(xml, " callerId=\"{}\"", esc(c));
                 }
