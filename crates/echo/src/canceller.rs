@@ -48,8 +48,14 @@ const RESIDUAL_MARGIN: f32 = 40.0;
 const BOUND_REFERENCE: f32 = 1e-4;
 /// Frames (200 ms) the filter stays frozen after the last frame that showed the caller.
 const DOUBT_HANGOVER: u32 = 10;
-/// Frames (200 ms) the residual keeps passing after the caller was last heard.
+/// Frames (120 ms) the residual keeps passing after the caller was last heard.
 const CALLER_HANGOVER: u32 = 6;
+/// How long the gate keeps passing the residual after the caller's last frame passed on
+/// evidence: a VAD hears up to this much more speech than the caller said
+/// ([`EchoCanceller::speech_ended`] takes it back).
+pub const CALLER_HANGOVER_TIME: Duration = Duration::from_millis(
+    CALLER_HANGOVER as u64 * 1000 * FRAME_SAMPLES as u64 / SAMPLE_RATE_HZ as u64,
+);
 /// A frame must be this much over the line's noise floor (9 dB) to be louder than the echo.
 const LOUD_OVER_NOISE: f32 = 8.0;
 /// Frames in a row over the level bound that hold the gate open before the filter converges.
@@ -195,9 +201,10 @@ pub struct EchoCanceller {
     loud_run: u32,
     report: EchoReport,
     residual: [f32; FRAME_SAMPLES],
-    /// The recent frames, ring by frame number: (position, whether it could have been the
-    /// caller's speech).
-    recent: [(u64, bool); ONSET_MEMORY],
+    /// The recent frames, ring by frame number: their position, whether each could have been
+    /// the caller's speech, and whether it passed on evidence of the caller (not on the
+    /// hangover alone).
+    recent: [(u64, bool, bool); ONSET_MEMORY],
     recent_next: usize,
 }
 
@@ -231,7 +238,7 @@ impl EchoCanceller {
             caller_hold: 0,
             report: EchoReport::default(),
             residual: [0.0; FRAME_SAMPLES],
-            recent: [(u64::MAX, false); ONSET_MEMORY],
+            recent: [(u64::MAX, false, false); ONSET_MEMORY],
             recent_next: 0,
         })
     }
@@ -254,7 +261,7 @@ impl EchoCanceller {
         self.double_talk_hold = 0;
         self.caller_hold = 0;
         self.report.delay = None;
-        self.recent = [(u64::MAX, false); ONSET_MEMORY];
+        self.recent = [(u64::MAX, false, false); ONSET_MEMORY];
     }
 
     /// Where speech that a VAD found starting at `onset` (a position of this timeline) most
@@ -269,7 +276,7 @@ impl EchoCanceller {
         let mut expected: Option<u64> = None;
         let mut misses = 0;
         for back in 1..=ONSET_MEMORY {
-            let (position, caller_like) =
+            let (position, caller_like, _) =
                 self.recent[(self.recent_next + ONSET_MEMORY - back) % ONSET_MEMORY];
             match expected {
                 None if position == u64::MAX => break,
@@ -297,8 +304,38 @@ impl EchoCanceller {
         began.min(onset)
     }
 
-    fn remember(&mut self, at: u64, caller_like: bool) {
-        self.recent[self.recent_next] = (at, caller_like);
+    /// Where speech that a VAD found ending at `end` (a position of this timeline) most
+    /// likely ended: after the caller's last frame that passed on evidence, the gate passes
+    /// the residual for [`CALLER_HANGOVER_TIME`], and a VAD hears that as the speech going on
+    /// (a 300 ms "mm-hmm" heard as 420 ms is no longer a backchannel under a 400 ms window).
+    /// Walks back from `end` over at most that many frames to the end of the last frame that
+    /// passed on evidence; `end` itself when there is none within them (or they are no longer
+    /// remembered): the VAD's end was not the hangover's.
+    pub fn speech_ended(&self, end: u64) -> u64 {
+        let frame = FRAME_SAMPLES as u64;
+        let mut walked = 0;
+        for back in 1..=ONSET_MEMORY {
+            let (position, _, evidence) =
+                self.recent[(self.recent_next + ONSET_MEMORY - back) % ONSET_MEMORY];
+            if position == u64::MAX {
+                break;
+            }
+            if position >= end {
+                continue;
+            }
+            if evidence {
+                return (position + frame).min(end);
+            }
+            walked += 1;
+            if walked > CALLER_HANGOVER {
+                break;
+            }
+        }
+        end
+    }
+
+    fn remember(&mut self, at: u64, caller_like: bool, evidence: bool) {
+        self.recent[self.recent_next] = (at, caller_like, evidence);
         self.recent_next = (self.recent_next + 1) % ONSET_MEMORY;
     }
 
@@ -414,7 +451,7 @@ impl EchoCanceller {
         if wide < REFERENCE_FLOOR {
             self.gated_run = 0;
             self.residual_run = 0;
-            self.remember(at, audible);
+            self.remember(at, audible, audible);
             return Verdict::NoReference;
         }
         self.active_frames = self.active_frames.saturating_add(1);
@@ -506,7 +543,7 @@ impl EchoCanceller {
                 && residual > ONSET_EVIDENCE * (share * echo + NOISE_MARGIN * self.noise_floor)
         });
         let near = ratio > ONSET_EVIDENCE * bound || near_residual;
-        self.remember(at, audible && (caller || near));
+        self.remember(at, audible && (caller || near), heard);
         self.caller_hold = self.caller_hold.saturating_sub(1);
         // The echo's level is learnt from every frame not taken for the caller (the bound is used
         // only once a path is found, and learnt again from there).

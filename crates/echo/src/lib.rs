@@ -50,6 +50,7 @@ pub mod error;
 mod nlms;
 
 pub use canceller::{
-    EchoCanceller, EchoConfig, EchoReport, Verdict, FRAME_SAMPLES, SAMPLE_RATE_HZ,
+    EchoCanceller, EchoConfig, EchoReport, Verdict, CALLER_HANGOVER_TIME, FRAME_SAMPLES,
+    SAMPLE_RATE_HZ,
 };
 pub use error::{Error, Result};

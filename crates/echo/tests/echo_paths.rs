@@ -501,3 +501,65 @@ fn a_reply_from_the_first_packet_is_not_taken_for_the_caller() {
     }
     assert_eq!(bursts_total, 0, "{table}");
 }
+
+/// A 300 ms "mm-hmm" over the reply: the gate passes the residual for its hangover after the
+/// caller's last frame, so the last frame a VAD hears is up to 120 ms late;
+/// [`EchoCanceller::speech_ended`] walks back from there to within 40 ms of where the caller
+/// really stopped, on every line and position.
+#[test]
+fn the_hangover_after_speech_is_taken_back() {
+    let played = with_tail([reply(), reply()].concat(), 1);
+    let speech = caller_utterance();
+    let first = speech_frames(&speech, 0, speech.len() / FRAME_SAMPLES)[0] * FRAME_SAMPLES;
+    let mm_hmm = &speech[first..first + 2400];
+    let mut table = String::new();
+    let mut misses = 0;
+    let mut late_heard = 0;
+    for (delay_ms, erl_db) in [(150, 12.0), (40, 6.0), (300, 20.0), (212, 12.0)] {
+        for at_ms in [3000, 3020, 6500] {
+            let line = Line {
+                delay_ms,
+                erl_db,
+                noise_dbfs: -60.0,
+            };
+            let at = at_ms * 8;
+            let caller = caller_side(&played, |_| line, mm_hmm, at, 7);
+            let said_until = (at + mm_hmm.len()) as u64;
+            let mut aec = EchoCanceller::new(&EchoConfig::default()).unwrap();
+            let mut heard_until = None;
+            let frames = played.len() / FRAME_SAMPLES;
+            let stop = (at + mm_hmm.len()) / FRAME_SAMPLES + 12;
+            for k in 0..frames.min(stop) {
+                let position = (k * FRAME_SAMPLES) as u64;
+                let r: &[i16; FRAME_SAMPLES] = played[k * FRAME_SAMPLES..][..FRAME_SAMPLES]
+                    .try_into()
+                    .unwrap();
+                aec.push_reference(position, r);
+                let mut c: [i16; FRAME_SAMPLES] = caller[k * FRAME_SAMPLES..][..FRAME_SAMPLES]
+                    .try_into()
+                    .unwrap();
+                if aec.process(position, &mut c) == Verdict::Caller && position >= at as u64 {
+                    heard_until = Some(position + FRAME_SAMPLES as u64);
+                }
+            }
+            let heard_until = heard_until.expect("the caller is heard");
+            let ended = aec.speech_ended(heard_until);
+            table += &format!(
+                "delay {delay_ms} ms ERL {erl_db} dB, mm-hmm at {at_ms} ms: said until {} ms, heard until {} ms, walked back to {} ms\n",
+                said_until / 8,
+                heard_until / 8,
+                ended / 8
+            );
+            if heard_until > said_until + FRAME_SAMPLES as u64 {
+                late_heard += 1;
+            }
+            if ended.abs_diff(said_until) > 2 * FRAME_SAMPLES as u64 {
+                misses += 1;
+            }
+        }
+    }
+    eprintln!("{table}");
+    assert_eq!(misses, 0, "{table}");
+    // The hangover is real: without the walk back most of these would be heard late.
+    assert!(late_heard > 0, "{table}");
+}

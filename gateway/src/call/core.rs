@@ -15,7 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
 
 use ontime_amd::{AnsweredBy, Detector};
-use ontime_echo::{EchoCanceller, EchoConfig, Verdict};
+use ontime_echo::{EchoCanceller, EchoConfig, Verdict, CALLER_HANGOVER_TIME};
 use ontime_inference::InferenceEvent;
 use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_HZ};
 use ontime_sender::{StreamEvent, StreamId, StreamProducer};
@@ -1124,10 +1124,17 @@ impl CallCore {
                     } else {
                         // Perhaps a backchannel: barge in only once the speech has lasted the
                         // minimum and the VAD has had time to tell if it stopped before.
+                        // The VAD may hear the echo gate's hangover as speech going on: the
+                        // decision waits that much longer for the stop (which takes it back).
+                        let hangover = if self.echo.is_some() {
+                            CALLER_HANGOVER_TIME
+                        } else {
+                            Duration::ZERO
+                        };
                         self.pending_barge_in = Some(PendingBargeIn {
                             onset,
                             spoke_at,
-                            decide_at: onset_at + min + self.settings.speech_stop_lag,
+                            decide_at: onset_at + min + self.settings.speech_stop_lag + hangover,
                         });
                     }
                 }
@@ -1141,7 +1148,11 @@ impl CallCore {
                     self.amd_decided(verdict);
                 }
                 if let Some(p) = self.pending_barge_in.take() {
-                    let lasted = end.saturating_sub(p.onset);
+                    // As the caller spoke it: without the tail the echo gate passed on its
+                    // hangover alone.
+                    let lasted = end
+                        .saturating_sub(p.onset)
+                        .saturating_sub(self.echo_hangover_heard(end));
                     if lasted < self.settings.barge_in_min_speech {
                         self.stats.backchannels += 1;
                         self.notify(AgentNotice::Backchannel {
@@ -1532,6 +1543,21 @@ impl CallCore {
         };
         let held = onset - echo.speech_began(onset);
         Duration::from_micros(held * 1_000_000 / u64::from(SAMPLE_RATE_HZ))
+    }
+
+    /// How much of the speech the VAD found ending at `stream` time was the echo gate's
+    /// hangover after the caller's last frame ([`EchoCanceller::speech_ended`]).
+    fn echo_hangover_heard(&self, stream: Duration) -> Duration {
+        let (Some(echo), Some(cursor)) = (self.echo.as_ref(), self.echo_cursor) else {
+            return Duration::ZERO;
+        };
+        // The canceller's timeline and the VAD's stream advance together, a frame for a frame.
+        let ahead = self.vad_stream.0.saturating_sub(samples_in(stream));
+        let Some(end) = cursor.checked_sub(ahead) else {
+            return Duration::ZERO;
+        };
+        let tail = end - echo.speech_ended(end);
+        Duration::from_micros(tail * 1_000_000 / u64::from(SAMPLE_RATE_HZ))
     }
 
     fn stream_instant(&self, stream: Duration, now: Instant) -> Instant {
