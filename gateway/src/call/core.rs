@@ -1526,40 +1526,41 @@ impl CallCore {
         samples_in(t.saturating_duration_since(self.answered))
     }
 
-    /// When the VAD was handed the caller's audio at `stream` time: the events it sends say
-    /// when on the audio's own clock, and reach us as late as the inference thread was busy
-    /// (a batch, a Smart Turn run, the first run of a model), so `now` less the event's own
-    /// durations would count that wait as audio heard.
     /// How much of the speech the VAD found starting at `stream` time the echo canceller had
     /// held back before it (the start of speech over the echo, quieter than the gate passes).
     fn echo_held(&self, stream: Duration) -> Duration {
-        let (Some(echo), Some(cursor)) = (self.echo.as_ref(), self.echo_cursor) else {
-            return Duration::ZERO;
-        };
-        // The canceller's timeline and the VAD's stream advance together, a frame for a frame.
-        let ahead = self.vad_stream.0.saturating_sub(samples_in(stream));
-        let Some(onset) = cursor.checked_sub(ahead) else {
-            return Duration::ZERO;
-        };
-        let held = onset - echo.speech_began(onset);
-        Duration::from_micros(held * 1_000_000 / u64::from(SAMPLE_RATE_HZ))
+        self.echo_correction(stream, |echo, onset| onset - echo.speech_began(onset))
     }
 
     /// How much of the speech the VAD found ending at `stream` time was the echo gate's
     /// hangover after the caller's last frame ([`EchoCanceller::speech_ended`]).
     fn echo_hangover_heard(&self, stream: Duration) -> Duration {
+        self.echo_correction(stream, |echo, end| end - echo.speech_ended(end))
+    }
+
+    /// `samples(canceller, position)` at the canceller's position of the VAD's `stream` time,
+    /// as a duration (zero without a canceller).
+    fn echo_correction(
+        &self,
+        stream: Duration,
+        samples: impl Fn(&EchoCanceller, u64) -> u64,
+    ) -> Duration {
         let (Some(echo), Some(cursor)) = (self.echo.as_ref(), self.echo_cursor) else {
             return Duration::ZERO;
         };
         // The canceller's timeline and the VAD's stream advance together, a frame for a frame.
         let ahead = self.vad_stream.0.saturating_sub(samples_in(stream));
-        let Some(end) = cursor.checked_sub(ahead) else {
+        let Some(position) = cursor.checked_sub(ahead) else {
             return Duration::ZERO;
         };
-        let tail = end - echo.speech_ended(end);
-        Duration::from_micros(tail * 1_000_000 / u64::from(SAMPLE_RATE_HZ))
+        let n = samples(echo, position);
+        Duration::from_micros(n * 1_000_000 / u64::from(SAMPLE_RATE_HZ))
     }
 
+    /// When the VAD was handed the caller's audio at `stream` time: the events it sends say
+    /// when on the audio's own clock, and reach us as late as the inference thread was busy
+    /// (a batch, a Smart Turn run, the first run of a model), so `now` less the event's own
+    /// durations would count that wait as audio heard.
     fn stream_instant(&self, stream: Duration, now: Instant) -> Instant {
         let (pushed, Some(pushed_at)) = self.vad_stream else {
             return now;
