@@ -30,10 +30,15 @@ const ACTIVE_RMS: f32 = 1e-3;
 /// Running envelope-correlation search over `lags` block lags.
 #[derive(Debug)]
 pub(crate) struct DelayEstimator {
-    /// Mean-removed RMS envelope of the reference, ring indexed by block number.
+    /// Mean-removed RMS envelope of the reference, a ring by block number laid out backwards
+    /// and written twice (block `k` at `R−1−(k mod R)` and `2R−1−(k mod R)`), so the blocks
+    /// every lag of one caller block correlates with are one contiguous slice, lag 0 first:
+    /// the per-lag update is three streams of multiply-adds the compiler vectorises. (Indexed
+    /// per lag through the ring's mask, the loop cost 43 % of a core at 80 calls in the load
+    /// harness.)
     ref_env: Vec<f32>,
-    /// Whether each reference block of the ring was audible reply.
-    ref_active: Vec<bool>,
+    /// 1.0 where the reference block was audible reply, laid out as `ref_env`.
+    ref_active: Vec<f32>,
     mask: usize,
     ref_mean: f32,
     mic_mean: f32,
@@ -52,8 +57,8 @@ impl DelayEstimator {
     pub(crate) fn new(lags: usize, ring_blocks: usize) -> DelayEstimator {
         debug_assert!(ring_blocks.is_power_of_two() && ring_blocks > lags + 10);
         DelayEstimator {
-            ref_env: vec![0.0; ring_blocks],
-            ref_active: vec![false; ring_blocks],
+            ref_env: vec![0.0; 2 * ring_blocks],
+            ref_active: vec![0.0; 2 * ring_blocks],
             mask: ring_blocks - 1,
             ref_mean: 0.0,
             mic_mean: 0.0,
@@ -70,7 +75,7 @@ impl DelayEstimator {
     /// Forget everything (a new path: the stream restarted).
     pub(crate) fn reset(&mut self) {
         self.ref_env.fill(0.0);
-        self.ref_active.fill(false);
+        self.ref_active.fill(0.0);
         self.corr.fill(0.0);
         self.evidence.fill(0.0);
         self.ref_power.fill(0.0);
@@ -86,8 +91,12 @@ impl DelayEstimator {
     pub(crate) fn reference_block(&mut self, block: u64, energy: f32) {
         let rms = (energy / BLOCK as f32).sqrt();
         self.ref_mean += (rms - self.ref_mean) / MEAN_BLOCKS;
-        self.ref_env[block as usize & self.mask] = rms - self.ref_mean;
-        self.ref_active[block as usize & self.mask] = rms > ACTIVE_RMS;
+        let i = self.reversed(block);
+        let active = if rms > ACTIVE_RMS { 1.0 } else { 0.0 };
+        for at in [i, i + self.mask + 1] {
+            self.ref_env[at] = rms - self.ref_mean;
+            self.ref_active[at] = active;
+        }
     }
 
     /// The caller's block `block` has energy `energy`; `ref_upto` is the first reference block
@@ -99,23 +108,38 @@ impl DelayEstimator {
         let keep = 1.0 - 1.0 / MEMORY_BLOCKS;
         self.mic_power = keep * self.mic_power + m * m;
         let oldest = ref_upto.saturating_sub(self.mask as u64);
-        let lags = self
-            .corr
+        // Lag `l` pairs this block with reference block `block − l`, known if it is in
+        // `oldest..ref_upto`: the lags `lo..hi`. The others only decay.
+        let lags = self.corr.len() as u64;
+        let lo = (block + 1).saturating_sub(ref_upto).min(lags) as usize;
+        let hi = match block.checked_sub(oldest) {
+            Some(d) => (d + 1).min(lags) as usize,
+            None => 0,
+        }
+        .max(lo);
+        let decay = |x: &mut [f32]| x.iter_mut().for_each(|v| *v *= keep);
+        for acc in [&mut self.corr, &mut self.ref_power, &mut self.evidence] {
+            decay(&mut acc[..lo]);
+            decay(&mut acc[hi..]);
+        }
+        let start = self.mask - (block as usize & self.mask);
+        let r = &self.ref_env[start + lo..start + hi];
+        let a = &self.ref_active[start + lo..start + hi];
+        let known = self.corr[lo..hi]
             .iter_mut()
-            .zip(&mut self.ref_power)
-            .zip(&mut self.evidence);
-        for (lag, ((c, p), n)) in lags.enumerate() {
-            let (r, active) = match block.checked_sub(lag as u64) {
-                Some(k) if k < ref_upto && k >= oldest => {
-                    let i = k as usize & self.mask;
-                    (self.ref_env[i], self.ref_active[i])
-                }
-                _ => (0.0, false),
-            };
+            .zip(&mut self.ref_power[lo..hi])
+            .zip(&mut self.evidence[lo..hi])
+            .zip(r.iter().zip(a));
+        for (((c, p), n), (r, a)) in known {
             *c = keep * *c + m * r;
             *p = keep * *p + r * r;
-            *n = keep * *n + if active { 1.0 } else { 0.0 };
+            *n = keep * *n + a;
         }
+    }
+
+    /// Where block `k` sits in the backwards rings (its first copy).
+    fn reversed(&self, k: u64) -> usize {
+        self.mask - (k as usize & self.mask)
     }
 
     /// Look at the correlation once a frame: returns the lag (in blocks) when a new one has

@@ -87,6 +87,12 @@ pub struct HeadroomLimits {
     pub prior_cost: f64,
     /// Whole-process CPU of a settled call, in cores, before one has been measured.
     pub prior_process_cost: f64,
+    /// How close together the first turns of calls admitted together land (`None`: calls
+    /// are not charged for arriving together). Calls answered within this window of each
+    /// other end their first turns within it too, so each brings one Smart Turn run onto the
+    /// inference thread at once: `S / window` of a core while it lasts, on top of the steady
+    /// cost every call pays.
+    pub first_turn_spread: Option<Duration>,
 }
 
 impl Default for HeadroomLimits {
@@ -108,6 +114,11 @@ impl Default for HeadroomLimits {
             // ramp's calls before the first settled window can correct it.
             prior_cost: 0.005,
             prior_process_cost: 0.007,
+            // The load harness's callers start speaking within a second of the answer and
+            // their first utterances last 1.5–3 s: 128 calls answered within a second ended
+            // their first turns within about two, and the 80 admitted at once then waited up
+            // to 1.4 s for their verdicts (docs/capacity.md, 2026-12-02).
+            first_turn_spread: Some(FIRST_TURN_SPREAD),
         }
     }
 }
@@ -121,6 +132,9 @@ pub struct Estimate {
     /// `None` while there is room.
     pub limited_by: Option<&'static str>,
 }
+
+/// See [`HeadroomLimits::first_turn_spread`].
+pub const FIRST_TURN_SPREAD: Duration = Duration::from_secs(2);
 
 /// CPU of one Smart Turn run on the reference VM (docs/inference.md, *CPU budget*: 60–70 ms),
 /// before the gateway has measured its own.
@@ -144,6 +158,8 @@ pub struct HeadroomEstimator {
     idle_process: Option<f64>,
     /// Smart Turn's CPU per run, in seconds (smoothed).
     turn_run: Option<f64>,
+    /// Calls admitted within the last `first_turn_spread`, at the last reading.
+    arriving: usize,
 }
 
 fn smooth(previous: Option<f64>, sample: f64) -> f64 {
@@ -181,6 +197,7 @@ impl HeadroomEstimator {
             process_cost: None,
             idle_process: None,
             turn_run: None,
+            arriving: 0,
         }
     }
 
@@ -232,6 +249,22 @@ impl HeadroomEstimator {
         (s.admitted.saturating_sub(since) as usize).min(s.calls)
     }
 
+    /// Calls of `s` admitted within the last `first_turn_spread` (by the readings kept for
+    /// [`SETTLE`]; before a reading that old, since the first one).
+    fn arriving_calls(&self, s: &Sample) -> usize {
+        let Some(spread) = self.limits.first_turn_spread else {
+            return 0;
+        };
+        let since = self
+            .admissions
+            .iter()
+            .rev()
+            .find(|(at, _)| s.at.saturating_duration_since(*at) >= spread)
+            .or(self.admissions.front())
+            .map_or(s.admitted, |&(_, admitted)| admitted);
+        (s.admitted.saturating_sub(since) as usize).min(s.calls)
+    }
+
     /// Take a reading and estimate.
     pub fn update(&mut self, s: Sample) -> Estimate {
         let mut warning = None;
@@ -240,6 +273,7 @@ impl HeadroomEstimator {
                 return self.estimate(s.calls, None);
             }
         }
+        self.arriving = self.arriving_calls(&s);
         let young = self.young_calls(&s) as f64;
         if let Some(p) = self.previous {
             let secs = s.at.saturating_duration_since(p.at).as_secs_f64();
@@ -329,9 +363,40 @@ impl HeadroomEstimator {
             self.limits.prior_process_cost,
         ));
         let more = capacity.saturating_sub(calls);
+        let arriving = self.arrivals_that_fit(calls, utilisation);
+        if arriving < more {
+            return Estimate {
+                calls: arriving,
+                limited_by: (arriving == 0).then_some("arrivals"),
+            };
+        }
         Estimate {
             calls: more,
             limited_by: (more == 0).then_some("cpu"),
+        }
+    }
+
+    /// More calls that may be admitted now on top of those arriving already: the inference
+    /// thread carries every call's steady cost, and for `first_turn_spread` after calls
+    /// arrive together, one Smart Turn run each spread over it (their first turns), all within
+    /// the utilisation the queue model allows.
+    fn arrivals_that_fit(&self, calls: usize, utilisation: f64) -> usize {
+        let Some(spread) = self.limits.first_turn_spread else {
+            return usize::MAX;
+        };
+        let run = self
+            .turn_run
+            .unwrap_or(self.limits.prior_turn_run.as_secs_f64());
+        let per_arrival = run / spread.as_secs_f64().max(1e-3);
+        let cost = self.cost.unwrap_or(self.limits.prior_cost).max(1e-6);
+        let room = self.limits.inference_cores * utilisation
+            - calls as f64 * cost
+            - self.arriving as f64 * per_arrival;
+        let n = (room / (per_arrival + cost)).floor();
+        if n.is_finite() && n > 0.0 {
+            n.min(1e6) as usize
+        } else {
+            0
         }
     }
 }
@@ -345,6 +410,7 @@ mod tests {
     fn cpu_only() -> HeadroomLimits {
         HeadroomLimits {
             queueing_budget: Duration::from_secs(1_000_000),
+            first_turn_spread: None,
             ..HeadroomLimits::default()
         }
     }
@@ -557,6 +623,14 @@ mod tests {
         assert_eq!(e.update(soon).limited_by, None);
     }
 
+    /// The defaults without the charge for calls arriving together: the queue model alone.
+    fn queue_only() -> HeadroomLimits {
+        HeadroomLimits {
+            first_turn_spread: None,
+            ..HeadroomLimits::default()
+        }
+    }
+
     /// `s` with Smart Turn's CPU (ms) and runs so far.
     fn with_turns(mut s: Sample, turn_cpu_ms: u64, turn_runs: u64) -> Sample {
         s.turn_cpu = Duration::from_millis(turn_cpu_ms);
@@ -568,7 +642,7 @@ mod tests {
     /// 4.2 · 0.06) = 0.498, below the 0.75 cap.
     #[test]
     fn the_utilisation_limit_comes_from_the_queueing_budget() {
-        let e = HeadroomEstimator::new(HeadroomLimits::default());
+        let e = HeadroomEstimator::new(queue_only());
         assert!((e.utilisation_limit() - 0.25 / 0.502).abs() < 1e-9);
         // An idle gateway: 0.498 of a core at the priors (0.005 and 0.007 a call) is 71 calls
         // by the process, 99 by the thread; the process fills first.
@@ -576,7 +650,7 @@ mod tests {
         // A budget large enough leaves the cap.
         let loose = HeadroomEstimator::new(HeadroomLimits {
             queueing_budget: Duration::from_secs(100),
-            ..HeadroomLimits::default()
+            ..queue_only()
         });
         assert_eq!(loose.utilisation_limit(), 0.75);
     }
@@ -597,10 +671,10 @@ mod tests {
             process_cores: 100.0,
             ..l
         };
-        assert_eq!(run(no_process_limit(HeadroomLimits::default())), 12);
+        assert_eq!(run(no_process_limit(queue_only())), 12);
         let linear = HeadroomLimits {
             queueing_budget: Duration::from_secs(1_000_000),
-            ..HeadroomLimits::default()
+            ..queue_only()
         };
         assert_eq!(run(no_process_limit(linear)), 51);
     }
@@ -610,7 +684,7 @@ mod tests {
     #[test]
     fn a_slower_smart_turn_lowers_the_utilisation_calls_may_fill() {
         let t0 = Instant::now();
-        let mut e = HeadroomEstimator::new(HeadroomLimits::default());
+        let mut e = HeadroomEstimator::new(queue_only());
         e.update(with_turns(sample(t0, 0, 0, 0), 0, 0));
         // Two runs (a test call's turns, say), and nothing else of the process measured.
         let mut r = with_turns(sample(t0, 1, 0, 240), 240, 2);
@@ -636,5 +710,37 @@ mod tests {
         e.update(sample(t0, 2, 0, 450));
         e.update(sample(t0, 3, 0, 450));
         assert_eq!(e.cost_per_call(), Some(cost));
+    }
+
+    /// Calls arriving together each bring a Smart Turn run within `first_turn_spread` (2 s):
+    /// with the prior run (60 ms: 0.03 core a call while it lasts) and cost (0.005), 21 fit on
+    /// 0.75 of an idle thread at once (the CPU alone would take 107); with those 21 just
+    /// arrived, none more; two seconds later, 18 more (their steady cost stays).
+    #[test]
+    fn calls_arriving_together_are_admitted_as_their_first_turns_fit() {
+        let t0 = Instant::now();
+        let mut e = HeadroomEstimator::new(HeadroomLimits {
+            queueing_budget: Duration::from_secs(1_000_000),
+            ..HeadroomLimits::default()
+        });
+        assert_eq!(
+            e.update(sample(t0, 0, 0, 0)),
+            Estimate {
+                calls: 21,
+                limited_by: None
+            }
+        );
+        assert_eq!(
+            e.update(admitted(sample(t0, 1, 21, 0), 21)),
+            Estimate {
+                calls: 0,
+                limited_by: Some("arrivals")
+            }
+        );
+        assert_eq!(e.update(admitted(sample(t0, 2, 21, 0), 21)).calls, 0);
+        assert_eq!(e.update(admitted(sample(t0, 3, 21, 0), 21)).calls, 18);
+        // Without the charge (no spread given), the CPU alone decides.
+        let mut cpu = HeadroomEstimator::new(cpu_only());
+        assert_eq!(cpu.update(sample(t0, 0, 0, 0)).calls, 107);
     }
 }
