@@ -2045,26 +2045,8 @@ fn dial_to_callee(
     reps: &[(&str, &str)],
 ) -> (HttpSink, ApiGateway, SippCall) {
     let sink = HttpSink::start("<Response><Hangup/></Response>");
-    let trunk_sip = free_udp_port();
-    let cc = dialling_gateway(
-        trunk_sip,
-        &format!(
-            r#"<Response><Dial action="http://{}/after" timeout="{timeout_s}"><Sip>sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
-            sink.addr
-        ),
-    );
-    let ruri = desk_ruri(trunk_sip);
-    let mut all = vec![("@RURI_RE@", ruri.as_str())];
-    all.extend_from_slice(reps);
-    let callee = spawn_sipp_uas(
-        &scenario(callee_scenario, &all),
-        trunk_sip,
-        1,
-        free_udp_port() & !1,
-        Duration::from_secs(30),
-    );
-    // sipp binds its port at start; give it a moment before the INVITE can arrive.
-    std::thread::sleep(Duration::from_millis(500));
+    let timeout = format!(r#" timeout="{timeout_s}""#);
+    let (cc, callee, _) = dial_desk(&timeout, "", &sink, callee_scenario, reps);
     (sink, cc, callee)
 }
 
@@ -2229,11 +2211,17 @@ fn dial_with_leg_twiml(
     reps: &[(&str, &str)],
 ) -> (ApiGateway, SippCall) {
     let sip_attrs = format!(r#" url="http://{}/whisper""#, whisper.addr);
-    let (cc, callee, _) = dial_desk("", &sip_attrs, action, callee_scenario, reps);
+    let (cc, callee, _) = dial_desk(
+        r#" timeout="20""#,
+        &sip_attrs,
+        action,
+        callee_scenario,
+        reps,
+    );
     (cc, callee)
 }
 
-/// A gateway whose inbound calls run `<Dial{dial_attrs} action timeout="20">` of
+/// A gateway whose inbound calls run `<Dial{dial_attrs} action>` of
 /// `<Sip{sip_attrs}>sip:desk@…</Sip>` through its trunk, and a sipp callee on that trunk running
 /// `callee_scenario` (its Request-URI checked): the gateway, the callee and the trunk's port.
 fn dial_desk(
@@ -2247,7 +2235,7 @@ fn dial_desk(
     let cc = dialling_gateway(
         trunk_sip,
         &format!(
-            r#"<Response><Dial{dial_attrs} action="http://{}/after" timeout="20"><Sip{sip_attrs}>sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
+            r#"<Response><Dial{dial_attrs} action="http://{}/after"><Sip{sip_attrs}>sip:desk@127.0.0.1:{trunk_sip}</Sip></Dial></Response>"#,
             action.addr
         ),
     );
@@ -2422,7 +2410,7 @@ fn dial_answer_on_bridge_answers_the_caller_after_the_callee() {
     let action = HttpSink::start("<Response><Hangup/></Response>");
     let speech = fresh_speech(&tempdir("dial-aob-callee"), "Front desk, Sam speaking.");
     let (cc, callee, trunk_sip) = dial_desk(
-        r#" answerOnBridge="true""#,
+        r#" answerOnBridge="true" timeout="20""#,
         "",
         &action,
         "callee_answers_speaks.xml",

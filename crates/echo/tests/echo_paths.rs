@@ -94,21 +94,32 @@ struct Run {
     report: ontime_echo::EchoReport,
 }
 
+/// Frame `k`: what was played goes in as the reference, then the caller's side is processed;
+/// the verdict and the frame as cleaned.
+fn feed(
+    aec: &mut EchoCanceller,
+    played: &[i16],
+    caller: &[i16],
+    k: usize,
+) -> (Verdict, [i16; FRAME_SAMPLES]) {
+    let at = (k * FRAME_SAMPLES) as u64;
+    let r: &[i16; FRAME_SAMPLES] = played[k * FRAME_SAMPLES..][..FRAME_SAMPLES]
+        .try_into()
+        .unwrap();
+    aec.push_reference(at, r);
+    let mut c: [i16; FRAME_SAMPLES] = caller[k * FRAME_SAMPLES..][..FRAME_SAMPLES]
+        .try_into()
+        .unwrap();
+    (aec.process(at, &mut c), c)
+}
+
 fn run(played: &[i16], caller: &[i16]) -> Run {
     let mut aec = EchoCanceller::new(&EchoConfig::default()).unwrap();
     let mut verdicts = Vec::new();
     let mut passed_energy = Vec::new();
     let frames = played.len() / FRAME_SAMPLES;
     for k in 0..frames {
-        let at = (k * FRAME_SAMPLES) as u64;
-        let r: &[i16; FRAME_SAMPLES] = played[k * FRAME_SAMPLES..][..FRAME_SAMPLES]
-            .try_into()
-            .unwrap();
-        aec.push_reference(at, r);
-        let mut c: [i16; FRAME_SAMPLES] = caller[k * FRAME_SAMPLES..][..FRAME_SAMPLES]
-            .try_into()
-            .unwrap();
-        let v = aec.process(at, &mut c);
+        let (v, c) = feed(&mut aec, played, caller, k);
         verdicts.push(v);
         passed_energy.push(
             c.iter()
@@ -436,14 +447,7 @@ fn the_start_of_speech_the_gate_held_back_is_found_again() {
             let mut found = None;
             for k in 0..played.len() / FRAME_SAMPLES {
                 let position = (k * FRAME_SAMPLES) as u64;
-                let r: &[i16; FRAME_SAMPLES] = played[k * FRAME_SAMPLES..][..FRAME_SAMPLES]
-                    .try_into()
-                    .unwrap();
-                aec.push_reference(position, r);
-                let mut c: [i16; FRAME_SAMPLES] = caller[k * FRAME_SAMPLES..][..FRAME_SAMPLES]
-                    .try_into()
-                    .unwrap();
-                let caller_frame = aec.process(position, &mut c) == Verdict::Caller;
+                let caller_frame = feed(&mut aec, &played, &caller, k).0 == Verdict::Caller;
                 passed = if caller_frame && k >= first {
                     passed + 1
                 } else {
@@ -531,14 +535,8 @@ fn the_hangover_after_speech_is_taken_back() {
             let stop = (at + mm_hmm.len()) / FRAME_SAMPLES + 12;
             for k in 0..frames.min(stop) {
                 let position = (k * FRAME_SAMPLES) as u64;
-                let r: &[i16; FRAME_SAMPLES] = played[k * FRAME_SAMPLES..][..FRAME_SAMPLES]
-                    .try_into()
-                    .unwrap();
-                aec.push_reference(position, r);
-                let mut c: [i16; FRAME_SAMPLES] = caller[k * FRAME_SAMPLES..][..FRAME_SAMPLES]
-                    .try_into()
-                    .unwrap();
-                if aec.process(position, &mut c) == Verdict::Caller && position >= at as u64 {
+                if feed(&mut aec, &played, &caller, k).0 == Verdict::Caller && position >= at as u64
+                {
                     heard_until = Some(position + FRAME_SAMPLES as u64);
                 }
             }

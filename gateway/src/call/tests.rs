@@ -1692,10 +1692,8 @@ fn a_dial_rings_back_bridges_and_runs_on_when_the_leg_ends() {
     assert!(matches!(&sim.sip[0], SipRequest::HangupWithReason(r) if r.contains("cause=16")));
 }
 
-/// With an `action`, the leg's end fetches it with Twilio's `Dial*` parameters, and only the
-/// TwiML it answers runs (then the call hangs up).
-#[test]
-fn a_dials_action_is_fetched_with_the_legs_outcome() {
+/// A call running a `<Dial>` of one party with an `action`, its leg placed, a second in.
+fn dialling_with_action() -> Sim {
     let mut sim = Sim::new(settings);
     sim.caller_talks(0xFF);
     sim.run_for(seconds(0.2));
@@ -1706,6 +1704,14 @@ fn a_dials_action_is_fetched_with_the_legs_outcome() {
     sim.core
         .handle_command(CallCommand::DialPlaced("CAleg".into()), sim.now);
     sim.run_for(seconds(1.0));
+    sim
+}
+
+/// With an `action`, the leg's end fetches it with Twilio's `Dial*` parameters, and only the
+/// TwiML it answers runs (then the call hangs up).
+#[test]
+fn a_dials_action_is_fetched_with_the_legs_outcome() {
+    let mut sim = dialling_with_action();
     sim.core.handle_command(
         CallCommand::DialEnded(DialEnd {
             call_sid: Some("CAleg".into()),
@@ -1846,16 +1852,7 @@ fn a_briefing_bots_normal_close_bridges_the_leg() {
 /// up) reaches the `action` as `no-answer`.
 #[test]
 fn a_leg_that_declined_before_the_bridge_is_no_answer() {
-    let mut sim = Sim::new(settings);
-    sim.caller_talks(0xFF);
-    sim.run_for(seconds(0.2));
-    sim.core.handle_command(
-        CallCommand::Run(dial_twiml(Some("https://bot/after"), 60)),
-        sim.now,
-    );
-    sim.core
-        .handle_command(CallCommand::DialPlaced("CAleg".into()), sim.now);
-    sim.run_for(seconds(1.0));
+    let mut sim = dialling_with_action();
     sim.core.handle_command(
         CallCommand::DialEnded(DialEnd {
             call_sid: Some("CAleg".into()),
