@@ -228,6 +228,7 @@ fn an_interruption_over_the_echo_cuts_the_reply_within_15_packets() {
         let Some(ms) = cut_ms else {
             panic!("the reply was not cut: {}", done.context());
         };
+        eprintln!("CDR {}", done.cdr);
         cuts.push(ms);
         done.expect("barge-ins", barge_ins, 1.0);
         done.expect("turns", turns, 2.0);

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::align::{best_lag, FINE_CORRELATION};
 use crate::delay::{DelayEstimator, BLOCK};
 use crate::error::{Error, Result};
 use crate::nlms::Nlms;
@@ -18,9 +19,28 @@ pub const FRAME_SAMPLES: usize = 160;
 const MAX_POSITION: u64 = 1 << 62;
 /// Reference samples kept (2.048 s): longer than the longest lag plus the filter.
 const RING: usize = 16384;
-/// How far before the bulk delay the filter's window starts: the envelope search is good to a
-/// few milliseconds and a hybrid's response starts a little before its peak.
+/// How far before the echo's delay the filter's window starts (8 ms): a hybrid's response may
+/// start a little before its main reflection, and an envelope lag the fine alignment could not
+/// refine is good to a few milliseconds.
 const LEAD: usize = 64;
+/// The caller's samples kept for the fine alignment (512 ms).
+const MIC_RING: usize = 4096;
+/// The stretch of the caller's audio the fine alignment correlates (400 ms).
+const FINE_WINDOW: usize = 3200;
+/// The least of it worth correlating (200 ms): a syllable or two of echo.
+const MIN_FINE_WINDOW: usize = 1600;
+/// How far either side of the envelope's lag the fine alignment looks (32 ms): the envelope's
+/// peak is that broad.
+const FINE_SPAN: usize = 256;
+/// Frames the filter adapts without converging before the alignment is looked at again
+/// (0.5 s): a filter in the right place converges in a few hundred milliseconds of reply.
+const REALIGN_FRAMES: u32 = 25;
+/// Each look that leaves the filter where it was doubles the wait for the next, up to this many
+/// times (8 s): a line whose echo no filter fits (clipped, nonlinear) does not pay for a fine
+/// search twice a second.
+const REALIGN_BACKOFF: u32 = 4;
+/// A fine lag this close (samples) to the filter's is where it already is.
+const REALIGN_TOLERANCE: usize = 4;
 /// The loudest echo a line returns relative to what it was sent, with margin: ITU-T G.168 plans
 /// for an echo return loss down to 6 dB; the gate assumes 3 dB until it has measured the line.
 const ECHO_GAIN_PRIOR: f32 = 0.5;
@@ -177,6 +197,21 @@ pub struct EchoCanceller {
     filter: Nlms,
     /// Where the filter's window ends, in samples before the caller's sample.
     filter_offset: Option<usize>,
+    /// The envelope search's lag (samples) the filter was last placed around.
+    coarse_lag: usize,
+    /// The echo's delay (samples) the filter was placed at: the fine lag, else the envelope's.
+    path_delay: usize,
+    /// Whether `path_delay` is the fine alignment's.
+    finely_placed: bool,
+    /// Frames the filter adapted since it was last placed or looked at.
+    adapted_since_placed: u32,
+    /// Looks at the alignment since the filter was placed that left it where it was.
+    realign_backoff: u32,
+    /// The caller's recent samples, written twice (`i` and `i + MIC_RING`) like the reference.
+    mic: Vec<f32>,
+    /// The first position of the caller's unbroken audio in `mic`, and the one after its last.
+    mic_from: u64,
+    mic_end: u64,
     /// The caller's block being summed: (block, energy).
     mic_block: Option<(u64, f32)>,
     /// Loudest caller-to-reference ratio of the recent frames judged not the caller.
@@ -221,6 +256,14 @@ impl EchoCanceller {
             delay: DelayEstimator::new(max_lag.div_ceil(BLOCK), RING / BLOCK),
             filter: Nlms::new(taps),
             filter_offset: None,
+            coarse_lag: 0,
+            path_delay: 0,
+            finely_placed: false,
+            adapted_since_placed: 0,
+            realign_backoff: 0,
+            mic: vec![0.0; 2 * MIC_RING],
+            mic_from: 0,
+            mic_end: 0,
             mic_block: None,
             gain_window: [0.0; GAIN_WINDOW],
             gain_next: 0,
@@ -250,6 +293,8 @@ impl EchoCanceller {
         self.delay.reset();
         self.filter.reset();
         self.filter_offset = None;
+        self.mic_end = 0;
+        self.mic_from = 0;
         self.mic_block = None;
         self.gain_window = [0.0; GAIN_WINDOW];
         self.active_frames = 0;
@@ -422,20 +467,21 @@ impl EchoCanceller {
         // The search learns only while a reply could be echoing.
         let searching = self.reference_level(at, true) >= REFERENCE_FLOOR;
         self.sum_caller_blocks(at, &mic, searching);
+        self.keep_caller(at, &mic);
         if let Some(lag) = self.delay.evaluate() {
-            let offset = (lag * BLOCK).saturating_sub(LEAD);
-            if self.filter_offset.is_some() {
-                self.report.path_changes += 1;
+            self.coarse_lag = lag * BLOCK;
+            // The envelope's peak wanders by a block or two over a reply: where the waveform
+            // put the path, a lag that near it is the same path, and the filter keeps it.
+            let placed = self.filter_offset.is_some();
+            let same = placed
+                && self.finely_placed
+                && self.coarse_lag.abs_diff(self.path_delay) <= LEAD / 2;
+            if !same {
+                if placed {
+                    self.report.path_changes += 1;
+                }
+                self.place_filter(self.coarse_lag, false);
             }
-            self.filter_offset = Some(offset);
-            self.filter.reset();
-            self.gain_window = [0.0; GAIN_WINDOW];
-            self.since_lock = 0;
-            self.erle_mic = 0.0;
-            self.erle_residual = 0.0;
-            self.report.delay = Some(Duration::from_micros(
-                (lag * BLOCK) as u64 * 1_000_000 / u64::from(SAMPLE_RATE_HZ),
-            ));
         }
         let frame_energy: f32 = mic.iter().map(|x| x * x).sum::<f32>() / FRAME_SAMPLES as f32;
         self.noise_floor = if frame_energy < self.noise_floor {
@@ -568,13 +614,28 @@ impl EchoCanceller {
             (double_talk, learnable, self.filter_offset, filtered)
         {
             self.adapt(at, &mic, offset);
+            self.adapted_since_placed += 1;
+            // A filter that adapts for a second without converging is in the wrong place (the
+            // fine alignment failed or the path moved within the envelope's lag): look again.
+            if self.adapted_since_placed >= REALIGN_FRAMES << self.realign_backoff && !converged {
+                self.adapted_since_placed = 0;
+                match self.fine_lag(at + FRAME_SAMPLES as u64) {
+                    Some(delay)
+                        if !self.finely_placed
+                            || delay.abs_diff(self.path_delay) > REALIGN_TOLERANCE =>
+                    {
+                        self.place_filter(delay, true);
+                    }
+                    _ => self.realign_backoff = (self.realign_backoff + 1).min(REALIGN_BACKOFF),
+                }
+            }
             {
                 let keep = 0.98;
                 self.erle_mic = keep * self.erle_mic + mic_energy;
                 self.erle_residual = keep * self.erle_residual + residual;
                 if converged {
                     self.erl_echo += mic_energy;
-                    self.erl_ref += self.aligned_reference_energy(at, offset);
+                    self.erl_ref += self.aligned_reference_energy(at);
                 }
             }
         }
@@ -599,6 +660,71 @@ impl EchoCanceller {
         }
         frame.fill(0);
         Verdict::Echo
+    }
+
+    /// Keep the caller's frame for the fine alignment.
+    fn keep_caller(&mut self, at: u64, mic: &[f32; FRAME_SAMPLES]) {
+        if at != self.mic_end {
+            self.mic_from = at;
+        }
+        for (i, x) in mic.iter().enumerate() {
+            let j = (at as usize + i) % MIC_RING;
+            self.mic[j] = *x;
+            self.mic[j + MIC_RING] = *x;
+        }
+        self.mic_end = at + FRAME_SAMPLES as u64;
+    }
+
+    /// The echo's delay to the sample around the envelope's lag, from the caller's audio up to
+    /// `end`: `None` when the audio needed is not all kept or no lag correlates well enough.
+    fn fine_lag(&self, end: u64) -> Option<usize> {
+        let longest = self.coarse_lag + FINE_SPAN;
+        let shortest = self.coarse_lag.saturating_sub(FINE_SPAN);
+        // The last FINE_WINDOW of the caller's audio, or as much of it as is kept unbroken and
+        // has its reply still in the ring (a lock early in a call has less behind it).
+        let oldest_reference = self.ref_end.saturating_sub(RING as u64);
+        let start = end
+            .saturating_sub(FINE_WINDOW as u64)
+            .max(self.mic_from)
+            .max(oldest_reference + longest as u64);
+        if end > self.mic_end || start + (MIN_FINE_WINDOW as u64) > end {
+            return None;
+        }
+        let first = start - longest as u64;
+        let last = end.checked_sub(shortest as u64)?;
+        if last > self.ref_end {
+            return None;
+        }
+        let m = start as usize % MIC_RING;
+        let r = first as usize % RING;
+        let mic = &self.mic[m..(m as u64 + end - start) as usize];
+        let reference = &self.reference[r..r + (last - first) as usize];
+        let (lag, correlation) = best_lag(mic, reference, longest, shortest)?;
+        (correlation >= FINE_CORRELATION).then_some(lag)
+    }
+
+    /// Place the filter's window [`LEAD`] samples before `delay`. A lag found to the sample
+    /// (`fine`) that moves the window by less than half its length keeps what was learnt of the
+    /// lags it still covers; otherwise the filter learns the path afresh.
+    fn place_filter(&mut self, delay: usize, fine: bool) {
+        let offset = delay.saturating_sub(LEAD);
+        let old = self.filter_offset.replace(offset);
+        self.path_delay = delay;
+        self.finely_placed = fine;
+        self.report.delay = Some(Duration::from_micros(
+            delay as u64 * 1_000_000 / u64::from(SAMPLE_RATE_HZ),
+        ));
+        self.adapted_since_placed = 0;
+        self.realign_backoff = 0;
+        if let Some(old) = old.filter(|o| fine && o.abs_diff(offset) <= self.filter.taps() / 2) {
+            self.filter.shift(offset as isize - old as isize);
+            return;
+        }
+        self.filter.reset();
+        self.gain_window = [0.0; GAIN_WINDOW];
+        self.since_lock = 0;
+        self.erle_mic = 0.0;
+        self.erle_residual = 0.0;
     }
 
     /// Sum the caller's frame into envelope blocks for the delay search.
@@ -677,10 +803,10 @@ impl EchoCanceller {
         }
     }
 
-    fn aligned_reference_energy(&self, at: u64, offset: usize) -> f32 {
+    fn aligned_reference_energy(&self, at: u64) -> f32 {
         (0..FRAME_SAMPLES)
             .filter_map(|i| {
-                let p = (at + i as u64).checked_sub((offset + LEAD) as u64)?;
+                let p = (at + i as u64).checked_sub(self.path_delay as u64)?;
                 (p < self.ref_end).then(|| self.reference[p as usize % RING].powi(2))
             })
             .sum()
@@ -704,5 +830,85 @@ impl EchoCanceller {
     /// Whether the echo's delay has been found.
     pub fn path_found(&self) -> bool {
         self.delay.locked().is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reply of noise bursts (speech-like on and off) and its echo `delay` samples later
+    /// through a hybrid's main reflection and undershoot, 12 dB down, with a little line noise.
+    fn line(frames: usize, delay: usize) -> (Vec<i16>, Vec<i16>) {
+        let mut state = 99u32;
+        let mut rand = move || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        let n = frames * FRAME_SAMPLES;
+        let played: Vec<f32> = (0..n)
+            .map(|i| {
+                let on = (i / 1600) % 4 != 3;
+                if on {
+                    rand() * 16000.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let taps = [0.0, 1.0, 0.0, -0.4];
+        let caller: Vec<i16> = (0..n)
+            .map(|i| {
+                let echo: f32 = taps
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, t)| Some(t * played[i.checked_sub(delay + j)?]))
+                    .sum();
+                (0.25 * echo + rand() * 20.0) as i16
+            })
+            .collect();
+        (played.iter().map(|x| *x as i16).collect(), caller)
+    }
+
+    fn feed(aec: &mut EchoCanceller, played: &[i16], caller: &[i16], k: usize) -> Verdict {
+        let at = k * FRAME_SAMPLES;
+        let mut reference = [0i16; FRAME_SAMPLES];
+        reference.copy_from_slice(&played[at..at + FRAME_SAMPLES]);
+        aec.push_reference(at as u64, &reference);
+        let mut frame = [0i16; FRAME_SAMPLES];
+        frame.copy_from_slice(&caller[at..at + FRAME_SAMPLES]);
+        aec.process(at as u64, &mut frame)
+    }
+
+    /// An envelope lock 10 ms late puts the echo outside the filter's window: it cannot
+    /// converge, and the gate compares the caller with the wrong stretch of the reply. The fine
+    /// alignment finds the path to the sample within a second or two of reply, and the filter
+    /// converges there.
+    #[test]
+    fn a_lock_outside_the_filters_window_is_corrected_by_the_waveform() {
+        let delay = 1700;
+        let (played, caller) = line(400, delay);
+        let mut aec = EchoCanceller::new(&EchoConfig::default()).unwrap();
+        let mut k = 0;
+        while aec.filter_offset.is_none() {
+            feed(&mut aec, &played, &caller, k);
+            k += 1;
+            assert!(k < 200, "the envelope search locks");
+        }
+        // Where a late lock would have placed it.
+        aec.place_filter(delay + 80, false);
+        let misplaced = aec.filter_offset;
+        for k in k..400 {
+            feed(&mut aec, &played, &caller, k);
+        }
+        let report = aec.report();
+        assert_ne!(aec.filter_offset, misplaced);
+        // The main reflection is the hybrid's second tap.
+        assert_eq!(aec.path_delay, delay + 1, "{report:?}");
+        assert!(
+            report.erle_db.is_some_and(|db| db > 10.0),
+            "converged at the right lag: {report:?}"
+        );
+        assert_eq!(report.path_changes, 0, "{report:?}");
     }
 }

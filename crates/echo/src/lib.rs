@@ -8,7 +8,7 @@
 //! Per call, on one sample timeline (8 kHz):
 //! - the **bulk delay** is found by correlating 2 ms RMS envelopes of the reference and the
 //!   caller's audio over every lag up to [`EchoConfig::max_delay`], and found again when the
-//!   path moves;
+//!   path moves, then to the sample by cross-correlating the waveforms around that lag;
 //! - an **NLMS filter** of [`EchoConfig::filter_length`] placed at that delay subtracts the
 //!   echo estimate, adapting only while the caller is silent (double talk freezes it);
 //! - a **gate** silences frames that are only echo: before the path is measured, anything not
@@ -44,6 +44,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod align;
 mod canceller;
 mod delay;
 pub mod error;

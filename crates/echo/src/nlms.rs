@@ -32,6 +32,22 @@ impl Nlms {
         self.weights.fill(0.0);
     }
 
+    /// Move the window `by` samples further into the past (negative: nearer the present),
+    /// keeping what was learnt about each lag still inside it; lags new to it start at zero.
+    pub(crate) fn shift(&mut self, by: isize) {
+        let n = self.weights.len();
+        let d = by.unsigned_abs().min(n);
+        // Tap `i` multiplies the sample `offset + n − 1 − i` back: the same lag is tap `i + by`
+        // once the window's offset grows by `by`.
+        if by > 0 {
+            self.weights.copy_within(0..n - d, d);
+            self.weights[..d].fill(0.0);
+        } else {
+            self.weights.copy_within(d..n, 0);
+            self.weights[n - d..].fill(0.0);
+        }
+    }
+
     /// The echo estimate for the window `x` (`taps` samples, oldest first).
     pub(crate) fn estimate(&self, x: &[f32]) -> f32 {
         dot(&self.weights, x)
@@ -48,7 +64,7 @@ impl Nlms {
 }
 
 /// A dot product in four independent lanes, so the compiler vectorises it without fast-math.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 4];
     let (ca, ra) = a.as_chunks::<4>();
     let (cb, rb) = b.as_chunks::<4>();
@@ -64,6 +80,18 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shift_keeps_each_lags_tap() {
+        let mut f = Nlms::new(6);
+        f.weights.copy_from_slice(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        f.shift(2);
+        assert_eq!(f.weights, [0.0, 0.0, 1.0, 2.0, 3.0, 4.0]);
+        f.shift(-3);
+        assert_eq!(f.weights, [2.0, 3.0, 4.0, 0.0, 0.0, 0.0]);
+        f.shift(9);
+        assert_eq!(f.weights, [0.0; 6]);
+    }
 
     #[test]
     fn dot_matches_the_plain_sum_for_every_length() {

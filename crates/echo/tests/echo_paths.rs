@@ -462,7 +462,7 @@ fn the_start_of_speech_the_gate_held_back_is_found_again() {
             }
             let (heard_from, began) = found.expect("the caller is heard");
             table += &format!(
-                "delay {delay_ms} ms ERL {erl_db} dB, speech at {at_ms} ms: began at frame {first}, heard from {heard_from}, walked back to {began}\n"
+                "delay {delay_ms} ms ERL {erl_db} dB, speech at {at_ms} ms: began at frame {first}, heard from {heard_from}, walked back to {began} {:?}\n", aec.report()
             );
             if began.abs_diff(first as u64) > 2 {
                 misses += 1;
