@@ -249,6 +249,14 @@ pub struct Args {
         arg(long, env = "ONTIME_TURN_STOP_TIMEOUT", value_name = "DURATION")
     )]
     pub turn_stop_timeout: Option<String>,
+    /// How long a ready VAD chunk waits for the other calls' chunks to join its batched run
+    /// (e.g. `32ms`; `0` runs at once): fewer, larger runs cost less CPU, each decision waits up
+    /// to this much.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "ONTIME_VAD_GATHER", value_name = "DURATION")
+    )]
+    pub vad_gather: Option<String>,
     /// Ring time before answering (180 first; e.g. `2s`); 0 answers at once.
     #[cfg_attr(
         feature = "cli",
@@ -493,6 +501,7 @@ impl Args {
             rtp_timeout,
             max_call_duration,
             turn_stop_timeout,
+            vad_gather,
             answer_delay,
             log_format,
             ort_dylib_path,
@@ -655,6 +664,8 @@ pub struct Config {
     pub max_call_duration: Duration,
     /// End-of-turn fallback after speech stops.
     pub turn_stop_timeout: Duration,
+    /// The inference thread's VAD gather window (`PoolConfig::vad_gather`).
+    pub vad_gather: Duration,
     /// Ring time before answering.
     pub answer_delay: Duration,
     /// Log format.
@@ -763,6 +774,7 @@ impl Default for Config {
             rtp_timeout: Some(Duration::from_secs(30)),
             max_call_duration: Duration::from_secs(3600),
             turn_stop_timeout: Duration::from_secs(3),
+            vad_gather: ontime_inference::config::DEFAULT_VAD_GATHER,
             answer_delay: Duration::ZERO,
             log_format: LogFormat::Text,
             ort_dylib_path: None,
@@ -921,6 +933,15 @@ pub(crate) const RANGES: &[(&str, Bounds)] = &[
         Bounds::Duration {
             min: Duration::from_millis(200),
             max: secs(30),
+            off: Off::Never,
+        },
+    ),
+    // The inference pool refuses more than two VAD chunks: every speech decision waits up to it.
+    (
+        "vad_gather",
+        Bounds::Duration {
+            min: Duration::ZERO,
+            max: ontime_inference::config::MAX_VAD_GATHER,
             off: Off::Never,
         },
     ),
@@ -1260,6 +1281,9 @@ impl Config {
         }
         if let Some(v) = &a.turn_stop_timeout {
             c.turn_stop_timeout = duration_on("turn_stop_timeout", v)?;
+        }
+        if let Some(v) = &a.vad_gather {
+            c.vad_gather = duration_on("vad_gather", v)?;
         }
         if let Some(v) = &a.answer_delay {
             c.answer_delay = duration_on("answer_delay", v)?;
@@ -1753,6 +1777,10 @@ mod tests {
             (
                 &["--max-calls", "99999999999"][..],
                 "config field `max_calls`: 99999999999 is outside 1–10000",
+            ),
+            (
+                &["--vad-gather", "100ms"][..],
+                "config field `vad_gather`: `100ms` is outside 0s–64ms",
             ),
             (
                 &["--max-call-duration", "99999999999h"],

@@ -597,6 +597,7 @@ fn model_paths(config: &Config) -> ModelPaths {
 fn pool_config(config: &Config) -> PoolConfig {
     let mut pool_config = PoolConfig::new(model_paths(config));
     pool_config.turn.incomplete_timeout = config.turn_stop_timeout;
+    pool_config.vad_gather = config.vad_gather;
     // The inference budget keeps model work inside the container's CFS quota: a throttled
     // period would freeze the sender too.
     cgroup_watch::publish_quota();

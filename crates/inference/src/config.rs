@@ -139,6 +139,12 @@ impl Default for TurnParams {
     }
 }
 
+/// [`PoolConfig::vad_gather`]'s default: one VAD chunk.
+pub const DEFAULT_VAD_GATHER: Duration = Duration::from_millis(32);
+
+/// The longest [`PoolConfig::vad_gather`] accepted (two chunks).
+pub const MAX_VAD_GATHER: Duration = Duration::from_millis(64);
+
 /// Everything [`crate::InferencePool::start`] needs.
 #[derive(Debug, Clone)]
 pub struct PoolConfig {
@@ -164,11 +170,19 @@ pub struct PoolConfig {
     /// the VAD rows but starts speech differently on 11 calls of 75 (Silero's state misses the
     /// quiet it was not run on), so it does not yet keep every onset (docs/inference.md).
     pub vad_quiet_peak: Option<i16>,
+    /// How long a call's ready chunk may wait for the other calls' chunks to join its VAD run.
+    /// Each run starts cold (its weights out of cache after the thread slept): on the reference
+    /// VM a batch of one costs 490 µs of CPU at the 32 ms cadence against 63 µs back to back
+    /// (`examples/vad_cadence.rs`), and calls at their own RTP phases made many small runs.
+    /// The batch runs once every call that has sent audio in the last 100 ms has a chunk ready,
+    /// or once the first ready chunk has waited this long. Zero: run as soon as any chunk is
+    /// ready. Default 32 ms (one chunk), so at most one run per 32 ms however many calls.
+    pub vad_gather: Duration,
 }
 
 impl PoolConfig {
     /// Defaults with the given paths: queue 4096, batch ≤ 128, pipecat's VAD and turn defaults, no
-    /// quota, 20 ms reserve per period, no quiet guard.
+    /// quota, 20 ms reserve per period, no quiet guard, a 32 ms gather window.
     pub fn new(paths: ModelPaths) -> Self {
         Self {
             paths,
@@ -179,6 +193,7 @@ impl PoolConfig {
             quota: None,
             budget_reserve: Duration::from_millis(20),
             vad_quiet_peak: None,
+            vad_gather: DEFAULT_VAD_GATHER,
         }
     }
 
@@ -205,6 +220,13 @@ impl PoolConfig {
             return Err(Error::InvalidConfig(format!(
                 "vad_quiet_peak {:?} must be positive (None turns the quiet guard off)",
                 self.vad_quiet_peak
+            )));
+        }
+        if self.vad_gather > MAX_VAD_GATHER {
+            return Err(Error::InvalidConfig(format!(
+                "vad_gather {:?} is over {MAX_VAD_GATHER:?}: a chunk held longer delays every \
+                 speech decision by as much",
+                self.vad_gather
             )));
         }
         if !(0.0..=1.0).contains(&self.turn.complete_threshold) {

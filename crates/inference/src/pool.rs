@@ -413,6 +413,8 @@ struct CallSlot {
     speculative_samples: u64,
     /// The confirmed stop waiting for its speculative job (`OnStop::Await`).
     awaiting: Option<StopDetection>,
+    /// When the call's audio last came.
+    last_push: Option<Instant>,
 }
 
 /// A confirmed speech stop: stream time and chunk of its detection, and when it was seen.
@@ -440,6 +442,7 @@ impl CallSlot {
             speculation: Speculation::new(),
             speculative_samples: 0,
             awaiting: None,
+            last_push: None,
         }
     }
 
@@ -449,6 +452,15 @@ impl CallSlot {
 
     fn oldest_arrival(&self) -> Option<Instant> {
         self.arrivals.front().map(|&(_, t)| t)
+    }
+
+    /// When the next chunk became ready: the arrival of the push that completed it.
+    fn ready_at(&self) -> Option<Instant> {
+        let needed = self.consumed_samples + VAD_CHUNK_SAMPLES as u64;
+        self.arrivals
+            .iter()
+            .find(|&&(end, _)| end >= needed)
+            .map(|&(_, t)| t)
     }
 }
 
@@ -539,6 +551,38 @@ fn turn_span(slot: &CallSlot, quiet_chunks: u32) -> (AudioSpan, u64) {
 /// is dropped: the work it held back may have gone meanwhile (its call ended), and a past
 /// deadline left in place made every wait return at once — the thread spun on a whole core
 /// (or its whole CPU quota, throttling the process) until the next call's audio arrived.
+/// Calls whose audio last came longer ago than this hold no VAD batch back (a bridged leg, a
+/// held call, a stream that stalled).
+const GATHER_ACTIVE: Duration = Duration::from_millis(100);
+
+/// When the next VAD batch is due (`None`: no chunk is ready), from each call's (when its next
+/// chunk became ready if it is, when its audio last came): at once when every call that sent
+/// audio within [`GATHER_ACTIVE`] has a chunk ready, else `gather` after the first chunk became
+/// ready. One run for all calls instead of one per RTP phase: each run starts cold.
+fn vad_batch_due(
+    calls: impl Iterator<Item = (Option<Instant>, Option<Instant>)>,
+    gather: Duration,
+    now: Instant,
+) -> Option<Instant> {
+    let mut first: Option<Instant> = None;
+    let mut others_coming = false;
+    for (ready_at, last_push) in calls {
+        match ready_at {
+            Some(at) => first = Some(first.map_or(at, |f| f.min(at))),
+            None => {
+                others_coming |=
+                    last_push.is_some_and(|p| now.saturating_duration_since(p) < GATHER_ACTIVE);
+            }
+        }
+    }
+    let first = first?;
+    Some(if others_coming {
+        first + gather
+    } else {
+        first.min(now)
+    })
+}
+
 fn wait_timeout(deferred_until: Option<Instant>, now: Instant) -> (Option<Instant>, Duration) {
     match deferred_until {
         Some(t) if t > now => (Some(t), t - now),
@@ -629,8 +673,14 @@ impl Worker {
             if !self.running {
                 break;
             }
-            let has_work = !self.turn_jobs.is_empty() || self.calls.values().any(CallSlot::ready);
-            let deferred = self.deferred_until.is_some_and(|t| Instant::now() < t);
+            let now = Instant::now();
+            let chunks = self.calls.values().map(|s| {
+                let ready_at = s.ready().then(|| s.ready_at().unwrap_or(now));
+                (ready_at, s.last_push)
+            });
+            let vad_due = vad_batch_due(chunks, self.config.vad_gather, now);
+            let has_work = !self.turn_jobs.is_empty() || vad_due.is_some_and(|t| t <= now);
+            let deferred = self.deferred_until.is_some_and(|t| now < t);
             if has_work && !deferred {
                 self.deferred_until = None;
                 if !self.turn_jobs.is_empty() {
@@ -640,14 +690,21 @@ impl Worker {
                 }
                 continue;
             }
-            self.wait();
+            self.wait(vad_due);
         }
     }
 
-    /// Blocks until a message arrives (or the deferral ends).
-    fn wait(&mut self) {
-        let (deferred_until, timeout) = wait_timeout(self.deferred_until, Instant::now());
+    /// Blocks until a message arrives (or the deferral ends, or the gathered VAD batch is due).
+    fn wait(&mut self, vad_due: Option<Instant>) {
+        let now = Instant::now();
+        let (deferred_until, timeout) = wait_timeout(self.deferred_until, now);
         self.deferred_until = deferred_until;
+        let timeout = match vad_due {
+            Some(due) if deferred_until.is_none() => {
+                timeout.min(due.saturating_duration_since(now))
+            }
+            _ => timeout,
+        };
         select! {
             recv(self.control) -> msg => match msg {
                 Ok(c) => self.handle_control(c),
@@ -699,6 +756,7 @@ impl Worker {
         let Some(slot) = self.calls.get_mut(&job.id) else {
             return; // Unregistered: the call ended.
         };
+        slot.last_push = Some(job.pushed_at);
         slot.pending.extend(job.samples.iter().copied());
         slot.pushed_samples += job.samples.len() as u64;
         slot.arrivals
@@ -1247,5 +1305,47 @@ mod tests {
         assert_eq!(wait_timeout(Some(past), now), (None, hour));
         assert_eq!(wait_timeout(Some(now), now), (None, hour));
         assert_eq!(wait_timeout(None, now), (None, hour));
+    }
+
+    #[test]
+    fn a_vad_batch_waits_for_the_other_calls_chunks_within_the_gather_window() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let gather = ms(32);
+        // Nothing ready: nothing due, whatever else is coming.
+        assert_eq!(
+            vad_batch_due([(None, Some(now))].into_iter(), gather, now),
+            None
+        );
+        // One call alone: due when its chunk was ready.
+        let ready = now - ms(3);
+        assert_eq!(
+            vad_batch_due([(Some(ready), Some(ready))].into_iter(), gather, now),
+            Some(ready)
+        );
+        // Another call's chunk is coming: wait the window from the first ready chunk.
+        let calls = [(Some(ready), Some(ready)), (None, Some(now - ms(10)))];
+        assert_eq!(
+            vad_batch_due(calls.into_iter(), gather, now),
+            Some(ready + gather)
+        );
+        // Every active call ready: due at once (the earliest ready time, already past).
+        let calls = [
+            (Some(now - ms(20)), Some(now - ms(20))),
+            (Some(ready), Some(ready)),
+        ];
+        assert_eq!(
+            vad_batch_due(calls.into_iter(), gather, now),
+            Some(now - ms(20))
+        );
+        // A call silent for longer than GATHER_ACTIVE (a bridged leg) holds nothing back.
+        let calls = [(Some(ready), Some(ready)), (None, Some(now - ms(150)))];
+        assert_eq!(vad_batch_due(calls.into_iter(), gather, now), Some(ready));
+        // No window: due at once.
+        let calls = [(Some(ready), Some(ready)), (None, Some(now))];
+        assert_eq!(
+            vad_batch_due(calls.into_iter(), Duration::ZERO, now),
+            Some(ready)
+        );
     }
 }
