@@ -9,8 +9,13 @@
 //! RUNS (default 300) VAD runs per batch size and RUNS / 15 Smart Turn runs, after 20 (2) warm-up
 //! runs; a few seconds per variant on one core. CPU = `CLOCK_THREAD_CPUTIME_ID` of this thread
 //! (the session runs on the caller's thread with one intra-op thread).
+//!
+//! With `--cadence` (`-- RUNS --cadence`), only the pool's options, batch of one, at the gateway's
+//! cadence against back to back: the pool runs one call's chunk every 32 ms and sleeps between,
+//! and a run after a sleep starts with the model out of the caches.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::session::Session;
@@ -116,6 +121,44 @@ fn turn_runs(session: &mut Session, features: &[f32], runs: usize) -> (f64, f32)
     (cpu.as_secs_f64() * 1e3 / runs as f64, last)
 }
 
+/// µs of thread CPU and of wall time per run, `gap` slept between runs.
+fn cadence_runs(session: &mut Session, pcm: &[f32], n: usize, gap: Duration) -> (f64, f64) {
+    let chunks = pcm.len() / VAD_CHUNK_SAMPLES - 1;
+    let mut input = vec![0.0f32; VAD_ROW];
+    let mut state = vec![0.0f32; VAD_STATE];
+    let sr = [8000i64];
+    let (mut cpu, mut wall) = (Duration::ZERO, Duration::ZERO);
+    for run in 0..n + 20 {
+        let c = run % chunks;
+        let start = (c + 1) * VAD_CHUNK_SAMPLES - VAD_CONTEXT_SAMPLES;
+        input.copy_from_slice(&pcm[start..start + VAD_ROW]);
+        if !gap.is_zero() {
+            std::thread::sleep(gap);
+        }
+        let (t0, c0) = (Instant::now(), thread_cpu_time());
+        let outputs = session
+            .run(ort::inputs![
+                TensorRef::from_array_view(([1, VAD_ROW], &input[..])).expect("input"),
+                TensorRef::from_array_view(([2, 1, 128], &state[..])).expect("state"),
+                TensorRef::from_array_view(((), &sr[..])).expect("sr"),
+            ])
+            .expect("VAD run");
+        let (_, s) = outputs["stateN"]
+            .try_extract_tensor::<f32>()
+            .expect("stateN");
+        state.copy_from_slice(s);
+        drop(outputs);
+        if run >= 20 {
+            cpu += thread_cpu_time().saturating_sub(c0);
+            wall += t0.elapsed();
+        }
+    }
+    (
+        cpu.as_secs_f64() * 1e6 / n as f64,
+        wall.as_secs_f64() * 1e6 / n as f64,
+    )
+}
+
 fn max_diff(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len());
     a.iter()
@@ -125,8 +168,11 @@ fn max_diff(a: &[f32], b: &[f32]) -> f64 {
 }
 
 fn main() {
-    let runs: usize = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cadence = args.iter().any(|a| a == "--cadence");
+    let runs: usize = args
+        .iter()
+        .find(|a| *a != "--cadence")
         .map(|a| a.parse().expect("RUNS is a number"))
         .unwrap_or(300);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -138,6 +184,21 @@ fn main() {
     let env = runtime::load_runtime(&paths.ort_dylib).expect("runtime");
     let pcm16 = read_wav(&root.join("fixtures/speech/book_table_8k.wav"));
     let pcm: Vec<f32> = pcm16.iter().map(|&s| f32::from(s) / 32768.0).collect();
+    if cadence {
+        let mut session =
+            runtime::one_thread_session(&env, &paths.silero_vad, "Silero VAD").expect("session");
+        println!("| cadence | CPU µs / run | wall µs / run |");
+        println!("| --- | --- | --- |");
+        for (name, gap) in [
+            ("back to back", Duration::ZERO),
+            ("one every 32 ms", Duration::from_millis(32)),
+            ("back to back again", Duration::ZERO),
+        ] {
+            let (cpu, wall) = cadence_runs(&mut session, &pcm, runs, gap);
+            println!("| {name} | {cpu:.1} | {wall:.1} |");
+        }
+        return;
+    }
     let mut up = Vec::new();
     upsample_2x(&pcm, &mut up);
     let features = SmartTurn::load(&env, &paths.smart_turn)

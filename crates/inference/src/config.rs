@@ -139,8 +139,10 @@ impl Default for TurnParams {
     }
 }
 
-/// [`PoolConfig::vad_gather`]'s default: one VAD chunk.
-pub const DEFAULT_VAD_GATHER: Duration = Duration::from_millis(32);
+/// [`PoolConfig::vad_gather`]'s default: off. On a dedicated core a 32 ms window saved 1–3 points
+/// of a core at 8–48 calls; under a 0.5-CPU quota it let the turn latency's p95 reach 602–702 ms
+/// where 446 was measured without it (docs/inference.md).
+pub const DEFAULT_VAD_GATHER: Duration = Duration::ZERO;
 
 /// The longest [`PoolConfig::vad_gather`] accepted (two chunks).
 pub const MAX_VAD_GATHER: Duration = Duration::from_millis(64);
@@ -173,16 +175,18 @@ pub struct PoolConfig {
     /// How long a call's ready chunk may wait for the other calls' chunks to join its VAD run.
     /// Each run starts cold (its weights out of cache after the thread slept): on the reference
     /// VM a batch of one costs 490 µs of CPU at the 32 ms cadence against 63 µs back to back
-    /// (`examples/vad_cadence.rs`), and calls at their own RTP phases made many small runs.
+    /// (`examples/session_options.rs --cadence`), and calls at their own RTP phases made many
+    /// small runs.
     /// The batch runs once every call that has sent audio in the last 100 ms has a chunk ready,
     /// or once the first ready chunk has waited this long. Zero: run as soon as any chunk is
-    /// ready. Default 32 ms (one chunk), so at most one run per 32 ms however many calls.
+    /// ready (the default, [`DEFAULT_VAD_GATHER`]); 32 ms (one chunk) makes it one run per 32 ms
+    /// however many calls.
     pub vad_gather: Duration,
 }
 
 impl PoolConfig {
     /// Defaults with the given paths: queue 4096, batch ≤ 128, pipecat's VAD and turn defaults, no
-    /// quota, 20 ms reserve per period, no quiet guard, a 32 ms gather window.
+    /// quota, 20 ms reserve per period, no quiet guard, no gather window.
     pub fn new(paths: ModelPaths) -> Self {
         Self {
             paths,
