@@ -193,23 +193,27 @@ fn budget_defers_work_under_a_tiny_quota() {
 }
 
 /// CPU time of this process's thread named `name` (utime + stime from `/proc`), if any.
-fn thread_cpu(name: &str) -> Option<Duration> {
-    let tick = Duration::from_millis(10); // USER_HZ is 100 on Linux
-    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        // The kernel keeps 15 bytes of a thread's name.
-        if comm.trim() != &name[..name.len().min(15)] {
-            continue;
-        }
-        let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
-        // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: u32 =
-            fields.get(11)?.parse::<u32>().ok()? + fields.get(12)?.parse::<u32>().ok()?;
-        return Some(tick * ticks);
-    }
-    None
+/// (task id, CPU) of every `ontime-inference` thread of this process.
+fn pool_threads_cpu() -> Vec<(String, Duration)> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            (comm.trim() == "ontime-inferenc").then_some(())?;
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let ticks: u32 =
+                fields.get(11)?.parse::<u32>().ok()? + fields.get(12)?.parse::<u32>().ok()?;
+            Some((
+                task.file_name().to_string_lossy().into_owned(),
+                Duration::from_millis(10) * ticks,
+            ))
+        })
+        .collect()
 }
 
 #[test]
@@ -226,9 +230,18 @@ fn the_thread_sleeps_when_calls_end_while_the_budget_defers_their_work() {
         pool.stats().calls == 0
     });
     std::thread::sleep(Duration::from_millis(200));
-    let before = thread_cpu("ontime-inference").expect("the pool's thread in /proc");
+    // Every idle pool thread of this binary (tests run in parallel, each with its own pool):
+    // the same task ids read twice, so a thread of another test ending between the reads
+    // cannot be mistaken for this one.
+    let before = pool_threads_cpu();
+    assert!(!before.is_empty(), "the pool's thread in /proc");
     std::thread::sleep(Duration::from_secs(1));
-    let used = thread_cpu("ontime-inference").expect("thread still there") - before;
+    let after = pool_threads_cpu();
+    let used = before
+        .iter()
+        .filter_map(|(tid, b)| Some(after.iter().find(|(t, _)| t == tid)?.1.saturating_sub(*b)))
+        .min()
+        .expect("a pool thread still there");
     // Idle, it blocks on its queues: a few ticks at most. Spinning, it used the whole second.
     assert!(
         used <= Duration::from_millis(50),
