@@ -58,21 +58,31 @@ fn read_wav(path: &Path) -> Vec<i16> {
 }
 
 /// Runs `runs` batches of `b` rows (row i reads chunk (run·b + i) of the recording, states
-/// carried per row); returns µs of thread CPU per run and every probability, in order.
-fn vad_runs(session: &mut Session, pcm: &[f32], b: usize, runs: usize) -> (f64, Vec<f32>) {
+/// carried per row), sleeping `gap` before each; returns µs of thread CPU and of wall time per
+/// run, and every probability, in order.
+fn vad_runs(
+    session: &mut Session,
+    pcm: &[f32],
+    b: usize,
+    runs: usize,
+    gap: Duration,
+) -> (f64, f64, Vec<f32>) {
     let chunks = pcm.len() / VAD_CHUNK_SAMPLES - 1;
     let mut input = vec![0.0f32; b * VAD_ROW];
     let mut state = vec![0.0f32; b * VAD_STATE];
     let sr = [8000i64];
     let mut probs = Vec::with_capacity(runs * b);
-    let mut cpu = std::time::Duration::ZERO;
+    let (mut cpu, mut wall) = (Duration::ZERO, Duration::ZERO);
     for run in 0..runs + 20 {
         for i in 0..b {
             let c = (run * b + i) % chunks;
             let start = (c + 1) * VAD_CHUNK_SAMPLES - VAD_CONTEXT_SAMPLES;
             input[i * VAD_ROW..(i + 1) * VAD_ROW].copy_from_slice(&pcm[start..start + VAD_ROW]);
         }
-        let before = thread_cpu_time();
+        if !gap.is_zero() {
+            std::thread::sleep(gap);
+        }
+        let (before, started) = (thread_cpu_time(), Instant::now());
         let input_t = TensorRef::from_array_view(([b, VAD_ROW], &input[..])).expect("input");
         let state_t = TensorRef::from_array_view(([2, b, 128], &state[..])).expect("state");
         let sr_t = TensorRef::from_array_view(((), &sr[..])).expect("sr");
@@ -92,9 +102,11 @@ fn vad_runs(session: &mut Session, pcm: &[f32], b: usize, runs: usize) -> (f64, 
         drop(outputs);
         if run >= 20 {
             cpu += thread_cpu_time().saturating_sub(before);
+            wall += started.elapsed();
         }
     }
-    (cpu.as_secs_f64() * 1e6 / runs as f64, probs)
+    let per_run = |d: Duration| d.as_secs_f64() * 1e6 / runs as f64;
+    (per_run(cpu), per_run(wall), probs)
 }
 
 fn turn_runs(session: &mut Session, features: &[f32], runs: usize) -> (f64, f32) {
@@ -119,44 +131,6 @@ fn turn_runs(session: &mut Session, features: &[f32], runs: usize) -> (f64, f32)
         }
     }
     (cpu.as_secs_f64() * 1e3 / runs as f64, last)
-}
-
-/// µs of thread CPU and of wall time per run, `gap` slept between runs.
-fn cadence_runs(session: &mut Session, pcm: &[f32], n: usize, gap: Duration) -> (f64, f64) {
-    let chunks = pcm.len() / VAD_CHUNK_SAMPLES - 1;
-    let mut input = vec![0.0f32; VAD_ROW];
-    let mut state = vec![0.0f32; VAD_STATE];
-    let sr = [8000i64];
-    let (mut cpu, mut wall) = (Duration::ZERO, Duration::ZERO);
-    for run in 0..n + 20 {
-        let c = run % chunks;
-        let start = (c + 1) * VAD_CHUNK_SAMPLES - VAD_CONTEXT_SAMPLES;
-        input.copy_from_slice(&pcm[start..start + VAD_ROW]);
-        if !gap.is_zero() {
-            std::thread::sleep(gap);
-        }
-        let (t0, c0) = (Instant::now(), thread_cpu_time());
-        let outputs = session
-            .run(ort::inputs![
-                TensorRef::from_array_view(([1, VAD_ROW], &input[..])).expect("input"),
-                TensorRef::from_array_view(([2, 1, 128], &state[..])).expect("state"),
-                TensorRef::from_array_view(((), &sr[..])).expect("sr"),
-            ])
-            .expect("VAD run");
-        let (_, s) = outputs["stateN"]
-            .try_extract_tensor::<f32>()
-            .expect("stateN");
-        state.copy_from_slice(s);
-        drop(outputs);
-        if run >= 20 {
-            cpu += thread_cpu_time().saturating_sub(c0);
-            wall += t0.elapsed();
-        }
-    }
-    (
-        cpu.as_secs_f64() * 1e6 / n as f64,
-        wall.as_secs_f64() * 1e6 / n as f64,
-    )
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f64 {
@@ -194,7 +168,7 @@ fn main() {
             ("one every 32 ms", Duration::from_millis(32)),
             ("back to back again", Duration::ZERO),
         ] {
-            let (cpu, wall) = cadence_runs(&mut session, &pcm, runs, gap);
+            let (cpu, wall, _) = vad_runs(&mut session, &pcm, 1, runs, gap);
             println!("| {name} | {cpu:.1} | {wall:.1} |");
         }
         return;
@@ -227,7 +201,7 @@ fn main() {
         let mut cells = Vec::new();
         let mut all = Vec::new();
         for b in [1usize, 8, 64] {
-            let (us, probs) = vad_runs(&mut vad, &pcm, b, runs);
+            let (us, _, probs) = vad_runs(&mut vad, &pcm, b, runs, Duration::ZERO);
             cells.push(format!("{us:.1}"));
             all.push(probs);
         }
