@@ -257,6 +257,11 @@ pub struct Args {
         arg(long, env = "ONTIME_VAD_GATHER", value_name = "DURATION")
     )]
     pub vad_gather: Option<String>,
+    /// The quiet guard's level: while a caller is quiet, 32 ms whose every sample is below this
+    /// magnitude (of 32767) wait for the next audible chunk and are run through the VAD back to
+    /// back with it, which costs far less than a run every 32 ms; `0` runs every chunk at once.
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_VAD_QUIET_PEAK"))]
+    pub vad_quiet_peak: Option<u16>,
     /// Ring time before answering (180 first; e.g. `2s`); 0 answers at once.
     #[cfg_attr(
         feature = "cli",
@@ -502,6 +507,7 @@ impl Args {
             max_call_duration,
             turn_stop_timeout,
             vad_gather,
+            vad_quiet_peak,
             answer_delay,
             log_format,
             ort_dylib_path,
@@ -666,6 +672,8 @@ pub struct Config {
     pub turn_stop_timeout: Duration,
     /// The inference thread's VAD gather window (`PoolConfig::vad_gather`).
     pub vad_gather: Duration,
+    /// The quiet guard's peak level (`PoolConfig::vad_quiet_peak`); 0 turns it off.
+    pub vad_quiet_peak: u16,
     /// Ring time before answering.
     pub answer_delay: Duration,
     /// Log format.
@@ -775,6 +783,7 @@ impl Default for Config {
             max_call_duration: Duration::from_secs(3600),
             turn_stop_timeout: Duration::from_secs(3),
             vad_gather: ontime_inference::config::DEFAULT_VAD_GATHER,
+            vad_quiet_peak: ontime_inference::vad::QUIET_PEAK.unsigned_abs(),
             answer_delay: Duration::ZERO,
             log_format: LogFormat::Text,
             ort_dylib_path: None,
@@ -945,6 +954,9 @@ pub(crate) const RANGES: &[(&str, Bounds)] = &[
             off: Off::Never,
         },
     ),
+    // 0 turns the guard off; a peak of 1,024 (−30 dBFS) would call soft speech quiet, though an
+    // onset is never lost to it (the first loud sample sends the chunk to the model).
+    ("vad_quiet_peak", Bounds::Count { min: 0, max: 1_024 }),
     // Ringing longer than a minute loses the caller; proxies give up on a ringing INVITE after
     // Timer C (more than 3 min, RFC 3261 §16.6) and carriers' no-answer timers are shorter.
     (
@@ -1284,6 +1296,9 @@ impl Config {
         }
         if let Some(v) = &a.vad_gather {
             c.vad_gather = duration_on("vad_gather", v)?;
+        }
+        if let Some(v) = a.vad_quiet_peak {
+            c.vad_quiet_peak = count("vad_quiet_peak", v)?;
         }
         if let Some(v) = &a.answer_delay {
             c.answer_delay = duration_on("answer_delay", v)?;
@@ -1713,6 +1728,7 @@ mod tests {
             ("--ws-connect-timeout", "0", "ws_connect_timeout"),
             ("--ws-max-message-bytes", "10", "ws_max_message_bytes"),
             ("--ws-send-queue-frames", "0", "ws_send_queue_frames"),
+            ("--vad-quiet-peak", "2000", "vad_quiet_peak"),
             ("--ws-custom-parameter", "novalue", "ws_custom_parameter"),
             ("--ws-forward-header", "Bad Header", "ws_forward_header"),
         ] {

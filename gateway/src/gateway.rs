@@ -598,6 +598,8 @@ fn pool_config(config: &Config) -> PoolConfig {
     let mut pool_config = PoolConfig::new(model_paths(config));
     pool_config.turn.incomplete_timeout = config.turn_stop_timeout;
     pool_config.vad_gather = config.vad_gather;
+    pool_config.vad_quiet_peak =
+        (config.vad_quiet_peak > 0).then_some(config.vad_quiet_peak as i16);
     // The inference budget keeps model work inside the container's CFS quota: a throttled
     // period would freeze the sender too.
     cgroup_watch::publish_quota();

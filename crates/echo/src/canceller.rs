@@ -70,6 +70,12 @@ const BOUND_REFERENCE: f32 = 1e-4;
 const DOUBT_HANGOVER: u32 = 10;
 /// Frames (120 ms) the residual keeps passing after the caller was last heard.
 const CALLER_HANGOVER: u32 = 6;
+/// Frames (80 ms) a VAD's end may lie past the gate's hangover: it ends speech on a 32 ms
+/// chunk's boundary, and Silero's probability stays up for about a chunk after the voice stops.
+/// `speech_ended` walks back over the hangover and this much: with the hangover alone, one
+/// "mm-hmm" in five (end to end, `echo_line`'s backchannel test) ended 130–170 ms past its last
+/// frame, beyond the walk, and was heard whole plus the hangover, over the window.
+const VAD_END_SLACK: u32 = 4;
 /// How long the gate keeps passing the residual after the caller's last frame passed on
 /// evidence: a VAD hears up to this much more speech than the caller said
 /// ([`EchoCanceller::speech_ended`] takes it back).
@@ -353,8 +359,8 @@ impl EchoCanceller {
     /// likely ended: after the caller's last frame that passed on evidence, the gate passes
     /// the residual for [`CALLER_HANGOVER_TIME`], and a VAD hears that as the speech going on
     /// (a 300 ms "mm-hmm" heard as 420 ms is no longer a backchannel under a 400 ms window).
-    /// Walks back from `end` over at most that many frames to the end of the last frame that
-    /// passed on evidence; `end` itself when there is none within them (or they are no longer
+    /// Walks back from `end` over at most that many frames, and a VAD's slack at its end
+    /// (`VAD_END_SLACK`), to the end of the last frame that passed on evidence; `end` itself when there is none within them (or they are no longer
     /// remembered): the VAD's end was not the hangover's.
     pub fn speech_ended(&self, end: u64) -> u64 {
         let frame = FRAME_SAMPLES as u64;
@@ -372,7 +378,7 @@ impl EchoCanceller {
                 return (position + frame).min(end);
             }
             walked += 1;
-            if walked > CALLER_HANGOVER {
+            if walked > CALLER_HANGOVER + VAD_END_SLACK {
                 break;
             }
         }

@@ -165,12 +165,14 @@ pub struct PoolConfig {
     /// CPU per CFS period left for the sender and I/O: inference may use at most quota − reserve.
     pub budget_reserve: Duration,
     /// The quiet guard: while a call is quiet (no speech starting), a 32 ms chunk whose every
-    /// sample is below this magnitude is non-speech without a Silero run
-    /// ([`crate::vad::is_quiet_chunk`], [`crate::vad::VadStream::skip_quiet`]); 64
-    /// ([`crate::vad::QUIET_PEAK`], about −54 dBFS) is the level measured. Default `None` (the
-    /// model judges every chunk): on the fixed set of `tests/quiet_guard.rs` it saves 37 % of
-    /// the VAD rows but starts speech differently on 11 calls of 75 (Silero's state misses the
-    /// quiet it was not run on), so it does not yet keep every onset (docs/inference.md).
+    /// sample is below this magnitude is called non-speech without a Silero run
+    /// ([`crate::vad::is_quiet_chunk`]) and deferred; the deferred chunks are run back to back
+    /// just before the call's next chunk the model judges, so Silero's state is the one it would
+    /// have had, and the 5 s state reset drops those not needed. Each run after the thread slept
+    /// costs about eight times one run back to back (docs/inference.md), so at small N most of a
+    /// quiet line's VAD cost goes. Default [`crate::vad::QUIET_PEAK`] (64, about −54 dBFS);
+    /// `None` judges every chunk as it comes. On `tests/quiet_guard.rs`'s fixed set and the
+    /// labelled set no onset or stop moves.
     pub vad_quiet_peak: Option<i16>,
     /// How long a call's ready chunk may wait for the other calls' chunks to join its VAD run.
     /// Each run starts cold (its weights out of cache after the thread slept): on the reference
@@ -186,7 +188,8 @@ pub struct PoolConfig {
 
 impl PoolConfig {
     /// Defaults with the given paths: queue 4096, batch ≤ 128, pipecat's VAD and turn defaults, no
-    /// quota, 20 ms reserve per period, no quiet guard, no gather window.
+    /// quota, 20 ms reserve per period, the quiet guard at [`crate::vad::QUIET_PEAK`], no gather
+    /// window.
     pub fn new(paths: ModelPaths) -> Self {
         Self {
             paths,
@@ -196,7 +199,7 @@ impl PoolConfig {
             turn: TurnParams::default(),
             quota: None,
             budget_reserve: Duration::from_millis(20),
-            vad_quiet_peak: None,
+            vad_quiet_peak: Some(crate::vad::QUIET_PEAK),
             vad_gather: DEFAULT_VAD_GATHER,
         }
     }

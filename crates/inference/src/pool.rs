@@ -104,6 +104,7 @@ struct Shared {
     vad_batches: AtomicU64,
     vad_chunks: AtomicU64,
     vad_guarded: AtomicU64,
+    vad_replayed: AtomicU64,
     turn_runs: AtomicU64,
     dropped_samples: AtomicU64,
     errors: AtomicU64,
@@ -135,6 +136,9 @@ pub struct PoolStats {
     /// Of them, chunks the quiet guard called non-speech without a model run
     /// (`PoolConfig::vad_quiet_peak`).
     pub vad_guarded: u64,
+    /// Of the guarded chunks, those later run through Silero after all, back to back just
+    /// before the call's next chunk the model judges, to give it the quiet's history.
+    pub vad_replayed: u64,
     /// Smart Turn inferences.
     pub turn_runs: u64,
     /// Samples dropped because a call's backlog exceeded 8 s (the thread could not keep up).
@@ -190,6 +194,7 @@ impl Shared {
             vad_batches: self.vad_batches.load(Ordering::Relaxed),
             vad_chunks: self.vad_chunks.load(Ordering::Relaxed),
             vad_guarded: self.vad_guarded.load(Ordering::Relaxed),
+            vad_replayed: self.vad_replayed.load(Ordering::Relaxed),
             turn_runs: self.turn_runs.load(Ordering::Relaxed),
             dropped_samples: self.dropped_samples.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
@@ -393,6 +398,10 @@ const MAX_BACKLOG_SAMPLES: usize = 8 * ontime_rtp::SAMPLE_RATE_HZ as usize;
 pub const VAD_STATE_RESET_CHUNKS: u64 =
     5 * ontime_rtp::SAMPLE_RATE_HZ as u64 / crate::speech::VAD_CHUNK_SAMPLES as u64;
 
+/// A call's quiet backlog is at most what the state reset lets build up (5 s), and a chunk.
+const MAX_QUIET_BACKLOG_SAMPLES: usize =
+    (VAD_STATE_RESET_CHUNKS as usize + 1) * crate::speech::VAD_CHUNK_SAMPLES;
+
 struct CallSlot {
     sink: Sink,
     pending: VecDeque<i16>,
@@ -406,6 +415,11 @@ struct CallSlot {
     skipped_chunks: u64,
     /// Chunk index of the last Silero state reset ([`VAD_STATE_RESET_CHUNKS`]).
     last_vad_reset_chunk: u64,
+    /// Quiet chunks the guard decided without the model since the stream's last model run or
+    /// state reset, oldest first. They are run through Silero, back to back, just before the
+    /// next chunk the model judges, so the state it judges from is the one it would have had;
+    /// the 5 s state reset drops them (and bounds them to that many chunks).
+    quiet_backlog: VecDeque<i16>,
     turn: TurnAudioBuffer,
     incomplete_since: Option<(u64, f32)>,
     speculation: Speculation,
@@ -437,6 +451,7 @@ impl CallSlot {
             detector: SpeechDetector::new(vad),
             skipped_chunks: 0,
             last_vad_reset_chunk: 0,
+            quiet_backlog: VecDeque::new(),
             turn: TurnAudioBuffer::new(turn.pre_speech, vad.start + VAD_CHUNK * 2, turn.max_audio),
             incomplete_since: None,
             speculation: Speculation::new(),
@@ -619,6 +634,8 @@ struct Worker {
     /// Per entry of `batch_ids`: its row in the model batch, or `None` for a chunk the quiet
     /// guard decides.
     batch_rows: Vec<Option<usize>>,
+    /// The model rows' calls with deferred quiet chunks to replay first, and how many each.
+    replays: Vec<(u64, usize)>,
     chunk_f32: Vec<f32>,
     chunk_i16: Vec<i16>,
     deferred_until: Option<Instant>,
@@ -658,6 +675,7 @@ impl Worker {
             },
             batch_ids: Vec::with_capacity(config.max_vad_batch),
             batch_rows: Vec::with_capacity(config.max_vad_batch),
+            replays: Vec::with_capacity(config.max_vad_batch),
             chunk_f32: vec![0.0; VAD_CHUNK_SAMPLES * config.max_vad_batch],
             chunk_i16: vec![0; VAD_CHUNK_SAMPLES],
             deferred_until: None,
@@ -872,6 +890,7 @@ impl Worker {
         if !ready.is_empty() {
             histogram!(QUEUE_WAIT_SECONDS, "model" => MODEL_VAD).record(waited.as_secs_f64());
         }
+        self.replay_quiet_backlogs();
         self.vad.begin_batch(b);
         for (id, row) in self.batch_ids.iter().zip(&self.batch_rows) {
             let Some(i) = *row else {
@@ -917,6 +936,80 @@ impl Worker {
         true
     }
 
+    /// Runs each model row's call over the quiet chunks the guard deferred since its last run,
+    /// in order, before its chunk is judged. Back to back these runs find the model in the
+    /// caches (a VAD run costs ≈ 60 µs so, ≈ 490 µs after the thread slept 32 ms:
+    /// docs/inference.md), so deferring quiet chunks and replaying them costs far less than
+    /// judging each as it comes, and the decisions are the model's own. Calls replaying together
+    /// share runs, aligned on their last deferred chunk (rows are independent). The
+    /// probabilities are not used: the guard has already called those chunks non-speech.
+    fn replay_quiet_backlogs(&mut self) {
+        self.replays.clear();
+        for (&id, row) in self.batch_ids.iter().zip(&self.batch_rows) {
+            let Some(slot) = self.calls.get(&id).filter(|_| row.is_some()) else {
+                continue;
+            };
+            let chunks = slot.quiet_backlog.len() / VAD_CHUNK_SAMPLES;
+            if chunks > 0 {
+                self.replays.push((id, chunks));
+            }
+        }
+        let Some(steps) = self.replays.iter().map(|&(_, n)| n).max() else {
+            return;
+        };
+        let cpu_before = thread_cpu_time();
+        let mut replayed = 0u64;
+        for step in 0..steps {
+            // A call with n deferred chunks joins at step `steps - n`.
+            let joined = |n: usize| n + step >= steps;
+            let rows = self.replays.iter().filter(|&&(_, n)| joined(n)).count();
+            self.vad.begin_batch(rows);
+            let mut i = 0;
+            let mut ran = Ok(());
+            for &(id, n) in &self.replays {
+                let Some(slot) = self.calls.get(&id).filter(|_| joined(n)) else {
+                    continue;
+                };
+                let chunk = &mut self.chunk_f32[i * VAD_CHUNK_SAMPLES..(i + 1) * VAD_CHUNK_SAMPLES];
+                for (o, &s) in chunk.iter_mut().zip(slot.quiet_backlog.iter()) {
+                    *o = f32::from(s) / 32768.0;
+                }
+                ran = ran.and_then(|()| self.vad.set_row(i, &slot.vad, chunk));
+                i += 1;
+            }
+            ran = ran.and_then(|()| self.vad.run());
+            let mut i = 0;
+            for &(id, n) in &self.replays {
+                let Some(slot) = self.calls.get_mut(&id).filter(|_| joined(n)) else {
+                    continue;
+                };
+                ran = ran.and_then(|()| self.vad.finish_row(i, &mut slot.vad).map(drop));
+                slot.quiet_backlog.drain(..VAD_CHUNK_SAMPLES);
+                i += 1;
+            }
+            if let Err(e) = ran {
+                tracing::error!(error = %e, "Silero VAD replay of deferred quiet chunks failed");
+                self.shared.errors.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+            replayed += rows as u64;
+        }
+        for &(id, _) in &self.replays {
+            if let Some(slot) = self.calls.get_mut(&id) {
+                slot.quiet_backlog.clear();
+            }
+        }
+        // Model CPU all the same: the admission estimate reads its rate.
+        let cpu = thread_cpu_time().saturating_sub(cpu_before);
+        self.shared
+            .model_cpu_ns
+            .fetch_add(cpu.as_nanos() as u64, Ordering::Relaxed);
+        self.shared
+            .vad_replayed
+            .fetch_add(replayed, Ordering::Relaxed);
+        counter!(JOBS_TOTAL, "model" => MODEL_VAD).increment(replayed);
+    }
+
     /// Decides every chunk of the batch: a model row by its probability, a guarded chunk as
     /// non-speech; then each call's speech, turn and speculation rules.
     fn decide_chunks(
@@ -943,10 +1036,15 @@ impl Worker {
                     Err(_) => continue,
                 },
                 None => {
+                    if slot.quiet_backlog.len() >= MAX_QUIET_BACKLOG_SAMPLES {
+                        // Only if the state reset stopped bounding the backlog: the oldest
+                        // chunk's history is then lost (its tail still becomes the context).
+                        let oldest: Vec<i16> =
+                            slot.quiet_backlog.drain(..VAD_CHUNK_SAMPLES).collect();
+                        slot.vad.skip_quiet(&oldest);
+                    }
                     let chunk = slot.pending.range(..VAD_CHUNK_SAMPLES).copied();
-                    self.chunk_i16.clear();
-                    self.chunk_i16.extend(chunk);
-                    slot.vad.skip_quiet(&self.chunk_i16);
+                    slot.quiet_backlog.extend(chunk);
                     0.0
                 }
             };
@@ -1088,6 +1186,7 @@ impl Worker {
                     >= VAD_STATE_RESET_CHUNKS
             {
                 slot.vad.reset();
+                slot.quiet_backlog.clear();
                 slot.last_vad_reset_chunk = chunk_index + 1;
             }
             // After an incomplete verdict, enough silence ends the turn anyway.

@@ -1150,9 +1150,14 @@ impl CallCore {
                 if let Some(p) = self.pending_barge_in.take() {
                     // As the caller spoke it: without the tail the echo gate passed on its
                     // hangover alone.
-                    let lasted = end
-                        .saturating_sub(p.onset)
-                        .saturating_sub(self.echo_hangover_heard(end));
+                    let hangover = self.echo_hangover_heard(end);
+                    let lasted = end.saturating_sub(p.onset).saturating_sub(hangover);
+                    info!(
+                        heard_ms = end.saturating_sub(p.onset).as_millis() as u64,
+                        hangover_ms = hangover.as_millis() as u64,
+                        lasted_ms = lasted.as_millis() as u64,
+                        "speech ended before the barge-in decision"
+                    );
                     if lasted < self.settings.barge_in_min_speech {
                         self.stats.backchannels += 1;
                         self.notify(AgentNotice::Backchannel {
