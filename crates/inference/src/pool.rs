@@ -1039,9 +1039,10 @@ impl Worker {
                     if slot.quiet_backlog.len() >= MAX_QUIET_BACKLOG_SAMPLES {
                         // Only if the state reset stopped bounding the backlog: the oldest
                         // chunk's history is then lost (its tail still becomes the context).
-                        let oldest: Vec<i16> =
-                            slot.quiet_backlog.drain(..VAD_CHUNK_SAMPLES).collect();
-                        slot.vad.skip_quiet(&oldest);
+                        self.chunk_i16.clear();
+                        self.chunk_i16
+                            .extend(slot.quiet_backlog.drain(..VAD_CHUNK_SAMPLES));
+                        slot.vad.skip_quiet(&self.chunk_i16);
                     }
                     let chunk = slot.pending.range(..VAD_CHUNK_SAMPLES).copied();
                     slot.quiet_backlog.extend(chunk);
