@@ -618,6 +618,11 @@ fn record_stats(stats: CallStats) {
     add(m::TURNS_TOTAL, stats.turns);
     add(m::BARGE_INS_TOTAL, stats.barge_ins);
     add(m::BACKCHANNELS_TOTAL, stats.backchannels);
+    for (reason, n) in stats.replies_held.iter() {
+        counter!(m::REPLIES_HELD_TOTAL, "reason" => reason).increment(n);
+    }
+    add(m::TURNS_RESUMED_TOTAL, stats.turns_resumed);
+    add(m::HELD_REPLIES_DROPPED_TOTAL, stats.held_replies_dropped);
     add(m::ECHO_FRAMES_GATED_TOTAL, stats.echo_frames_gated);
     add(m::ECHO_BURSTS_GATED_TOTAL, stats.echo_bursts_gated);
     if let Some(echo) = stats.echo_found {

@@ -392,6 +392,11 @@ pub struct Args {
     /// using what the gateway played as the reference, so the bot does not barge in on itself.
     #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_ECHO_CANCELLER"))]
     pub echo_canceller: Option<bool>,
+    /// Reply hold-back, `true` (the default) or `false`: after a turn end the bot's reply waits
+    /// while Smart Turn was unsure or the caller has paused mid-sentence before, and a caller
+    /// who resumes first has it dropped unheard (`ontime.turn_resumed` to the bot).
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_REPLY_HOLD_BACK"))]
+    pub reply_hold_back: Option<bool>,
     /// TwiML's `<Dial>` as a blind transfer by SIP REFER, `true`, or as Twilio's bridged
     /// second leg placed through the trunk, `false` (the default). For trunks that take REFER
     /// and should carry the transferred call themselves.
@@ -537,6 +542,7 @@ impl Args {
             srtp,
             symmetric_rtp,
             echo_canceller,
+            reply_hold_back,
             dial_by_refer,
             register,
             register_user,
@@ -732,6 +738,8 @@ pub struct Config {
     pub symmetric_rtp: bool,
     /// Cancel the line's echo of the reply in what the barge-in VAD hears.
     pub echo_canceller: bool,
+    /// Hold replies back after doubtful turn ends and for callers who pause mid-sentence.
+    pub reply_hold_back: bool,
     /// `<Dial>` transfers by REFER instead of bridging a second leg.
     pub dial_by_refer: bool,
     /// Measured headroom (calls) a new call needs.
@@ -817,6 +825,7 @@ impl Default for Config {
             srtp: ontime_sip::SrtpPolicy::Optional,
             symmetric_rtp: false,
             echo_canceller: true,
+            reply_hold_back: true,
             dial_by_refer: false,
             // One call: refuse the call that the measured headroom says would not fit
             // (docs/capacity.md: 128 offered, the excess refused, every admitted call ok on a
@@ -1341,6 +1350,9 @@ impl Config {
         }
         if let Some(v) = a.echo_canceller {
             c.echo_canceller = v;
+        }
+        if let Some(v) = a.reply_hold_back {
+            c.reply_hold_back = v;
         }
         if let Some(list) = &a.ws_custom_parameter {
             c.ws_custom_parameters = list

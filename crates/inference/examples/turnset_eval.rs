@@ -71,6 +71,9 @@ struct Outcome {
     decision: Decision,
     /// Wall time from the last voiced frame's send to the complete verdict at the real end.
     latency: Option<Duration>,
+    /// Every Smart Turn verdict of the turn: where it was on the turn's audio (ms, from the
+    /// turn file's start), its probability and whether it called the turn complete.
+    verdicts: Vec<(u64, f32, bool)>,
 }
 
 struct Turn {
@@ -211,6 +214,19 @@ fn run_turn(rules: &[Rule], turn: &Turn) -> Vec<Outcome> {
             let log = log.lock().expect("log").clone();
             let mut decision = Decision::None;
             let mut latency = None;
+            let verdicts = log
+                .iter()
+                .filter_map(|(_, e)| match e {
+                    InferenceEvent::TurnEnded {
+                        complete,
+                        timed_out: false,
+                        at,
+                        probability,
+                        ..
+                    } => Some((at.as_millis() as u64, *probability, *complete)),
+                    _ => None,
+                })
+                .collect();
             for (when, e) in &log {
                 let InferenceEvent::TurnEnded {
                     complete,
@@ -236,7 +252,11 @@ fn run_turn(rules: &[Rule], turn: &Turn) -> Vec<Outcome> {
                 };
                 break;
             }
-            Outcome { decision, latency }
+            Outcome {
+                decision,
+                latency,
+                verdicts,
+            }
         })
         .collect()
 }
@@ -343,7 +363,14 @@ fn main() {
                     rule.name,
                     o.decision.name(),
                     o.latency
-                        .map_or(String::new(), |l| format!("@{:.0}", l.as_secs_f64() * 1e3))
+                        .map_or(String::new(), |l| format!("@{:.0}", l.as_secs_f64() * 1e3)),
+                ) + &format!(
+                    " verdicts {}",
+                    o.verdicts
+                        .iter()
+                        .map(|(at, p, c)| format!("{at}:{p:.3}:{}", u8::from(*c)))
+                        .collect::<Vec<_>>()
+                        .join(",")
                 ))
                 .collect::<Vec<_>>()
                 .join(" ")

@@ -14,6 +14,9 @@ const WAVE_FORMAT_MULAW: u16 = 7;
 /// the gateway's idle packets are digital silence, espeak's pauses stay below it.
 pub const SILENCE_THRESHOLD: i16 = 64;
 
+/// Speech shorter than this is never split by a mid-sentence pause ([`Utterance::pause_point`]).
+pub const MIN_PAUSABLE: std::time::Duration = std::time::Duration::from_millis(1200);
+
 /// One recorded caller utterance.
 #[derive(Debug, Clone)]
 pub struct Utterance {
@@ -44,6 +47,30 @@ impl Utterance {
                 !is_silent_payload(&self.ulaw[i * frame..end], PT_PCMU)
             })
             .map_or(0, |i| ((i + 1) * frame).min(self.ulaw.len()))
+    }
+
+    /// Where a caller could pause mid-sentence: the byte index of the start of the quietest
+    /// 20 ms frame between 40 % and 70 % of the speech (a gap between two words; quietest by
+    /// the decoded frame's energy). None for speech shorter than [`MIN_PAUSABLE`] (a short
+    /// answer such as "Yes." is said in one go).
+    pub fn pause_point(&self) -> Option<usize> {
+        let frame = ontime_rtp::FRAME_BYTES;
+        let voiced_end = self.voiced_end();
+        let first = (0..voiced_end / frame)
+            .find(|&i| !is_silent_payload(&self.ulaw[i * frame..(i + 1) * frame], PT_PCMU))?;
+        let frames = voiced_end / frame - first;
+        if (frames * frame) < MIN_PAUSABLE.as_millis() as usize * 8 {
+            return None;
+        }
+        let energy = |i: usize| -> u64 {
+            let mut pcm = [0i16; ontime_rtp::FRAME_BYTES];
+            ontime_rtp::g711::ulaw_decode_slice(&self.ulaw[i * frame..(i + 1) * frame], &mut pcm);
+            pcm.iter()
+                .map(|&s| (i64::from(s) * i64::from(s)) as u64)
+                .sum()
+        };
+        let (lo, hi) = (first + frames * 2 / 5, first + frames * 7 / 10);
+        (lo..=hi).min_by_key(|&i| energy(i)).map(|i| i * frame)
     }
 
     /// Length in milliseconds.
@@ -236,6 +263,40 @@ mod tests {
         }
         let quiet_tail = Utterance::new("t", [&[0x10u8; 320][..], &[0xFF; 500][..]].concat());
         assert_eq!(quiet_tail.voiced_end(), 320);
+    }
+
+    #[test]
+    fn the_fixtures_pause_between_words_and_the_short_answer_does_not() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/callers");
+        let all = load_callers_dir(&dir).unwrap();
+        let points: Vec<Option<usize>> = all.iter().map(Utterance::pause_point).collect();
+        // "Yes." (utterance 3) is said in one go; the three sentences get a point on a frame
+        // boundary inside their speech.
+        assert_eq!(
+            points.iter().filter(|p| p.is_none()).count(),
+            1,
+            "{points:?}"
+        );
+        for (u, p) in all.iter().zip(&points) {
+            let Some(p) = *p else {
+                assert!(u.name.contains("utterance_3"), "{}", u.name);
+                continue;
+            };
+            assert_eq!(p % ontime_rtp::FRAME_BYTES, 0);
+            assert!(
+                p > u.voiced_end() / 3 && p < u.voiced_end(),
+                "{}: {p}",
+                u.name
+            );
+        }
+        // On made-up audio: the one quiet frame in the middle is the point.
+        let mut speech = vec![0x10u8; 160 * 100];
+        speech[160 * 55..160 * 56].fill(0xFF);
+        assert_eq!(Utterance::new("s", speech).pause_point(), Some(160 * 55));
+        assert_eq!(
+            Utterance::new("short", vec![0x10u8; 160 * 50]).pause_point(),
+            None
+        );
     }
 
     #[test]

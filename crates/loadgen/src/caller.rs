@@ -153,6 +153,9 @@ pub struct CallerSetup {
     pub answer_timeout: Duration,
     /// Plain RTP or SRTP.
     pub media: Media,
+    /// Callers pause mid-sentence this long (a range, seeded per turn) in every utterance long
+    /// enough ([`Utterance::pause_point`]): the end-of-turn test. None: they speak in one go.
+    pub mid_pause: Option<(Duration, Duration)>,
 }
 
 /// Something a caller observed.
@@ -184,6 +187,13 @@ pub enum RecordKind {
     Turn {
         /// The turn latency.
         latency: Duration,
+        /// The caller paused mid-sentence in this turn ([`CallerSetup::mid_pause`]).
+        paused: bool,
+    },
+    /// The caller resumed after a mid-sentence pause ([`CallerSetup::mid_pause`]).
+    PausedTurn {
+        /// Agent audio began inside the pause: the caller was cut off.
+        reply_in_pause: bool,
     },
     /// No agent audio within the answer timeout after the caller stopped speaking.
     Unanswered {
@@ -273,6 +283,30 @@ fn kernel_arrival(stamp: Option<Duration>) -> Instant {
     now.checked_sub(wall.saturating_sub(stamp)).unwrap_or(now)
 }
 
+/// Where a speaking caller is in a mid-sentence pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MidPause {
+    /// The utterance has none.
+    No,
+    /// Not reached yet.
+    Before,
+    /// In it; `replied` once agent audio began.
+    In { replied: bool },
+    /// Resumed.
+    After,
+}
+
+/// Marks on the caller's stream: each turn's speech end, its pause's start and its resumption.
+fn end_mark(turn: u64) -> u64 {
+    turn * 4
+}
+fn pause_mark(turn: u64) -> u64 {
+    turn * 4 + 1
+}
+fn resume_mark(turn: u64) -> u64 {
+    turn * 4 + 2
+}
+
 enum Phase {
     Pausing {
         until: Instant,
@@ -280,11 +314,13 @@ enum Phase {
     Speaking {
         turn: u64,
         utterance: usize,
+        pause: MidPause,
     },
     Awaiting {
         since: Duration,
         deadline: Instant,
         utterance: usize,
+        paused: bool,
     },
     Listening,
 }
@@ -483,8 +519,23 @@ pub async fn run_caller(
         }
         let now = Instant::now();
         while let Some(StreamEvent::Mark { id: mark, .. }) = producer.try_event() {
-            if let Phase::Speaking { turn: t, utterance } = phase {
-                if mark == t {
+            if let Phase::Speaking {
+                turn: t,
+                utterance,
+                ref mut pause,
+            } = phase
+            {
+                if mark == pause_mark(t) {
+                    *pause = MidPause::In { replied: false };
+                } else if mark == resume_mark(t) {
+                    if let MidPause::In { replied } = *pause {
+                        record(RecordKind::PausedTurn {
+                            reply_in_pause: replied,
+                        });
+                    }
+                    *pause = MidPause::After;
+                } else if mark == end_mark(t) {
+                    let paused = *pause != MidPause::No;
                     let since = Duration::from_nanos(last_speech_ns.load(Relaxed));
                     phase = if listener.agent_speaking() {
                         Phase::Listening
@@ -493,6 +544,7 @@ pub async fn run_caller(
                             since,
                             deadline: now + setup.answer_timeout,
                             utterance,
+                            paused,
                         }
                     };
                 }
@@ -500,9 +552,10 @@ pub async fn run_caller(
         }
         match heard {
             Some(Heard::AgentStarted { arrival }) => match phase {
-                Phase::Awaiting { since, .. } => {
+                Phase::Awaiting { since, paused, .. } => {
                     record(RecordKind::Turn {
                         latency: arrival.saturating_sub(since),
+                        paused,
                     });
                     phase = Phase::Listening;
                 }
@@ -510,7 +563,12 @@ pub async fn run_caller(
                     record(RecordKind::EarlyAgentAudio);
                     phase = Phase::Listening;
                 }
-                Phase::Speaking { .. } => record(RecordKind::EarlyAgentAudio),
+                Phase::Speaking { ref mut pause, .. } => {
+                    if let MidPause::In { replied } = pause {
+                        *replied = true;
+                    }
+                    record(RecordKind::EarlyAgentAudio);
+                }
                 Phase::Listening => {}
             },
             Some(Heard::AgentEnded(u)) => {
@@ -531,8 +589,25 @@ pub async fn run_caller(
                 // The mark sits at the end of the speech, before the file's trailing quiet: the
                 // gateway may answer while that quiet is still playing.
                 let voiced_end = utterance.voiced_end();
-                producer.push(&utterance.ulaw[..voiced_end]);
-                if producer.mark(turn).is_err() {
+                let split = setup.mid_pause.and_then(|(min, max)| {
+                    let at = utterance.pause_point()?;
+                    let ms = rng.random_range(min.as_millis() as u64..=max.as_millis() as u64);
+                    Some((at, ms as usize * 8))
+                });
+                let mut marked = true;
+                let mut from = 0;
+                if let Some((at, quiet)) = split {
+                    // The pause replaces the quietest frame between two words with line
+                    // silence (µ-law 0xFF decodes to 0), as a caller who stops to think.
+                    producer.push(&utterance.ulaw[..at]);
+                    marked &= producer.mark(pause_mark(turn)).is_ok();
+                    producer.push(&vec![0xFF; quiet]);
+                    marked &= producer.mark(resume_mark(turn)).is_ok();
+                    from = at;
+                }
+                producer.push(&utterance.ulaw[from..voiced_end]);
+                marked &= producer.mark(end_mark(turn)).is_ok();
+                if !marked {
                     break Some("harness mark queue full".into());
                 }
                 producer.push(&utterance.ulaw[voiced_end..]);
@@ -540,6 +615,11 @@ pub async fn run_caller(
                 phase = Phase::Speaking {
                     turn,
                     utterance: index,
+                    pause: if split.is_some() {
+                        MidPause::Before
+                    } else {
+                        MidPause::No
+                    },
                 };
             }
             Phase::Awaiting {

@@ -72,6 +72,11 @@ struct Args {
     /// Seed of the callers' pauses and utterance choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Callers pause mid-sentence for MIN-MAX ms (e.g. 700-1200) in every utterance of at least
+    /// 1.2 s, at a gap between two words 40–70 % into it; the step reports how many pauses the
+    /// agent's reply began in (the caller was cut off). Shorter utterances are said in one go.
+    #[arg(long, value_parser = parse_mid_pause)]
+    mid_pause: Option<(Duration, Duration)>,
     /// Seconds without agent audio after the caller stops that make a turn unanswered.
     #[arg(long, default_value_t = 10.0)]
     answer_timeout: f64,
@@ -123,6 +128,25 @@ struct Args {
     samples: PathBuf,
 }
 
+/// `MIN-MAX` milliseconds, MIN ≤ MAX, both at most 10 s.
+fn parse_mid_pause(s: &str) -> Result<(Duration, Duration), String> {
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| format!("--mid-pause {s:?}: expected MIN-MAX in ms, e.g. 700-1200"))?;
+    let ms = |v: &str| -> Result<u64, String> {
+        v.trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&v| v <= 10_000)
+            .ok_or_else(|| format!("--mid-pause {s:?}: {v:?} is not 0–10000 ms"))
+    };
+    let (min, max) = (ms(a)?, ms(b)?);
+    if min > max {
+        return Err(format!("--mid-pause {s:?}: MIN is above MAX"));
+    }
+    Ok((Duration::from_millis(min), Duration::from_millis(max)))
+}
+
 fn seconds(what: &str, v: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(v)
         .map_err(|_| anyhow::anyhow!("--{what} {v}: not a number of seconds"))
@@ -165,6 +189,7 @@ fn main() -> anyhow::Result<()> {
         bail!("--measure must be above 0 s");
     }
     let answer_timeout = seconds("answer-timeout", args.answer_timeout)?;
+    let mid_pause = args.mid_pause;
     let utterances: Arc<[audio::Utterance]> = audio::load_callers_dir(&args.callers)
         .with_context(|| "loading caller speech (run from the workspace root or pass --callers)")?
         .into();
@@ -258,6 +283,7 @@ fn main() -> anyhow::Result<()> {
             origin: Instant::now(),
             answer_timeout,
             media: args.media.first().copied().unwrap_or_default(),
+            mid_pause,
         });
         let view = GatewayView {
             metrics,
@@ -325,6 +351,20 @@ fn main() -> anyhow::Result<()> {
                 s.failed_calls,
                 if s.client_bound { " (client-bound)" } else { "" },
             );
+            let line = if s.paused_turns > 0 {
+                format!(
+                    "{line}\n      mid-sentence pauses {}: a reply began in {} ({:.1} %); unanswered {}; \
+                     turns said in one go {} (p50 {} ms)",
+                    s.paused_turns,
+                    s.replies_in_pause,
+                    100.0 * s.replies_in_pause as f64 / s.paused_turns as f64,
+                    s.unanswered_turns,
+                    s.unpaused_turns,
+                    s.unpaused_lat_p50_ms.map_or("-".into(), |v| format!("{v:.0}")),
+                )
+            } else {
+                line
+            };
             // A hidden bar (output not a terminal) prints nothing: say it on stderr then.
             if bar.is_hidden() {
                 eprintln!("{line}");

@@ -175,7 +175,7 @@ fn progress_message(calls: usize, phase: &str, records: &[Record], elapsed: Dura
     let lat: Vec<f64> = records
         .iter()
         .filter_map(|r| match r.kind {
-            RecordKind::Turn { latency } => Some(latency.as_secs_f64() * 1000.0),
+            RecordKind::Turn { latency, .. } => Some(latency.as_secs_f64() * 1000.0),
             _ => None,
         })
         .collect();
@@ -341,6 +341,7 @@ fn summarize(
 ) -> StepReport {
     let in_window = |r: &&Record| r.at >= from && r.at <= to;
     let mut latencies = Vec::new();
+    let mut unpaused = Vec::new();
     let mut s = StepReport {
         calls,
         measure_s: to.duration_since(from).as_secs_f64(),
@@ -350,7 +351,16 @@ fn summarize(
     count_calls(records, &mut s);
     for r in records.iter().filter(in_window) {
         match &r.kind {
-            RecordKind::Turn { latency } => latencies.push(latency.as_secs_f64() * 1000.0),
+            RecordKind::Turn { latency, paused } => {
+                latencies.push(latency.as_secs_f64() * 1000.0);
+                if !paused {
+                    unpaused.push(latency.as_secs_f64() * 1000.0);
+                }
+            }
+            RecordKind::PausedTurn { reply_in_pause } => {
+                s.paused_turns += 1;
+                s.replies_in_pause += usize::from(*reply_in_pause);
+            }
             RecordKind::Unanswered { utterance } => {
                 s.unanswered_turns += 1;
                 *s.unanswered_by_utterance
@@ -369,6 +379,8 @@ fn summarize(
     s.lat_p50_ms = percentile(&latencies, 0.5);
     s.lat_p95_ms = percentile(&latencies, 0.95);
     s.lat_max_ms = percentile(&latencies, 1.0);
+    s.unpaused_turns = unpaused.len();
+    s.unpaused_lat_p50_ms = percentile(&unpaused, 0.5);
     s.agent_audio_min = agent_audio.as_secs_f64() / 60.0;
     s.underruns_per_min = if s.agent_audio_min > 0.0 {
         s.underruns as f64 / s.agent_audio_min

@@ -925,6 +925,7 @@ mod tests {
         assert_eq!(t.up, 2);
         t.on_record(&RecordKind::Turn {
             latency: Duration::from_millis(400),
+            paused: false,
         });
         t.on_record(&RecordKind::Agent(AgentUtterance {
             started: Duration::ZERO,

@@ -70,6 +70,14 @@ pub struct StepReport {
     pub unanswered_by_utterance: std::collections::BTreeMap<String, usize>,
     /// Agent audio that began before the caller had finished (no latency sample).
     pub early_replies: usize,
+    /// Mid-sentence pauses the callers made and resumed from (`--mid-pause`).
+    pub paused_turns: usize,
+    /// Of those, pauses in which agent audio began: the caller was cut off.
+    pub replies_in_pause: usize,
+    /// Answered turns said in one go (no mid-sentence pause: short answers with `--mid-pause`).
+    pub unpaused_turns: usize,
+    /// Their latency median, ms.
+    pub unpaused_lat_p50_ms: Option<f64>,
     /// Turn latency median, ms.
     pub lat_p50_ms: Option<f64>,
     /// Turn latency p95, ms.

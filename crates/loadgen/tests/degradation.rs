@@ -380,6 +380,7 @@ fn run_against(fake: &FakeGateway, steps: &[usize], media: &[Media], measure_s: 
             origin: Instant::now(),
             answer_timeout: Duration::from_secs(4),
             media: Media::Rtp,
+            mid_pause: None,
         });
         let plan = RunPlan {
             steps: steps.to_vec(),

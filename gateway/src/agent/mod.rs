@@ -62,6 +62,16 @@ pub enum AgentEvent<'a> {
         /// How long the caller spoke.
         speech_ms: u64,
     },
+    /// The caller went on speaking after [`AgentEvent::TurnEnded`] before the reply was heard
+    /// (a mid-sentence pause): the reply queued so far was dropped unheard, and audio the bot
+    /// still sends for it is dropped until the next `TurnEnded` or its `Clear`. The bot should
+    /// cancel the reply it is preparing.
+    TurnResumed {
+        /// From the end of the caller's speech to their resumption.
+        pause_ms: u64,
+        /// Reply audio dropped unheard.
+        dropped_ms: u64,
+    },
     /// The caller's speech cleared queued agent audio (local barge-in).
     BargeIn {
         /// Milliseconds of the current reply played out to the caller before their speech

@@ -27,6 +27,7 @@ use rand::{Rng, SeedableRng};
 use tracing::{info, warn};
 
 use super::dial::{ringback_cycle, DialEnd, DialLeg, RINGBACK_LOW_WATER};
+use super::hold_back::{HoldBack, HoldBackConfig, RESUME_WINDOW};
 use super::inbound::{law_of, InboundMedia, InboundOutcome};
 use super::outbound::Outbound;
 use super::program::{
@@ -110,6 +111,8 @@ pub struct CallSettings {
     pub transfer_domain: String,
     /// `<Dial>` transfers by REFER instead of bridging a second leg (`--dial-by-refer`).
     pub dial_by_refer: bool,
+    /// Reply hold-back after a turn end ([`super::hold_back`]).
+    pub hold_back: HoldBackConfig,
     /// The INVITE is not answered yet: the call runs a `<Dial answerOnBridge>` and answers
     /// ([`SipRequest::Answer`]) only once a leg is bridged, or when other TwiML runs after
     /// it; meanwhile it sends no media (the caller's phone rings back on our 180) and expects
@@ -205,6 +208,14 @@ pub enum AgentNotice {
         /// How long the caller spoke.
         speech_ms: u64,
     },
+    /// The caller went on speaking after their turn ended, before its reply was heard: the
+    /// end was a pause; the held reply (if any) was dropped.
+    TurnResumed {
+        /// From the end of the caller's speech to their resumption.
+        pause_ms: u64,
+        /// Reply audio dropped unheard.
+        dropped_ms: u64,
+    },
     /// Local barge-in cleared the reply.
     BargeIn {
         /// Milliseconds of the current reply the caller heard before the onset.
@@ -234,6 +245,13 @@ impl AgentNotice {
             },
             AgentNotice::Backchannel { speech_ms } => AgentEvent::Backchannel {
                 speech_ms: *speech_ms,
+            },
+            AgentNotice::TurnResumed {
+                pause_ms,
+                dropped_ms,
+            } => AgentEvent::TurnResumed {
+                pause_ms: *pause_ms,
+                dropped_ms: *dropped_ms,
             },
             AgentNotice::BargeIn {
                 heard_ms,
@@ -386,6 +404,19 @@ struct PendingBargeIn {
     decide_at: Instant,
 }
 
+/// The last turn's end, until its reply is heard, the caller resumes, or the bot stays silent
+/// for [`RESUME_WINDOW`].
+#[derive(Debug, Clone, Copy)]
+struct ReplyGate {
+    /// Where the caller's speech ended, and when the verdict came.
+    speech_end_at: Instant,
+    ended_at: Instant,
+    /// The reply may not play before this ([`HoldBack`]'s decision).
+    release_at: Instant,
+    /// `release_at` is still ahead: the reply's audio is held.
+    held: bool,
+}
+
 /// A call's SRTP state (SDES keys from the offer and answer).
 struct CallSrtp {
     /// Both keys: each new outgoing stream gets a context under ours.
@@ -439,6 +470,18 @@ pub struct CallCore {
     reply_mark: Option<String>,
     /// Caller speech over the reply not yet long enough to barge in.
     pending_barge_in: Option<PendingBargeIn>,
+    /// Reply hold-back: this caller's pauses and the decision per turn end.
+    hold_back: HoldBack,
+    /// The last turn end, until its reply is heard.
+    reply_gate: Option<ReplyGate>,
+    /// The caller resumed and their reply was dropped: the bot's audio of that reply is dropped
+    /// too, until the next turn end or the bot's `clear`.
+    stale_reply: bool,
+    /// Where the caller's speech last ended (the VAD's stop, on the call's clock).
+    last_speech_end: Option<Instant>,
+    /// The last turn end's speech end, until the caller speaks again: speech soon after it that
+    /// barges in on the reply is a pause the hold-back did not cover (it learns from it).
+    last_end_speech_at: Option<Instant>,
     turns: u64,
     barge_ins: u64,
     dtmf: String,
@@ -502,6 +545,7 @@ impl CallCore {
         wall: SystemTime,
     ) -> CallCore {
         let settings_unanswered = settings.unanswered;
+        let hold_back = HoldBack::new(settings.hold_back);
         let sdp_ip: Option<IpAddr> = negotiated.remote_rtp.map(|a| a.ip());
         let max_buffered_bytes =
             (settings.max_buffered.as_secs_f64() * f64::from(SAMPLE_RATE_HZ)) as usize;
@@ -540,6 +584,11 @@ impl CallCore {
             reply_ended: true,
             reply_mark: None,
             pending_barge_in: None,
+            hold_back,
+            reply_gate: None,
+            stale_reply: false,
+            last_speech_end: None,
+            last_end_speech_at: None,
             turns: 0,
             barge_ins: 0,
             dtmf: String::new(),
@@ -1111,6 +1160,22 @@ impl CallCore {
                     let verdict = amd.speech_started(onset_at);
                     self.amd_decided(verdict);
                 }
+                self.update_reply_gate(now);
+                self.hold_back.speech_started(onset_at);
+                let last_end = self.last_end_speech_at.take();
+                if let Some(gate) = self.reply_gate.take() {
+                    // The reply is not heard yet: the end was a pause, and the reply goes.
+                    self.turn_resumed(gate, onset_at);
+                    self.notify(AgentNotice::SpeechStarted);
+                    return;
+                }
+                if let Some(end) = last_end.filter(|_| self.may_barge_in()) {
+                    let pause = onset_at.saturating_duration_since(end);
+                    if pause <= RESUME_WINDOW {
+                        // Over the reply's start: a pause longer than the hold. Learn it.
+                        self.hold_back.resumed(pause);
+                    }
+                }
                 if self.may_barge_in() {
                     let lasted = detected.saturating_sub(onset);
                     // What the caller heard is counted to when they began, which can be before
@@ -1143,6 +1208,8 @@ impl CallCore {
             InferenceEvent::SpeechStopped { end, .. } => {
                 self.speaking = false;
                 let end_at = self.stream_instant(end, now);
+                self.last_speech_end = Some(end_at);
+                self.hold_back.speech_stopped(end_at);
                 if let Some(amd) = self.amd.as_mut() {
                     let verdict = amd.speech_stopped(end_at);
                     self.amd_decided(verdict);
@@ -1180,12 +1247,38 @@ impl CallCore {
                 if complete && !self.speaking {
                     self.turns += 1;
                     self.stats.turns += 1;
+                    let speech_end_at = self.last_speech_end.unwrap_or(now);
+                    let hold = self.hold_back.turn_ended(
+                        (!timed_out).then_some(probability),
+                        speech_end_at,
+                        now,
+                    );
+                    let held = hold.release_at > now;
+                    if held {
+                        self.stats.replies_held.add(hold.reason.as_str(), 1);
+                    }
+                    // The decision's inputs with it.
                     info!(
                         probability,
                         timed_out,
                         latency_ms = latency.as_secs_f64() * 1e3,
+                        hold_ms = hold.wait(now).as_millis() as u64,
+                        hold = hold.reason.as_str(),
+                        speech_ms = hold.speech.as_millis() as u64,
+                        resume_rate = hold.resume_rate,
+                        longest_pause_ms = hold.longest_pause.map(|p| p.as_millis() as u64),
+                        resumed_turn = hold.resumed_turn,
                         "turn ended"
                     );
+                    // A new end: whatever the bot sends now is its reply to it.
+                    self.stale_reply = false;
+                    self.reply_gate = Some(ReplyGate {
+                        speech_end_at,
+                        ended_at: now,
+                        release_at: hold.release_at,
+                        held,
+                    });
+                    self.last_end_speech_at = Some(speech_end_at);
                     self.notify(AgentNotice::TurnEnded {
                         probability: (!timed_out).then_some(probability),
                     });
@@ -1219,6 +1312,7 @@ impl CallCore {
             }
             AgentAction::Clear => {
                 // The bot cleared its own audio: whatever it sends next is its next reply.
+                self.stale_reply = false;
                 self.reply_ended = true;
                 self.pending_barge_in = None;
                 self.cut = None;
@@ -1235,6 +1329,9 @@ impl CallCore {
             ),
             AgentAction::HangupWhenPlayed(reason) => {
                 // Nothing more is coming: what is queued plays at once, padded to a frame.
+                if let Some(g) = self.reply_gate.as_mut() {
+                    g.held = false;
+                }
                 self.last_play = None;
                 self.release_prebuffer_now();
                 if self.out.queued() {
@@ -1329,6 +1426,7 @@ impl CallCore {
             self.transfer_ended(o, now);
         }
         self.run_program(now);
+        self.update_reply_gate(now);
         self.release_prebuffer(now);
         if self
             .last_play
@@ -1410,6 +1508,12 @@ impl CallCore {
     /// Agent audio of `samples` samples, queued by `queue` (which returns the bytes it dropped
     /// beyond `max_buffered`) unless the caller cut the reply it belongs to; then one feed.
     fn play(&mut self, now: Instant, samples: usize, queue: impl FnOnce(&mut Outbound) -> usize) {
+        if self.stale_reply {
+            // The reply to an end the caller resumed after: it is not heard.
+            self.stats.agent_audio_cut_frames += samples.div_ceil(FRAME_BYTES) as u64;
+            return;
+        }
+        self.update_reply_gate(now);
         if let Some(heard) = self.cut {
             if now.saturating_duration_since(heard) < REPLY_GAP {
                 // Still the reply the caller cut: it stays cut.
@@ -1426,9 +1530,14 @@ impl CallCore {
             self.reply_mark = None;
         }
         if dry {
-            // A new utterance (or audio after a hole): prebuffer before it plays.
+            // A new utterance (or audio after a hole): prebuffer before it plays; a held reply
+            // waits for its release too.
             self.out.hold(true);
-            self.prebuffer_until = Some(now + PREBUFFER);
+            let mut until = now + PREBUFFER;
+            if let Some(g) = self.reply_gate.filter(|g| g.held) {
+                until = until.max(g.release_at);
+            }
+            self.prebuffer_until = Some(until);
         }
         self.last_play = Some(now);
         let dropped = queue(&mut self.out);
@@ -1503,6 +1612,9 @@ impl CallCore {
         let Some(until) = self.prebuffer_until else {
             return;
         };
+        if self.reply_gate.is_some_and(|g| g.held) {
+            return;
+        }
         let enough = self.out.queued_bytes() as u64
             >= BURST.as_millis() as u64 * u64::from(SAMPLE_RATE_HZ) / 1000;
         if enough || now >= until {
@@ -1511,10 +1623,59 @@ impl CallCore {
     }
 
     fn release_prebuffer_now(&mut self) {
+        if self.reply_gate.is_some_and(|g| g.held) {
+            // Held back: the gate lets it go (`update_reply_gate`).
+            return;
+        }
         self.prebuffer_until = None;
         if self.out.is_held() {
             self.out.hold(false);
         }
+    }
+
+    /// The reply gate as time passes: its hold ends at its release time; it closes once the
+    /// reply plays (audio queued and not held) or the bot sent nothing for [`RESUME_WINDOW`].
+    fn update_reply_gate(&mut self, now: Instant) {
+        let Some(g) = self.reply_gate.as_mut() else {
+            return;
+        };
+        if g.held && now >= g.release_at {
+            g.held = false;
+        }
+        let playing = !g.held && self.out.queued();
+        let silent_bot = now.saturating_duration_since(g.ended_at) >= RESUME_WINDOW;
+        if playing || silent_bot {
+            self.reply_gate = None;
+            self.hold_back.reply_heard();
+        }
+    }
+
+    /// The caller resumed (speech from `onset_at`) before the reply to their last turn end
+    /// was heard: drop what is queued of it, drop what comes of it, tell the bot.
+    fn turn_resumed(&mut self, gate: ReplyGate, onset_at: Instant) {
+        let pause = onset_at.saturating_duration_since(gate.speech_end_at);
+        self.hold_back.resumed(pause);
+        let dropped = self.out.queued_bytes() as u64;
+        self.out.clear();
+        self.prebuffer_until = None;
+        self.last_play = None;
+        self.reply_ended = true;
+        self.pending_barge_in = None;
+        self.stale_reply = true;
+        self.stats.turns_resumed += 1;
+        if dropped > 0 {
+            self.stats.held_replies_dropped += 1;
+            self.stats.agent_audio_cut_frames += dropped.div_ceil(FRAME_BYTES as u64);
+        }
+        let dropped_ms = dropped * 1000 / u64::from(SAMPLE_RATE_HZ);
+        info!(
+            pause_ms = pause.as_millis() as u64,
+            dropped_ms, "the caller resumed before the reply was heard"
+        );
+        self.notify(AgentNotice::TurnResumed {
+            pause_ms: pause.as_millis() as u64,
+            dropped_ms,
+        });
     }
 
     fn notify(&mut self, notice: AgentNotice) {

@@ -3,6 +3,7 @@
 
 mod core;
 pub(crate) mod dial;
+pub(crate) mod hold_back;
 mod inbound;
 mod outbound;
 pub(crate) mod program;

@@ -72,6 +72,12 @@ pub struct CallStats {
     pub barge_ins: u64,
     /// Caller speech over the reply too short to barge in (backchannels).
     pub backchannels: u64,
+    /// Replies held back after a turn end, by why (`doubt`, `habit`).
+    pub replies_held: Tally,
+    /// Turn ends the caller resumed after before the reply was heard.
+    pub turns_resumed: u64,
+    /// Of those, ends whose reply had arrived and was dropped unheard (false ends caught).
+    pub held_replies_dropped: u64,
     /// Caller frames the echo canceller silenced as the line's echo of the reply.
     pub echo_frames_gated: u64,
     /// Runs of audible echo it kept from the VAD (barge-ins on the bot's own voice avoided).

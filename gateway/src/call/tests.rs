@@ -85,6 +85,7 @@ fn settings(origin: Instant) -> CallSettings {
         transfer_domain: "trunk.example:5060".into(),
         unanswered: false,
         dial_by_refer: false,
+        hold_back: Default::default(),
     }
 }
 

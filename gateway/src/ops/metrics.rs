@@ -14,6 +14,13 @@ pub const CALLS_REJECTED_TOTAL: &str = "ontime_calls_rejected_total";
 pub const BARGE_INS_TOTAL: &str = "ontime_barge_ins_total";
 /// Backchannels: caller speech over the reply too short to barge in, which left it playing.
 pub const BACKCHANNELS_TOTAL: &str = "ontime_backchannels_total";
+/// Replies held back after a turn end, by `reason` (`doubt`: Smart Turn unsure; `habit`: the
+/// caller paused mid-sentence before).
+pub const REPLIES_HELD_TOTAL: &str = "ontime_replies_held_total";
+/// Turn ends the caller resumed after before the reply was heard (ends in a pause).
+pub const TURNS_RESUMED_TOTAL: &str = "ontime_turns_resumed_total";
+/// Of those, ends whose reply had arrived and was dropped unheard: false ends the hold-back caught.
+pub const HELD_REPLIES_DROPPED_TOTAL: &str = "ontime_held_replies_dropped_total";
 /// Caller frames the echo canceller silenced as the line's echo of the reply.
 pub const ECHO_FRAMES_GATED_TOTAL: &str = "ontime_echo_frames_gated_total";
 /// Runs of audible echo kept from the barge-in VAD (barge-ins on the bot's own voice avoided).
@@ -173,6 +180,26 @@ pub(crate) fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
         "Caller speech over the reply shorter than barge_in_min_speech: the reply played on."
     );
     counter!(BACKCHANNELS_TOTAL).absolute(0);
+    describe_counter!(
+        REPLIES_HELD_TOTAL,
+        Unit::Count,
+        "Replies held back after a turn end, by reason (doubt, habit)."
+    );
+    for reason in ["doubt", "habit"] {
+        counter!(REPLIES_HELD_TOTAL, "reason" => reason).absolute(0);
+    }
+    describe_counter!(
+        TURNS_RESUMED_TOTAL,
+        Unit::Count,
+        "Turn ends the caller resumed after before the reply was heard."
+    );
+    counter!(TURNS_RESUMED_TOTAL).absolute(0);
+    describe_counter!(
+        HELD_REPLIES_DROPPED_TOTAL,
+        Unit::Count,
+        "Replies dropped unheard because the caller resumed: false ends of turn caught."
+    );
+    counter!(HELD_REPLIES_DROPPED_TOTAL).absolute(0);
     describe_counter!(
         ECHO_FRAMES_GATED_TOTAL,
         Unit::Count,

@@ -880,6 +880,10 @@ impl Switchboard {
             barge_in_min_speech: self.config.barge_in_min_speech,
             echo_canceller: self.config.echo_canceller,
             dial_by_refer: self.config.dial_by_refer,
+            hold_back: crate::call::hold_back::HoldBackConfig {
+                enabled: self.config.reply_hold_back,
+                ..Default::default()
+            },
             speech_stop_lag: ontime_inference::VadParams::default().stop,
             max_buffered: self.config.max_buffered,
             cname: format!("ontime@{}", self.config.public_ip),

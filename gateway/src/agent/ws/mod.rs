@@ -388,6 +388,10 @@ enum ToBot {
     SpeechStarted,
     SpeechStopped,
     TurnEnded(Option<f32>),
+    TurnResumed {
+        pause_ms: u64,
+        dropped_ms: u64,
+    },
     Backchannel(u64),
     Transfer {
         target: String,
@@ -463,6 +467,14 @@ impl AgentCall for WsCall {
             AgentEvent::Backchannel { speech_ms } if self.ontime_events => {
                 self.control(ToBot::Backchannel(speech_ms))
             }
+            // Like a barge-in, always: the connection task returns the dropped reply's marks.
+            AgentEvent::TurnResumed {
+                pause_ms,
+                dropped_ms,
+            } => self.control(ToBot::TurnResumed {
+                pause_ms,
+                dropped_ms,
+            }),
             AgentEvent::Ended => {
                 // Closing both queues tells the connection task to send `stop` and close.
                 self.media = None;
@@ -621,6 +633,19 @@ impl ConnectionTask {
             ToBot::TurnEnded(p) => {
                 let t = self.encoder.ontime(protocol::EVENT_TURN_ENDED, Some(p));
                 self.send(protocol::EVENT_TURN_ENDED, t).await
+            }
+            ToBot::TurnResumed {
+                pause_ms,
+                dropped_ms,
+            } => {
+                // The reply was dropped locally: its marks come back at once, as after a
+                // barge-in.
+                let mut ok = self.return_pending_marks().await;
+                if self.config.ontime_events {
+                    let t = self.encoder.turn_resumed(pause_ms, dropped_ms);
+                    ok = ok && self.send(protocol::EVENT_TURN_RESUMED, t).await;
+                }
+                ok
             }
             ToBot::Backchannel(speech_ms) => {
                 let t = self.encoder.backchannel(speech_ms);

@@ -15,6 +15,11 @@ pub const EVENT_SPEECH_STARTED: &str = "ontime.speech_started";
 pub const EVENT_SPEECH_STOPPED: &str = "ontime.speech_stopped";
 /// ontime event: the caller's turn ended (`turn.probability`, null when the timeout decided).
 pub const EVENT_TURN_ENDED: &str = "ontime.turn_ended";
+/// ontime event: the caller went on speaking after `ontime.turn_ended` before the reply was
+/// heard (`turnResumed.pauseMs`, `turnResumed.droppedMs`): the end was a pause; the reply queued
+/// so far was dropped unheard, and media the bot still sends before its `clear` or the next
+/// `ontime.turn_ended` is dropped. The bot should cancel the reply it is preparing.
+pub const EVENT_TURN_RESUMED: &str = "ontime.turn_resumed";
 /// ontime event: the caller's speech cleared the bot's queued audio.
 pub const EVENT_BARGE_IN: &str = "ontime.barge_in";
 /// ontime event: a transfer of the call has an outcome (`transfer.target`, `transfer.result`:
@@ -186,6 +191,18 @@ impl TwilioEncoder {
             "sequenceNumber": self.next_sequence(),
             "streamSid": self.ids.stream_sid,
             "bargeIn": {"heardMs": heard_ms, "lastMark": last_mark},
+        })
+        .to_string()
+    }
+
+    /// `ontime.turn_resumed`: the caller resumed `pause_ms` after their speech ended, and
+    /// `dropped_ms` of the reply were dropped unheard.
+    pub fn turn_resumed(&mut self, pause_ms: u64, dropped_ms: u64) -> String {
+        json!({
+            "event": EVENT_TURN_RESUMED,
+            "sequenceNumber": self.next_sequence(),
+            "streamSid": self.ids.stream_sid,
+            "turnResumed": {"pauseMs": pause_ms, "droppedMs": dropped_ms},
         })
         .to_string()
     }

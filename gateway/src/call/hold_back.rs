@@ -1,0 +1,405 @@
+//! Reply hold-back, sans-IO: when the caller's turn ends, how long the bot's reply waits before
+//! the caller hears it, learned per call from what the caller did after earlier ends.
+//!
+//! Smart Turn alone ends a turn in a mid-sentence pause as readily as at the sentence's end (on
+//! synthetic voices it scores both ≥ 0.8; docs/inference.md). What it cannot see, the call can:
+//! whether *this* caller went on speaking after an end it was sure of. [`HoldBack`] keeps that
+//! history and answers, per turn end, when the reply may start ([`Hold::release_at`]). The call
+//! holds the reply's audio until then; a caller who resumes first has the held reply dropped and
+//! the bot told (`TurnResumed`): the false end costs the caller nothing. Two waits add up:
+//!
+//! - **Doubt**: a verdict below [`HoldBackConfig::sure`] waits in proportion to how far below it
+//!   is, up to [`HoldBackConfig::unsure_hold`] at the 0.5 threshold.
+//! - **Habit**: a caller who has resumed after ends before gets their longest pause so far
+//!   (× [`GAP_MARGIN`], plus the VAD's start lag) from the speech's end. Only ends that could
+//!   have been a mid-sentence pause count, and get the wait: not a short answer
+//!   ([`HoldBackConfig::short_answer`]: "Yes.", "Friday." are answered at once), not a turn in
+//!   which the caller already paused [`INNER_PAUSE`] or more (they are finishing the sentence
+//!   they paused in). The rate of resumptions over such ends is smoothed (prior
+//!   [`PRIOR_RESUMED`] in [`PRIOR_ENDS`]) and must reach [`HABIT_RATE`].
+//!
+//! Both are capped at [`HoldBackConfig::max_hold`] from the verdict. A timed-out turn (the caller
+//! was quiet for the incomplete timeout) is never held.
+
+use std::time::{Duration, Instant};
+
+/// A caller whose smoothed resume rate reaches this pauses mid-sentence by habit.
+pub const HABIT_RATE: f64 = 0.3;
+/// The rate's prior: this many resumptions in [`PRIOR_ENDS`] ends (0.25, below the habit rate:
+/// a new caller is answered at once).
+pub const PRIOR_RESUMED: f64 = 0.5;
+/// See [`PRIOR_RESUMED`].
+pub const PRIOR_ENDS: f64 = 2.0;
+/// The habit wait covers the longest pause seen times this (pauses vary; the next may be longer).
+pub const GAP_MARGIN: f64 = 1.5;
+/// Speech that stops and starts again this much later inside one turn (no end between) is a
+/// pause the caller made: the turn's next end is not held for habit.
+pub const INNER_PAUSE: Duration = Duration::from_millis(300);
+/// How long after a caller resumes the VAD confirms it (its start duration, rounded up): the
+/// held reply must still be held then.
+pub const START_LAG: Duration = Duration::from_millis(128);
+/// A caller speaking again this soon after the speech that ended a turn (before the reply was
+/// heard, or over its first part) counts as resuming after a pause.
+pub const RESUME_WINDOW: Duration = Duration::from_secs(2);
+
+/// The hold-back's settings (`--reply-hold-back` and friends in docs/gateway.md).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HoldBackConfig {
+    /// Hold replies at all (off: every reply plays as soon as it comes, as before).
+    pub enabled: bool,
+    /// A verdict at or above this probability is not held for doubt.
+    pub sure: f32,
+    /// The doubt wait at probability 0.5 (Smart Turn's threshold); less, linearly, above it.
+    pub unsure_hold: Duration,
+    /// Turns with less speech than this are short answers: no habit wait.
+    pub short_answer: Duration,
+    /// No reply waits longer than this after its verdict.
+    pub max_hold: Duration,
+}
+
+impl Default for HoldBackConfig {
+    fn default() -> Self {
+        HoldBackConfig {
+            enabled: true,
+            sure: 0.9,
+            unsure_hold: Duration::from_millis(600),
+            short_answer: Duration::from_millis(600),
+            max_hold: Duration::from_millis(1800),
+        }
+    }
+}
+
+/// Why a reply waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldReason {
+    /// It does not.
+    None,
+    /// Smart Turn was not sure.
+    Doubt,
+    /// The caller has paused mid-sentence before.
+    Habit,
+}
+
+impl HoldReason {
+    /// The name in logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldReason::None => "none",
+            HoldReason::Doubt => "doubt",
+            HoldReason::Habit => "habit",
+        }
+    }
+}
+
+/// The decision for one turn end, with its inputs (logged as the decision's debug event).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hold {
+    /// The reply may start playing at this time (the verdict's time when not held).
+    pub release_at: Instant,
+    /// The longer of the two waits.
+    pub reason: HoldReason,
+    /// Inputs: Smart Turn's probability (None: timed out), the turn's speech, the caller's
+    /// smoothed resume rate, the longest pause learned, and whether the turn resumed once.
+    pub probability: Option<f32>,
+    /// See `probability`.
+    pub speech: Duration,
+    /// See `probability`.
+    pub resume_rate: f64,
+    /// See `probability`.
+    pub longest_pause: Option<Duration>,
+    /// See `probability`.
+    pub resumed_turn: bool,
+    /// The end could have been a mid-sentence pause (long enough, no pause in the turn yet):
+    /// it counts towards the rate, and only such ends are held for habit.
+    pub pausable: bool,
+}
+
+impl Hold {
+    /// How long the reply waits after `now` (the verdict).
+    pub fn wait(&self, now: Instant) -> Duration {
+        self.release_at.saturating_duration_since(now)
+    }
+}
+
+/// One call's turn-end history and the hold decision.
+#[derive(Debug, Clone)]
+pub struct HoldBack {
+    config: HoldBackConfig,
+    /// Turn ends decided, those that could have been a pause, and how many of these the caller
+    /// resumed after.
+    ends: u32,
+    pausable_ends: u32,
+    resumed: u32,
+    /// The longest pause (speech end → resumed onset) seen.
+    longest_pause: Option<Duration>,
+    /// The current turn's first onset, where its speech last stopped, whether the caller
+    /// already paused in it, and whether its last end could have been a pause.
+    turn_onset: Option<Instant>,
+    last_stop: Option<Instant>,
+    resumed_turn: bool,
+    last_end_pausable: bool,
+}
+
+impl HoldBack {
+    /// A new call's.
+    pub fn new(config: HoldBackConfig) -> HoldBack {
+        HoldBack {
+            config,
+            ends: 0,
+            pausable_ends: 0,
+            resumed: 0,
+            longest_pause: None,
+            turn_onset: None,
+            last_stop: None,
+            resumed_turn: false,
+            last_end_pausable: false,
+        }
+    }
+
+    /// The caller began speaking at `onset_at` (a new turn unless one is open; a pause in it if
+    /// they stopped [`INNER_PAUSE`] or more before).
+    pub fn speech_started(&mut self, onset_at: Instant) {
+        if self.turn_onset.is_none() {
+            self.turn_onset = Some(onset_at);
+        } else if self
+            .last_stop
+            .is_some_and(|t| onset_at.saturating_duration_since(t) >= INNER_PAUSE)
+        {
+            self.resumed_turn = true;
+        }
+    }
+
+    /// The caller's speech stopped at `end_at` (the VAD's stop).
+    pub fn speech_stopped(&mut self, end_at: Instant) {
+        self.last_stop = Some(end_at);
+    }
+
+    /// The caller's turn ended on a verdict at `now`: their speech ended at `speech_end_at`.
+    pub fn turn_ended(
+        &mut self,
+        probability: Option<f32>,
+        speech_end_at: Instant,
+        now: Instant,
+    ) -> Hold {
+        self.ends += 1;
+        let speech = self.turn_onset.map_or(Duration::ZERO, |t| {
+            speech_end_at.saturating_duration_since(t)
+        });
+        let rate = self.resume_rate();
+        // A timed-out end followed seconds of quiet: not a pause anyone resumes from.
+        let pausable =
+            probability.is_some() && !self.resumed_turn && speech >= self.config.short_answer;
+        self.last_end_pausable = pausable;
+        if pausable {
+            self.pausable_ends += 1;
+        }
+        let mut hold = Hold {
+            release_at: now,
+            reason: HoldReason::None,
+            probability,
+            speech,
+            resume_rate: rate,
+            longest_pause: self.longest_pause,
+            resumed_turn: self.resumed_turn,
+            pausable,
+        };
+        let Some(p) = probability.filter(|_| self.config.enabled) else {
+            return hold;
+        };
+        let doubt = (self.config.sure - p) / (self.config.sure - 0.5);
+        if doubt > 0.0 {
+            // Whole milliseconds: the wait is a setting's fraction, not a measurement.
+            let ms = self.config.unsure_hold.as_millis() as f64 * f64::from(doubt.min(1.0));
+            let wait = Duration::from_millis(ms.round() as u64);
+            hold.release_at = now + wait;
+            hold.reason = HoldReason::Doubt;
+        }
+        if rate >= HABIT_RATE && pausable {
+            if let Some(gap) = self.longest_pause {
+                let until = speech_end_at + gap.mul_f64(GAP_MARGIN) + START_LAG;
+                if until > hold.release_at {
+                    hold.release_at = until;
+                    hold.reason = HoldReason::Habit;
+                }
+            }
+        }
+        hold.release_at = hold.release_at.min(now + self.config.max_hold);
+        if hold.release_at <= now {
+            hold.release_at = now;
+            hold.reason = HoldReason::None;
+        }
+        hold
+    }
+
+    /// The caller resumed `pause` after the speech that ended the last turn, before or soon
+    /// after its reply began: the end was in a pause, and this turn goes on.
+    pub fn resumed(&mut self, pause: Duration) {
+        if self.last_end_pausable {
+            self.resumed += 1;
+            self.last_end_pausable = false;
+        }
+        self.resumed_turn = true;
+        self.longest_pause = Some(self.longest_pause.map_or(pause, |g| g.max(pause)));
+    }
+
+    /// The reply to the last end is being heard and the caller did not resume: the next speech
+    /// is a new turn.
+    pub fn reply_heard(&mut self) {
+        self.turn_onset = None;
+        self.last_stop = None;
+        self.resumed_turn = false;
+        // `last_end_pausable` stays: a caller who resumes over the reply's start (a pause
+        // longer than the hold) still counts as having paused there.
+    }
+
+    /// Ends decided so far, those that could have been pauses, and how many of these the
+    /// caller resumed after.
+    #[cfg(test)]
+    pub fn counts(&self) -> (u32, u32, u32) {
+        (self.ends, self.pausable_ends, self.resumed)
+    }
+
+    /// The smoothed rate of resumptions after ends that could have been pauses, so far.
+    fn resume_rate(&self) -> f64 {
+        (f64::from(self.resumed) + PRIOR_RESUMED) / (f64::from(self.pausable_ends) + PRIOR_ENDS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    /// A turn of `speech` ending at `t0 + at`, its verdict 200 ms later; returns the wait.
+    fn end(
+        h: &mut HoldBack,
+        t0: Instant,
+        at: u64,
+        speech: u64,
+        p: Option<f32>,
+    ) -> (Duration, HoldReason) {
+        h.speech_started(t0 + ms(at - speech));
+        h.speech_stopped(t0 + ms(at));
+        let now = t0 + ms(at + 200);
+        let hold = h.turn_ended(p, t0 + ms(at), now);
+        (hold.wait(now), hold.reason)
+    }
+
+    #[test]
+    fn a_new_caller_is_held_only_for_doubt() {
+        let t0 = Instant::now();
+        let mut h = HoldBack::new(HoldBackConfig::default());
+        let none = (Duration::ZERO, HoldReason::None);
+        assert_eq!(end(&mut h, t0, 2000, 1500, Some(0.97)), none);
+        h.reply_heard();
+        assert_eq!(end(&mut h, t0, 9000, 1500, Some(0.9)), none);
+        h.reply_heard();
+        // 0.7 is halfway between the threshold and "sure": half the doubt wait.
+        let half = (ms(300), HoldReason::Doubt);
+        assert_eq!(end(&mut h, t0, 16000, 1500, Some(0.7)), half);
+        h.reply_heard();
+        assert_eq!(
+            end(&mut h, t0, 23000, 1500, Some(0.5)),
+            (ms(600), HoldReason::Doubt)
+        );
+        h.reply_heard();
+        // Timed out: the caller was quiet for seconds already.
+        assert_eq!(end(&mut h, t0, 30000, 1500, None), none);
+        assert_eq!(h.counts(), (5, 4, 0));
+    }
+
+    #[test]
+    fn a_caller_who_paused_mid_sentence_is_given_that_pause_next_time() {
+        let t0 = Instant::now();
+        let mut h = HoldBack::new(HoldBackConfig::default());
+        let none = (Duration::ZERO, HoldReason::None);
+        // Turn 1 ends at 2 s in a pause (rate 0.5 / 2 = 0.25: not held), the caller resumes
+        // 900 ms after their speech…
+        assert_eq!(end(&mut h, t0, 2000, 1200, Some(0.98)), none);
+        h.resumed(ms(900));
+        // …and ends for real: a turn that resumed once is not held for habit.
+        assert_eq!(end(&mut h, t0, 4000, 2000, Some(0.98)), none);
+        h.reply_heard();
+        // Turn 2: rate (1 + 0.5) / (1 + 2) = 0.5: held to 900 × 1.5 + 128 ms after the
+        // speech, 1478 ms, i.e. 1278 ms after the verdict.
+        let habit = (ms(1278), HoldReason::Habit);
+        assert_eq!(end(&mut h, t0, 12000, 1500, Some(0.98)), habit);
+        h.reply_heard();
+        // A short answer is not held, and a resumption after it is learned but not counted.
+        assert_eq!(end(&mut h, t0, 20000, 500, Some(0.98)), none);
+        h.resumed(ms(3000));
+        h.reply_heard();
+        // Rate 1.5 / 4: held, but never past max_hold from the verdict.
+        let capped = (ms(1800), HoldReason::Habit);
+        assert_eq!(end(&mut h, t0, 30000, 1500, Some(0.98)), capped);
+        assert_eq!(h.counts(), (5, 3, 1));
+    }
+
+    #[test]
+    fn a_turn_with_a_pause_of_its_own_is_not_held_for_habit() {
+        let t0 = Instant::now();
+        let mut h = HoldBack::new(HoldBackConfig::default());
+        end(&mut h, t0, 2000, 1200, Some(0.98));
+        h.resumed(ms(900));
+        end(&mut h, t0, 4000, 2000, Some(0.98));
+        h.reply_heard();
+        // The caller stops 600 ms inside the next turn without an end (Smart Turn said
+        // incomplete), then ends: they made their pause.
+        h.speech_started(t0 + ms(10_000));
+        h.speech_stopped(t0 + ms(11_000));
+        h.speech_started(t0 + ms(11_600));
+        h.speech_stopped(t0 + ms(13_000));
+        let hold = h.turn_ended(Some(0.98), t0 + ms(13_000), t0 + ms(13_200));
+        assert_eq!(
+            (hold.release_at, hold.reason),
+            (t0 + ms(13_200), HoldReason::None)
+        );
+        assert!(!hold.pausable);
+        // A dip shorter than INNER_PAUSE is not a pause: the next such turn is held.
+        h.reply_heard();
+        h.speech_started(t0 + ms(20_000));
+        h.speech_stopped(t0 + ms(21_000));
+        h.speech_started(t0 + ms(21_200));
+        h.speech_stopped(t0 + ms(22_000));
+        let hold = h.turn_ended(Some(0.98), t0 + ms(22_000), t0 + ms(22_200));
+        assert_eq!(hold.reason, HoldReason::Habit);
+        assert_eq!(h.counts(), (4, 2, 1));
+    }
+
+    #[test]
+    fn a_caller_who_never_resumes_loses_the_habit_wait() {
+        let t0 = Instant::now();
+        let mut h = HoldBack::new(HoldBackConfig::default());
+        end(&mut h, t0, 2000, 1200, Some(0.98));
+        h.resumed(ms(800));
+        end(&mut h, t0, 4000, 2000, Some(0.98));
+        h.reply_heard();
+        let mut at = 10_000;
+        let mut held = 0;
+        for _ in 0..6 {
+            let (wait, _) = end(&mut h, t0, at, 1500, Some(0.98));
+            held += usize::from(wait > Duration::ZERO);
+            h.reply_heard();
+            at += 7000;
+        }
+        // Rates before each: 1.5/3, 1.5/4, 1.5/5, 1.5/6 …: held while ≥ 0.3 (the first three).
+        assert_eq!(held, 3);
+    }
+
+    #[test]
+    fn off_holds_nothing() {
+        let t0 = Instant::now();
+        let mut h = HoldBack::new(HoldBackConfig {
+            enabled: false,
+            ..HoldBackConfig::default()
+        });
+        end(&mut h, t0, 2000, 1200, Some(0.98));
+        h.resumed(ms(900));
+        h.reply_heard();
+        let none = (Duration::ZERO, HoldReason::None);
+        assert_eq!(end(&mut h, t0, 12000, 1500, Some(0.55)), none);
+    }
+}
