@@ -3,7 +3,7 @@
 each labelled complete or incomplete, for `cargo run --release -p ontime-inference --example
 turnset_eval -- <dir>`.
 
-    scripts/turnset.py <dir> [--voices N] [--seed S]
+    scripts/turnset.py <dir> [--voices N] [--seed S] [--extended]
 
 Three kinds of turn, from the same sentences, each spoken by several espeak-ng voices and rates:
 
@@ -14,6 +14,19 @@ Three kinds of turn, from the same sentences, each spoken by several espeak-ng v
 - paused: two clauses of one utterance joined by 400–700 ms of silence (the first spoken with a
   trailing comma, so with continuation intonation); label complete, and the turn must not end in
   the inner pause.
+
+With --extended (a different set; the default one stays as it was), two more kinds, and every
+turn varied and assigned to a split:
+
+- mid: a sentence said in one go, paused at the quietest 20 ms between two words within 30–75 %
+  of the speech for 300–1500 ms of line silence, then finished (a caller who stops to think
+  mid-sentence, with no comma intonation; the load harness's --mid-pause); label complete, and
+  the turn must not end in the pause.
+- short: a short complete answer ("Yes.", "Friday.", "Nine thirty."); label complete, and it must
+  still be answered fast.
+- every turn's voice is perturbed by sox: pitch ±300 cents, tempo 0.9–1.1;
+- `split`: `tune` for even sentence indexes, `held_out` for odd ones (the same text is never in
+  both): rules are tuned on one and reported on the other.
 
 Every turn is 300 ms of quiet, the speech, then 1.2 s of quiet (the runner feeds it and stops
 listening there). Quiet is a phone line's: white noise at --noise-dbfs (default −72 dBFS RMS,
@@ -75,6 +88,18 @@ PAUSED = [
     ("The car broke down on the motorway", "and I need a tow truck"),
 ]
 
+# Short complete answers (--extended).
+SHORT = [
+    "Yes.",
+    "No.",
+    "Friday.",
+    "That's right.",
+    "Thank you.",
+    "Tomorrow morning.",
+    "Nine thirty.",
+    "Sure.",
+]
+
 VOICES = [
     ("en-us", 150),
     ("en-gb", 170),
@@ -94,11 +119,16 @@ def run(cmd):
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def speak(text, voice, rate, path8k, tmp):
-    """espeak-ng → 8 kHz mono 16-bit PCM samples (list of ints)."""
+def speak(text, voice, rate, path8k, tmp, perturb=None):
+    """espeak-ng → 8 kHz mono 16-bit PCM samples (list of ints); `perturb` = (cents, tempo)
+    runs sox's pitch and tempo effects on the way."""
     raw = os.path.join(tmp, "raw.wav")
     run(["espeak-ng", "-v", voice, "-s", str(rate), "-w", raw, text])
-    run(["sox", raw, "-r", str(RATE), "-c", "1", "-b", "16", "-e", "signed-integer", path8k])
+    effects = []
+    if perturb is not None:
+        cents, tempo = perturb
+        effects = ["pitch", str(cents), "tempo", "-s", "%.3f" % tempo]
+    run(["sox", raw, "-r", str(RATE), "-c", "1", "-b", "16", "-e", "signed-integer", path8k] + effects)
     with wave.open(path8k, "rb") as w:
         n = w.getnframes()
         data = w.readframes(n)
@@ -114,10 +144,10 @@ def trim(pcm, threshold=200):
     return pcm[loud[0] * FRAME : (loud[-1] + 1) * FRAME]
 
 
-def cut_point(pcm, rng):
+def cut_point(pcm, rng, lo_share=0.4, hi_share=0.7):
     """Sample index of the quietest 20 ms frame within 40–70 % of the speech (a word gap)."""
     frames = len(pcm) // FRAME
-    lo, hi = int(frames * 0.4), int(frames * 0.7)
+    lo, hi = int(frames * lo_share), int(frames * hi_share)
     target = rng.randint(lo, hi)
     window = range(max(lo, target - 12), min(hi, target + 12) + 1)
 
@@ -151,12 +181,76 @@ def add_noise(pcm, dbfs, rng):
     return [max(-32768, min(32767, s + int(max(-40.0, min(40.0, rng.gauss(0.0, sigma)))))) for s in pcm]
 
 
+def split_of(index):
+    return "tune" if index % 2 == 0 else "held_out"
+
+
+def extend(args, rng, noise, noise_rng, tmp, tmp8k, turns):
+    """--extended: perturbed voices, the `mid` and `short` kinds, and a split on every turn."""
+    for t in turns:
+        t["split"] = split_of(int(t["file"][1:3]))
+
+    def perturbation():
+        return (rng.randint(-300, 300), rng.uniform(0.9, 1.1))
+
+    for si, text in enumerate(SENTENCES):
+        for vi in range(args.voices):
+            voice, base = VOICES[(si + vi + 1) % len(VOICES)]
+            rate = max(130, min(190, base + rng.randint(-15, 15)))
+            perturb = perturbation()
+            speech = trim(speak(text, voice, rate, tmp8k, tmp, perturb))
+            at = cut_point(speech, rng, 0.3, 0.75)
+            pause = rng.randint(300, 1500) / 1000.0
+            pcm = add_noise(silence(LEAD_S) + speech[:at] + silence(pause) + speech[at:] + silence(TAIL_S), noise, noise_rng)
+            name = "m%02d_v%d_mid.wav" % (si, vi)
+            write_ulaw(os.path.join(args.dir, name), pcm, tmp)
+            pause_start = int(LEAD_S * RATE) + at
+            turns.append(
+                {
+                    "file": name,
+                    "kind": "mid",
+                    "complete": True,
+                    "text": text,
+                    "voice": voice,
+                    "rate": rate,
+                    "pitch_cents": perturb[0],
+                    "tempo": round(perturb[1], 3),
+                    "split": split_of(si),
+                    "pause_start_ms": pause_start * 1000 // RATE,
+                    "pause_end_ms": (pause_start + len(silence(pause))) * 1000 // RATE,
+                }
+            )
+    for ai, text in enumerate(SHORT):
+        for vi in range(args.voices):
+            voice, base = VOICES[(ai + vi + 2) % len(VOICES)]
+            rate = max(130, min(190, base + rng.randint(-15, 15)))
+            perturb = perturbation()
+            speech = trim(speak(text, voice, rate, tmp8k, tmp, perturb))
+            pcm = add_noise(silence(LEAD_S) + speech + silence(TAIL_S), noise, noise_rng)
+            name = "a%02d_v%d_short.wav" % (ai, vi)
+            write_ulaw(os.path.join(args.dir, name), pcm, tmp)
+            turns.append(
+                {
+                    "file": name,
+                    "kind": "short",
+                    "complete": True,
+                    "text": text,
+                    "voice": voice,
+                    "rate": rate,
+                    "pitch_cents": perturb[0],
+                    "tempo": round(perturb[1], 3),
+                    "split": split_of(ai),
+                }
+            )
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir")
     ap.add_argument("--voices", type=int, default=4, help="voices per sentence (of %d)" % len(VOICES))
     ap.add_argument("--seed", type=int, default=18)
     ap.add_argument("--noise-dbfs", default="-72", help="line noise RMS in dBFS, or off")
+    ap.add_argument("--extended", action="store_true", help="add mid-sentence pauses and short answers, perturb voices, split tune/held_out")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     noise = None if args.noise_dbfs == "off" else float(args.noise_dbfs)
@@ -209,6 +303,8 @@ def main():
                         "pause_end_ms": (pause_start + len(silence(pause))) * 1000 // RATE,
                     }
                 )
+        if args.extended:
+            extend(args, rng, noise, noise_rng, tmp, tmp8k, turns)
     with open(os.path.join(args.dir, "labels.json"), "w") as f:
         json.dump(
             {"generator": "scripts/turnset.py", "seed": args.seed, "noise_dbfs": noise, "turns": turns},

@@ -7,7 +7,7 @@
 //! scripts/turnset.py /tmp/turnset
 //! cargo run --release -p ontime-inference --example turnset_eval -- /tmp/turnset [--limit N]
 //!     [--kinds complete,cut,paused] [--rules today,spec,spec-unpadded,early:P:MS]
-//!     [--speculate-after MS] [--json]
+//!     [--speculate-after MS] [--split tune|held_out] [--json]
 //! ```
 //!
 //! Rules: **today** (Smart Turn after the confirmed stop); **spec** (Smart Turn from
@@ -79,6 +79,8 @@ struct Outcome {
 struct Turn {
     file: String,
     kind: String,
+    /// `tune` or `held_out` (`scripts/turnset.py --extended`), else empty.
+    split: String,
     complete: bool,
     pcm: Vec<i16>,
     /// Index one past the last voiced frame's samples.
@@ -141,6 +143,7 @@ fn load_turns(dir: &Path, limit: usize) -> Vec<Turn> {
         out.push(Turn {
             file,
             kind: t["kind"].as_str().expect("kind").to_string(),
+            split: t["split"].as_str().unwrap_or_default().to_string(),
             complete: t["complete"].as_bool().expect("complete"),
             pcm,
             voiced_end,
@@ -279,6 +282,7 @@ fn main() {
     let mut limit = usize::MAX;
     let mut rule_list = "today,spec,spec-unpadded,early:0.95:96".to_string();
     let mut kinds: Option<String> = None;
+    let mut split: Option<String> = None;
     let mut speculate_after = ontime_inference::TurnParams::default()
         .speculate_after
         .unwrap_or(Duration::from_millis(64));
@@ -288,6 +292,7 @@ fn main() {
             "--limit" => limit = args.next().and_then(|v| v.parse().ok()).expect("--limit N"),
             "--rules" => rule_list = args.next().expect("--rules LIST"),
             "--kinds" => kinds = args.next(),
+            "--split" => split = args.next(),
             "--speculate-after" => {
                 speculate_after = Duration::from_millis(
                     args.next()
@@ -301,7 +306,7 @@ fn main() {
     }
     let Some(dir) = dir else {
         eprintln!(
-            "usage: turnset_eval <dir from scripts/turnset.py> [--limit N] [--kinds complete,cut,paused] \
+            "usage: turnset_eval <dir from scripts/turnset.py> [--limit N] [--kinds complete,cut,paused,mid,short] [--split tune|held_out] \
              [--rules today,spec,spec-unpadded,early:P:MS] [--speculate-after MS] [--json]"
         );
         std::process::exit(2);
@@ -315,6 +320,9 @@ fn main() {
     let mut turns = load_turns(&dir, usize::MAX);
     if let Some(k) = &kinds {
         turns.retain(|t| k.split(',').any(|k| k == t.kind));
+    }
+    if let Some(s) = &split {
+        turns.retain(|t| &t.split == s);
     }
     turns.truncate(limit);
     let rules: Vec<Rule> = rule_list

@@ -156,6 +156,9 @@ pub struct CallerSetup {
     /// Callers pause mid-sentence this long (a range, seeded per turn) in every utterance long
     /// enough ([`Utterance::pause_point`]): the end-of-turn test. None: they speak in one go.
     pub mid_pause: Option<(Duration, Duration)>,
+    /// The share of those utterances (0–1, seeded per turn) that get the pause; the rest are
+    /// said in one go, so a caller who pauses by habit also ends sentences without one.
+    pub mid_pause_share: f64,
 }
 
 /// Something a caller observed.
@@ -189,6 +192,8 @@ pub enum RecordKind {
         latency: Duration,
         /// The caller paused mid-sentence in this turn ([`CallerSetup::mid_pause`]).
         paused: bool,
+        /// The utterance is too short to pause in ([`Utterance::pause_point`]): a short answer.
+        short: bool,
     },
     /// The caller resumed after a mid-sentence pause ([`CallerSetup::mid_pause`]).
     PausedTurn {
@@ -322,6 +327,7 @@ enum Phase {
         utterance: usize,
         paused: bool,
     },
+
     Listening,
 }
 
@@ -552,10 +558,16 @@ pub async fn run_caller(
         }
         match heard {
             Some(Heard::AgentStarted { arrival }) => match phase {
-                Phase::Awaiting { since, paused, .. } => {
+                Phase::Awaiting {
+                    since,
+                    paused,
+                    utterance,
+                    ..
+                } => {
                     record(RecordKind::Turn {
                         latency: arrival.saturating_sub(since),
                         paused,
+                        short: setup.utterances[utterance].pause_point().is_none(),
                     });
                     phase = Phase::Listening;
                 }
@@ -589,7 +601,8 @@ pub async fn run_caller(
                 // The mark sits at the end of the speech, before the file's trailing quiet: the
                 // gateway may answer while that quiet is still playing.
                 let voiced_end = utterance.voiced_end();
-                let split = setup.mid_pause.and_then(|(min, max)| {
+                let pausing = setup.mid_pause.is_some() && rng.random_bool(setup.mid_pause_share);
+                let split = setup.mid_pause.filter(|_| pausing).and_then(|(min, max)| {
                     let at = utterance.pause_point()?;
                     let ms = rng.random_range(min.as_millis() as u64..=max.as_millis() as u64);
                     Some((at, ms as usize * 8))

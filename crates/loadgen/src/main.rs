@@ -77,6 +77,10 @@ struct Args {
     /// agent's reply began in (the caller was cut off). Shorter utterances are said in one go.
     #[arg(long, value_parser = parse_mid_pause)]
     mid_pause: Option<(Duration, Duration)>,
+    /// With --mid-pause: the share of long utterances (0–1) that get the pause; the others are
+    /// said in one go (their replies show what holding back costs a caller who pauses by habit).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_share)]
+    mid_pause_share: f64,
     /// Seconds without agent audio after the caller stops that make a turn unanswered.
     #[arg(long, default_value_t = 10.0)]
     answer_timeout: f64,
@@ -126,6 +130,15 @@ struct Args {
     /// Soak: one JSON line per sample goes here.
     #[arg(long, default_value = "soak-samples.jsonl")]
     samples: PathBuf,
+}
+
+/// A share, 0 to 1.
+fn parse_share(s: &str) -> Result<f64, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| (0.0..=1.0).contains(v))
+        .ok_or_else(|| format!("{s:?}: expected a share from 0 to 1"))
 }
 
 /// `MIN-MAX` milliseconds, MIN ≤ MAX, both at most 10 s.
@@ -284,6 +297,7 @@ fn main() -> anyhow::Result<()> {
             answer_timeout,
             media: args.media.first().copied().unwrap_or_default(),
             mid_pause,
+            mid_pause_share: args.mid_pause_share,
         });
         let view = GatewayView {
             metrics,
@@ -351,16 +365,21 @@ fn main() -> anyhow::Result<()> {
                 s.failed_calls,
                 if s.client_bound { " (client-bound)" } else { "" },
             );
+            let p50 = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
             let line = if s.paused_turns > 0 {
                 format!(
                     "{line}\n      mid-sentence pauses {}: a reply began in {} ({:.1} %); unanswered {}; \
-                     turns said in one go {} (p50 {} ms)",
+                     answered turns (p50 ms): paused {} ({}), long in one go {} ({}), short {} ({})",
                     s.paused_turns,
                     s.replies_in_pause,
                     100.0 * s.replies_in_pause as f64 / s.paused_turns as f64,
                     s.unanswered_turns,
-                    s.unpaused_turns,
-                    s.unpaused_lat_p50_ms.map_or("-".into(), |v| format!("{v:.0}")),
+                    s.paused_lat.0,
+                    p50(s.paused_lat.1),
+                    s.one_go_lat.0,
+                    p50(s.one_go_lat.1),
+                    s.short_lat.0,
+                    p50(s.short_lat.1),
                 )
             } else {
                 line

@@ -341,7 +341,7 @@ fn summarize(
 ) -> StepReport {
     let in_window = |r: &&Record| r.at >= from && r.at <= to;
     let mut latencies = Vec::new();
-    let mut unpaused = Vec::new();
+    let (mut paused_l, mut one_go_l, mut short_l) = (Vec::new(), Vec::new(), Vec::new());
     let mut s = StepReport {
         calls,
         measure_s: to.duration_since(from).as_secs_f64(),
@@ -351,10 +351,17 @@ fn summarize(
     count_calls(records, &mut s);
     for r in records.iter().filter(in_window) {
         match &r.kind {
-            RecordKind::Turn { latency, paused } => {
-                latencies.push(latency.as_secs_f64() * 1000.0);
-                if !paused {
-                    unpaused.push(latency.as_secs_f64() * 1000.0);
+            RecordKind::Turn {
+                latency,
+                paused,
+                short,
+            } => {
+                let ms = latency.as_secs_f64() * 1000.0;
+                latencies.push(ms);
+                match (paused, short) {
+                    (true, _) => paused_l.push(ms),
+                    (false, true) => short_l.push(ms),
+                    (false, false) => one_go_l.push(ms),
                 }
             }
             RecordKind::PausedTurn { reply_in_pause } => {
@@ -379,8 +386,13 @@ fn summarize(
     s.lat_p50_ms = percentile(&latencies, 0.5);
     s.lat_p95_ms = percentile(&latencies, 0.95);
     s.lat_max_ms = percentile(&latencies, 1.0);
-    s.unpaused_turns = unpaused.len();
-    s.unpaused_lat_p50_ms = percentile(&unpaused, 0.5);
+    for (v, into) in [
+        (&paused_l, &mut s.paused_lat),
+        (&one_go_l, &mut s.one_go_lat),
+        (&short_l, &mut s.short_lat),
+    ] {
+        *into = (v.len(), percentile(v, 0.5));
+    }
     s.agent_audio_min = agent_audio.as_secs_f64() / 60.0;
     s.underruns_per_min = if s.agent_audio_min > 0.0 {
         s.underruns as f64 / s.agent_audio_min

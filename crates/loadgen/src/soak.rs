@@ -926,6 +926,7 @@ mod tests {
         t.on_record(&RecordKind::Turn {
             latency: Duration::from_millis(400),
             paused: false,
+            short: false,
         });
         t.on_record(&RecordKind::Agent(AgentUtterance {
             started: Duration::ZERO,

@@ -74,10 +74,13 @@ pub struct StepReport {
     pub paused_turns: usize,
     /// Of those, pauses in which agent audio began: the caller was cut off.
     pub replies_in_pause: usize,
-    /// Answered turns said in one go (no mid-sentence pause: short answers with `--mid-pause`).
-    pub unpaused_turns: usize,
-    /// Their latency median, ms.
-    pub unpaused_lat_p50_ms: Option<f64>,
+    /// Answered turns by how they were said (with `--mid-pause`): with the pause, long ones in
+    /// one go, and short answers; with each one's latency median, ms.
+    pub paused_lat: (usize, Option<f64>),
+    /// See `paused_lat`.
+    pub one_go_lat: (usize, Option<f64>),
+    /// See `paused_lat`.
+    pub short_lat: (usize, Option<f64>),
     /// Turn latency median, ms.
     pub lat_p50_ms: Option<f64>,
     /// Turn latency p95, ms.

@@ -381,6 +381,7 @@ fn run_against(fake: &FakeGateway, steps: &[usize], media: &[Media], measure_s: 
             answer_timeout: Duration::from_secs(4),
             media: Media::Rtp,
             mid_pause: None,
+            mid_pause_share: 1.0,
         });
         let plan = RunPlan {
             steps: steps.to_vec(),

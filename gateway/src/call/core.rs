@@ -27,7 +27,7 @@ use rand::{Rng, SeedableRng};
 use tracing::{info, warn};
 
 use super::dial::{ringback_cycle, DialEnd, DialLeg, RINGBACK_LOW_WATER};
-use super::hold_back::{HoldBack, HoldBackConfig, RESUME_WINDOW};
+use super::hold_back::{HoldBack, HoldBackConfig, RESUME_HEARD, RESUME_WINDOW};
 use super::inbound::{law_of, InboundMedia, InboundOutcome};
 use super::outbound::Outbound;
 use super::program::{
@@ -482,6 +482,8 @@ pub struct CallCore {
     /// The last turn end's speech end, until the caller speaks again: speech soon after it that
     /// barges in on the reply is a pause the hold-back did not cover (it learns from it).
     last_end_speech_at: Option<Instant>,
+    /// When the reply to the last turn end began to play.
+    reply_playing_since: Option<Instant>,
     turns: u64,
     barge_ins: u64,
     dtmf: String,
@@ -589,6 +591,7 @@ impl CallCore {
             stale_reply: false,
             last_speech_end: None,
             last_end_speech_at: None,
+            reply_playing_since: None,
             turns: 0,
             barge_ins: 0,
             dtmf: String::new(),
@@ -1169,12 +1172,21 @@ impl CallCore {
                     self.notify(AgentNotice::SpeechStarted);
                     return;
                 }
-                if let Some(end) = last_end.filter(|_| self.may_barge_in()) {
+                if let (Some(end), Some(playing)) = (last_end, self.reply_playing_since) {
                     let pause = onset_at.saturating_duration_since(end);
-                    if pause <= RESUME_WINDOW {
+                    let heard = onset_at.saturating_duration_since(playing);
+                    let learned =
+                        self.may_barge_in() && pause <= RESUME_WINDOW && heard < RESUME_HEARD;
+                    if learned {
                         // Over the reply's start: a pause longer than the hold. Learn it.
                         self.hold_back.resumed(pause);
                     }
+                    info!(
+                        pause_ms = pause.as_millis() as u64,
+                        reply_heard_ms = heard.as_millis() as u64,
+                        learned,
+                        "the caller spoke again over the reply to their turn"
+                    );
                 }
                 if self.may_barge_in() {
                     let lasted = detected.saturating_sub(onset);
@@ -1272,6 +1284,7 @@ impl CallCore {
                     );
                     // A new end: whatever the bot sends now is its reply to it.
                     self.stale_reply = false;
+                    self.reply_playing_since = None;
                     self.reply_gate = Some(ReplyGate {
                         speech_end_at,
                         ended_at: now,
@@ -1645,6 +1658,7 @@ impl CallCore {
         let playing = !g.held && self.out.queued();
         let silent_bot = now.saturating_duration_since(g.ended_at) >= RESUME_WINDOW;
         if playing || silent_bot {
+            self.reply_playing_since = playing.then_some(now);
             self.reply_gate = None;
             self.hold_back.reply_heard();
         }

@@ -2091,3 +2091,184 @@ fn answer_on_bridge_answers_for_the_verb_after_an_unbridged_dial() {
     assert_eq!(sim.streams_started, 1);
     assert_eq!(sim.core.take_stats().dtmf_sent, 1);
 }
+
+// Reply hold-back (`hold_back.rs`) in the call: the reply's audio waits at its verdict, a
+// caller who resumes first has it dropped unheard and the bot told.
+
+/// The caller speaks for `speech`, stops, and their turn ends `verdict_after` later with
+/// probability `p`. Returns when the speech ended.
+fn speak_a_turn(sim: &mut Sim, speech: Duration, verdict_after: Duration, p: f32) -> Instant {
+    let detected = sim.stream_time();
+    sim.inference(InferenceEvent::SpeechStarted {
+        onset: detected,
+        detected,
+    });
+    sim.run_for(speech);
+    let end = sim.stream_time();
+    let ended_at = sim.now;
+    sim.run_for(verdict_after);
+    sim.inference(InferenceEvent::SpeechStopped {
+        end,
+        detected: sim.stream_time(),
+    });
+    sim.inference(InferenceEvent::TurnEnded {
+        probability: p,
+        complete: true,
+        timed_out: false,
+        at: end,
+        audio: speech,
+        latency: Duration::ZERO,
+    });
+    ended_at
+}
+
+fn resumed(sim: &Sim) -> Vec<(u64, u64)> {
+    sim.notices
+        .iter()
+        .filter_map(|n| match n {
+            AgentNotice::TurnResumed {
+                pause_ms,
+                dropped_ms,
+            } => Some((*pause_ms, *dropped_ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// With the doubt wait on, 600 ms at probability 0.5 (it is off by default).
+fn doubtful(origin: Instant) -> CallSettings {
+    CallSettings {
+        hold_back: super::hold_back::HoldBackConfig {
+            unsure_hold: Duration::from_millis(600),
+            ..Default::default()
+        },
+        ..settings(origin)
+    }
+}
+
+#[test]
+fn a_caller_who_resumes_before_the_held_reply_plays_has_it_dropped_unheard() {
+    let mut sim = Sim::new(doubtful);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    // Smart Turn at 0.5: the reply waits the whole doubt wait, 600 ms.
+    let ended_at = speak_a_turn(&mut sim, seconds(1.5), seconds(0.2), 0.5);
+    sim.agent(AgentAction::Play(tone(2.0)));
+    sim.agent(AgentAction::Mark("reply".into()));
+    sim.agent(AgentAction::EndOfUtterance);
+    sim.run_for(seconds(0.3));
+    assert_eq!(sim.voiced_packets(), 0, "held");
+    // The caller goes on 500 ms after their speech ended.
+    let detected = sim.stream_time();
+    sim.inference(InferenceEvent::SpeechStarted {
+        onset: detected,
+        detected,
+    });
+    assert_eq!(resumed(&sim), vec![(500, 2000)]);
+    assert!(!sim.barged_in());
+    // The bot, not listening, sends more of the dropped reply: dropped too.
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.run_for(seconds(1.5));
+    assert_eq!(
+        sim.voiced_packets(),
+        0,
+        "nothing of the dropped reply is heard"
+    );
+    // The turn really ends (the caller has paused in it: no habit wait), sure: the next reply
+    // (a 1 s burst: no prebuffer) plays at once, in the sender's next slot.
+    let second_end = speak_a_turn(&mut sim, seconds(1.0), seconds(0.2), 0.95);
+    let verdict = sim.now;
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.run_for(seconds(1.5));
+    assert_eq!(sim.voiced_packets(), 50);
+    let first = sim.origin + sim.voiced.lock().unwrap()[0];
+    assert!(
+        first >= verdict && first <= verdict + Duration::from_millis(20),
+        "{:?} after the verdict",
+        first - verdict
+    );
+    assert!(second_end > ended_at);
+    let marks = sim
+        .notices
+        .iter()
+        .filter(|n| matches!(n, AgentNotice::MarkPlayed(_)))
+        .count();
+    assert_eq!(marks, 0, "the dropped reply's mark is never played");
+    let stats = sim.core.take_stats();
+    assert_eq!(stats.turns, 2);
+    assert_eq!(stats.turns_resumed, 1);
+    assert_eq!(stats.held_replies_dropped, 1);
+    assert_eq!(stats.replies_held.get("doubt"), 1);
+    assert_eq!(stats.replies_held.get("habit"), 0);
+}
+
+#[test]
+fn a_doubtful_reply_plays_when_its_hold_is_over() {
+    let mut sim = Sim::new(doubtful);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    // 0.7: half the doubt wait, 300 ms.
+    speak_a_turn(&mut sim, seconds(1.5), seconds(0.2), 0.7);
+    let verdict = sim.now;
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.agent(AgentAction::EndOfUtterance);
+    sim.run_for(seconds(2.0));
+    assert_eq!(sim.voiced_packets(), 50);
+    let first = sim.origin + sim.voiced.lock().unwrap()[0];
+    let after = first - verdict;
+    // Released at the first 20 ms tick from 300 ms, into the sender's next slot.
+    assert!(
+        after >= Duration::from_millis(300) && after <= Duration::from_millis(340),
+        "{after:?}"
+    );
+    assert!(resumed(&sim).is_empty());
+    assert_eq!(sim.core.take_stats().replies_held.get("doubt"), 1);
+}
+
+#[test]
+fn a_pause_the_caller_made_over_the_reply_is_waited_for_next_time() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    // Turn 1 ends in a pause, sure (not held); the reply starts; the caller resumes 900 ms
+    // after their speech, over it: a barge-in the hold-back learns from.
+    let ended_at = speak_a_turn(&mut sim, seconds(1.5), seconds(0.2), 0.95);
+    sim.agent(AgentAction::Play(tone(3.0)));
+    sim.run_until(ended_at + Duration::from_millis(900));
+    let detected = sim.stream_time();
+    sim.inference(InferenceEvent::SpeechStarted {
+        onset: detected,
+        detected,
+    });
+    assert!(sim.barged_in());
+    assert!(
+        resumed(&sim).is_empty(),
+        "the reply was playing: a barge-in"
+    );
+    // The caller finishes: that end is not held (they paused in this turn already).
+    sim.run_for(seconds(1.0));
+    let end = sim.stream_time();
+    sim.run_for(seconds(0.2));
+    sim.inference(InferenceEvent::SpeechStopped {
+        end,
+        detected: sim.stream_time(),
+    });
+    sim.inference(turn_ended(true));
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.run_for(seconds(3.0));
+    let heard_before = sim.voiced_packets();
+    // Turn 2: sure again, but this caller pauses (rate 1.5 / 3): held until 900 × 1.5 + 128 ms
+    // after the speech, then played.
+    let ended_at = speak_a_turn(&mut sim, seconds(1.5), seconds(0.2), 0.95);
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.run_for(seconds(3.0));
+    let voiced = sim.voiced.lock().unwrap().clone();
+    let first = sim.origin + voiced[heard_before];
+    let after = first - ended_at;
+    assert!(
+        after >= Duration::from_millis(1478) && after <= Duration::from_millis(1520),
+        "{after:?}"
+    );
+    assert_eq!(voiced.len() - heard_before, 50);
+    assert_eq!(sim.core.take_stats().replies_held.get("habit"), 1);
+}

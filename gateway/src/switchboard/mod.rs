@@ -882,6 +882,8 @@ impl Switchboard {
             dial_by_refer: self.config.dial_by_refer,
             hold_back: crate::call::hold_back::HoldBackConfig {
                 enabled: self.config.reply_hold_back,
+                unsure_hold: self.config.reply_hold_doubt,
+                max_hold: self.config.reply_hold_max,
                 ..Default::default()
             },
             speech_stop_lag: ontime_inference::VadParams::default().stop,

@@ -19,7 +19,12 @@ from pipecat.serializers.twilio import TwilioFrameSerializer
 from pipecat.turns.user_start import ExternalUserTurnStartStrategy
 from pipecat.turns.user_stop import ExternalUserTurnStopStrategy
 
-from ontime_pipecat import OntimeFrameSerializer, ontime_user_turn_strategies, serializer_from_start
+from ontime_pipecat import (
+    OntimeFrameSerializer,
+    OntimeTurnResumedFrame,
+    ontime_user_turn_strategies,
+    serializer_from_start,
+)
 
 SID = "MZ" + "0" * 32
 
@@ -103,6 +108,28 @@ def test_barge_in_interrupts_unless_turned_off():
 
     on, off = run(go())
     assert isinstance(on, InterruptionFrame)
+    assert off is None
+
+
+def test_turn_resumed_interrupts_with_its_figures_unless_turned_off():
+    async def go():
+        on = await (await _serializer()).deserialize(
+            msg("ontime.turn_resumed", turnResumed={"pauseMs": 820, "droppedMs": 5232})
+        )
+        bad = await (await _serializer()).deserialize(
+            msg("ontime.turn_resumed", turnResumed={"pauseMs": "x"})
+        )
+        off = await (await _serializer(interrupt_on_turn_resumed=False)).deserialize(
+            msg("ontime.turn_resumed", turnResumed={"pauseMs": 820, "droppedMs": 0})
+        )
+        return on, bad, off
+
+    on, bad, off = run(go())
+    assert isinstance(on, OntimeTurnResumedFrame)
+    assert isinstance(on, InterruptionFrame)
+    assert (on.pause_ms, on.dropped_ms) == (820, 5232)
+    assert isinstance(bad, OntimeTurnResumedFrame)
+    assert (bad.pause_ms, bad.dropped_ms) == (None, None)
     assert off is None
 
 

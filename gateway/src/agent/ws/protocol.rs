@@ -451,6 +451,12 @@ mod tests {
             json!({"event":"ontime.amd","sequenceNumber":"12","streamSid":"MZ1",
                 "amd":{"answeredBy":"machine_end_beep","machineDetectionDurationMs":4660}})
         );
+        let r: Value = serde_json::from_str(&e.turn_resumed(820, 5232)).unwrap();
+        assert_eq!(
+            r,
+            json!({"event":"ontime.turn_resumed","sequenceNumber":"13","streamSid":"MZ1",
+                "turnResumed":{"pauseMs":820,"droppedMs":5232}})
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 ontime speaks Twilio Media Streams to a bot, plus (with ``--ws-ontime-events true``) its own
 ``ontime.speech_started``, ``ontime.speech_stopped``, ``ontime.turn_ended`` and
-``ontime.barge_in`` events. :class:`OntimeFrameSerializer` turns those into the frames pipecat
+``ontime.barge_in`` and ``ontime.turn_resumed`` events. :class:`OntimeFrameSerializer` turns those into the frames pipecat
 1.14's user aggregator and interruption logic expect, so a bot can leave its own VAD and turn
 model off; :func:`ontime_user_turn_strategies` is the matching turn configuration.
 :class:`HeardReplyTrimmer` uses ``ontime.barge_in``'s ``heardMs`` to keep only the heard part
@@ -13,6 +13,7 @@ from ontime_pipecat.heard import HeardReplyTrimmer, SpokenText, trim_to_heard
 from ontime_pipecat.serializer import (
     OntimeBargeInFrame,
     OntimeFrameSerializer,
+    OntimeTurnResumedFrame,
     ontime_user_turn_strategies,
     serializer_from_start,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "HeardReplyTrimmer",
     "OntimeBargeInFrame",
     "OntimeFrameSerializer",
+    "OntimeTurnResumedFrame",
     "SpokenText",
     "ontime_user_turn_strategies",
     "serializer_from_start",

@@ -33,6 +33,23 @@ class OntimeBargeInFrame(InterruptionFrame):
     last_mark: str | None = None
 
 
+@dataclass
+class OntimeTurnResumedFrame(InterruptionFrame):
+    """The caller went on speaking after ``ontime.turn_ended`` before the reply was heard
+    (``ontime.turn_resumed``): the end was a mid-sentence pause. The gateway has dropped the
+    reply's queued audio, and drops what the bot still sends of it until its ``clear`` or the
+    next ``ontime.turn_ended``; as an :class:`InterruptionFrame` this cancels the reply pipecat
+    is still generating (LLM, TTS), which then answers the whole sentence at the next end.
+
+    Parameters:
+        pause_ms: From the end of the caller's speech to their resumption.
+        dropped_ms: Reply audio the gateway dropped unheard.
+    """
+
+    pause_ms: int | None = None
+    dropped_ms: int | None = None
+
+
 class OntimeFrameSerializer(TwilioFrameSerializer):
     """Twilio Media Streams as ontime speaks them, with ontime's events mapped to pipecat frames.
 
@@ -53,6 +70,9 @@ class OntimeFrameSerializer(TwilioFrameSerializer):
       then records in its context the text it had released, which runs ahead of what the
       caller heard; the frame's ``heard_ms`` lets :class:`~ontime_pipecat.HeardReplyTrimmer`
       cut that message back to the heard part.
+    - ``ontime.turn_resumed`` → :class:`OntimeTurnResumedFrame`, an :class:`InterruptionFrame`
+      (``interrupt_on_turn_resumed``, default on): the turn end was a pause and the caller
+      went on; the reply being prepared is cancelled (its audio, if any, was never heard).
 
     Everything else (``media``, ``dtmf``, ``mark``, ``stop``…) is handled as by
     :class:`TwilioFrameSerializer`. ``auto_hang_up`` defaults to off: there is no Twilio REST
@@ -69,10 +89,13 @@ class OntimeFrameSerializer(TwilioFrameSerializer):
                 ``InterruptionFrame``).
             speech_stopped_frames: Turn ``ontime.speech_stopped`` into a
                 ``VADUserStoppedSpeakingFrame``.
+            interrupt_on_turn_resumed: Turn ``ontime.turn_resumed`` into an
+                ``OntimeTurnResumedFrame`` (an ``InterruptionFrame``).
         """
 
         auto_hang_up: bool = False
         interrupt_on_barge_in: bool = True
+        interrupt_on_turn_resumed: bool = True
         speech_stopped_frames: bool = True
 
     def __init__(self, stream_sid: str, call_sid: str | None = None, params=None, **kwargs):
@@ -118,6 +141,15 @@ class OntimeFrameSerializer(TwilioFrameSerializer):
             return OntimeBargeInFrame(
                 heard_ms=_milliseconds(barge_in.get("heardMs")),
                 last_mark=last_mark if isinstance(last_mark, str) else None,
+            )
+        if name == "ontime.turn_resumed":
+            if not self._ontime_params.interrupt_on_turn_resumed:
+                return None
+            resumed = message.get("turnResumed")
+            resumed = resumed if isinstance(resumed, dict) else {}
+            return OntimeTurnResumedFrame(
+                pause_ms=_milliseconds(resumed.get("pauseMs")),
+                dropped_ms=_milliseconds(resumed.get("droppedMs")),
             )
         return None  # a newer ontime event this version does not know
 
