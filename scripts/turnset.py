@@ -128,7 +128,9 @@ def speak(text, voice, rate, path8k, tmp, perturb=None):
     if perturb is not None:
         cents, tempo = perturb
         effects = ["pitch", str(cents), "tempo", "-s", "%.3f" % tempo]
-    run(["sox", raw, "-r", str(RATE), "-c", "1", "-b", "16", "-e", "signed-integer", path8k] + effects)
+    # -D, no dither: sox's is random, and the set must come out the same, byte for byte, every
+    # time.
+    run(["sox", "-D", raw, "-r", str(RATE), "-c", "1", "-b", "16", "-e", "signed-integer", path8k] + effects)
     with wave.open(path8k, "rb") as w:
         n = w.getnframes()
         data = w.readframes(n)
@@ -166,7 +168,7 @@ def write_ulaw(path, pcm, tmp):
         w.setsampwidth(2)
         w.setframerate(RATE)
         w.writeframes(struct.pack("<%dh" % len(pcm), *pcm))
-    run(["sox", lin, "-r", str(RATE), "-c", "1", "-e", "mu-law", path])
+    run(["sox", "-D", lin, "-r", str(RATE), "-c", "1", "-e", "mu-law", path])
 
 
 def silence(seconds):
@@ -190,58 +192,41 @@ def extend(args, rng, noise, noise_rng, tmp, tmp8k, turns):
     for t in turns:
         t["split"] = split_of(int(t["file"][1:3]))
 
-    def perturbation():
-        return (rng.randint(-300, 300), rng.uniform(0.9, 1.1))
+    def said(text, voice_index):
+        """`text` in the voice at `voice_index`, at a varied rate, pitch and tempo: the speech
+        and the turn's description so far."""
+        voice, base = VOICES[voice_index % len(VOICES)]
+        rate = max(130, min(190, base + rng.randint(-15, 15)))
+        cents, tempo = rng.randint(-300, 300), rng.uniform(0.9, 1.1)
+        speech = trim(speak(text, voice, rate, tmp8k, tmp, (cents, tempo)))
+        turn = {"complete": True, "text": text, "voice": voice, "rate": rate, "pitch_cents": cents, "tempo": round(tempo, 3)}
+        return speech, turn
 
     for si, text in enumerate(SENTENCES):
         for vi in range(args.voices):
-            voice, base = VOICES[(si + vi + 1) % len(VOICES)]
-            rate = max(130, min(190, base + rng.randint(-15, 15)))
-            perturb = perturbation()
-            speech = trim(speak(text, voice, rate, tmp8k, tmp, perturb))
+            speech, turn = said(text, si + vi + 1)
             at = cut_point(speech, rng, 0.3, 0.75)
             pause = rng.randint(300, 1500) / 1000.0
             pcm = add_noise(silence(LEAD_S) + speech[:at] + silence(pause) + speech[at:] + silence(TAIL_S), noise, noise_rng)
             name = "m%02d_v%d_mid.wav" % (si, vi)
             write_ulaw(os.path.join(args.dir, name), pcm, tmp)
             pause_start = int(LEAD_S * RATE) + at
-            turns.append(
-                {
-                    "file": name,
-                    "kind": "mid",
-                    "complete": True,
-                    "text": text,
-                    "voice": voice,
-                    "rate": rate,
-                    "pitch_cents": perturb[0],
-                    "tempo": round(perturb[1], 3),
-                    "split": split_of(si),
-                    "pause_start_ms": pause_start * 1000 // RATE,
-                    "pause_end_ms": (pause_start + len(silence(pause))) * 1000 // RATE,
-                }
+            turn.update(
+                file=name,
+                kind="mid",
+                split=split_of(si),
+                pause_start_ms=pause_start * 1000 // RATE,
+                pause_end_ms=(pause_start + len(silence(pause))) * 1000 // RATE,
             )
+            turns.append(turn)
     for ai, text in enumerate(SHORT):
         for vi in range(args.voices):
-            voice, base = VOICES[(ai + vi + 2) % len(VOICES)]
-            rate = max(130, min(190, base + rng.randint(-15, 15)))
-            perturb = perturbation()
-            speech = trim(speak(text, voice, rate, tmp8k, tmp, perturb))
+            speech, turn = said(text, ai + vi + 2)
             pcm = add_noise(silence(LEAD_S) + speech + silence(TAIL_S), noise, noise_rng)
             name = "a%02d_v%d_short.wav" % (ai, vi)
             write_ulaw(os.path.join(args.dir, name), pcm, tmp)
-            turns.append(
-                {
-                    "file": name,
-                    "kind": "short",
-                    "complete": True,
-                    "text": text,
-                    "voice": voice,
-                    "rate": rate,
-                    "pitch_cents": perturb[0],
-                    "tempo": round(perturb[1], 3),
-                    "split": split_of(ai),
-                }
-            )
+            turn.update(file=name, kind="short", split=split_of(ai))
+            turns.append(turn)
 
 
 def main():
