@@ -1,15 +1,16 @@
 //! Reply hold-back, sans-IO: when the caller's turn ends, how long the bot's reply waits before
 //! the caller hears it, learned per call from what the caller did after earlier ends.
 //!
-//! Smart Turn alone ends a turn in a mid-sentence pause as readily as at the sentence's end (on
-//! synthetic voices it scores both ≥ 0.8; docs/inference.md). What it cannot see, the call can:
+//! Smart Turn alone ends a turn in a mid-sentence pause as readily as at the sentence's end, and
+//! as confidently (medians 0.96 and 0.92 on the labelled set's held-out split; docs/inference.md). What it cannot see, the call can:
 //! whether *this* caller went on speaking after an end it was sure of. [`HoldBack`] keeps that
 //! history and answers, per turn end, when the reply may start ([`Hold::release_at`]). The call
 //! holds the reply's audio until then; a caller who resumes first has the held reply dropped and
-//! the bot told (`TurnResumed`): the false end costs the caller nothing. Two waits add up:
+//! the bot told (`TurnResumed`): the false end costs the caller nothing. Two waits; the longer
+//! one applies:
 //!
-//! - **Doubt**: a verdict below [`HoldBackConfig::sure`] waits in proportion to how far below it
-//!   is, up to [`HoldBackConfig::unsure_hold`] at the 0.5 threshold.
+//! - **Doubt** (off by default): a verdict below [`HoldBackConfig::sure`] waits in proportion to
+//!   how far below it is, up to [`HoldBackConfig::unsure_hold`] at the 0.5 threshold.
 //! - **Habit**: a caller who has resumed after ends before gets their longest pause so far
 //!   (× [`GAP_MARGIN`], plus the VAD's start lag) from the speech's end. Only ends that could
 //!   have been a mid-sentence pause count, and get the wait: not a short answer
