@@ -661,6 +661,11 @@ impl FromStr for TrunkUri {
     }
 }
 
+/// The reply hold-back's default cap (`--reply-hold-max`): a caller's mid-sentence pauses run to
+/// about 1.5 s (the load harness's 0.7–1.2 s reach the VAD as up to 1.54 s), and each held
+/// reply costs a caller who paused before up to this on a sentence said in one go.
+pub const DEFAULT_REPLY_HOLD_MAX: Duration = Duration::from_millis(1800);
+
 /// The account SID bots are told when no API is configured (Twilio's shape, all zeros).
 pub const DEFAULT_ACCOUNT_SID: &str = "AC00000000000000000000000000000000";
 
@@ -848,7 +853,7 @@ impl Default for Config {
             echo_canceller: true,
             reply_hold_back: true,
             reply_hold_doubt: Duration::ZERO,
-            reply_hold_max: crate::call::hold_back::HoldBackConfig::default().max_hold,
+            reply_hold_max: DEFAULT_REPLY_HOLD_MAX,
             dial_by_refer: false,
             // One call: refuse the call that the measured headroom says would not fit
             // (docs/capacity.md: 128 offered, the excess refused, every admitted call ok on a

@@ -73,7 +73,7 @@ impl Default for HoldBackConfig {
             // 600 ms doubt wait caught 1 of 33 such ends for +511 ms p95 on complete turns.
             unsure_hold: Duration::ZERO,
             short_answer: Duration::from_millis(600),
-            max_hold: Duration::from_millis(1800),
+            max_hold: crate::config::DEFAULT_REPLY_HOLD_MAX,
         }
     }
 }
