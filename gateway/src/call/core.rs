@@ -477,8 +477,6 @@ pub struct CallCore {
     /// The caller resumed and their reply was dropped: the bot's audio of that reply is dropped
     /// too, until the next turn end or the bot's `clear`.
     stale_reply: bool,
-    /// Where the caller's speech last ended (the VAD's stop, on the call's clock).
-    last_speech_end: Option<Instant>,
     /// The last turn end's speech end, until the caller speaks again: speech soon after it that
     /// barges in on the reply is a pause the hold-back did not cover (it learns from it).
     last_end_speech_at: Option<Instant>,
@@ -589,7 +587,6 @@ impl CallCore {
             hold_back,
             reply_gate: None,
             stale_reply: false,
-            last_speech_end: None,
             last_end_speech_at: None,
             reply_playing_since: None,
             turns: 0,
@@ -1220,7 +1217,6 @@ impl CallCore {
             InferenceEvent::SpeechStopped { end, .. } => {
                 self.speaking = false;
                 let end_at = self.stream_instant(end, now);
-                self.last_speech_end = Some(end_at);
                 self.hold_back.speech_stopped(end_at);
                 if let Some(amd) = self.amd.as_mut() {
                     let verdict = amd.speech_stopped(end_at);
@@ -1259,12 +1255,10 @@ impl CallCore {
                 if complete && !self.speaking {
                     self.turns += 1;
                     self.stats.turns += 1;
-                    let speech_end_at = self.last_speech_end.unwrap_or(now);
-                    let hold = self.hold_back.turn_ended(
-                        (!timed_out).then_some(probability),
-                        speech_end_at,
-                        now,
-                    );
+                    let hold = self
+                        .hold_back
+                        .turn_ended((!timed_out).then_some(probability), now);
+                    let speech_end_at = hold.speech_end_at;
                     let held = hold.release_at > now;
                     if held {
                         self.stats.replies_held.add(hold.reason.as_str(), 1);

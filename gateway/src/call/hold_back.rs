@@ -103,6 +103,8 @@ impl HoldReason {
 /// The decision for one turn end, with its inputs (logged as the decision's debug event).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Hold {
+    /// Where the caller's speech that the verdict ended stopped.
+    pub speech_end_at: Instant,
     /// The reply may start playing at this time (the verdict's time when not held).
     pub release_at: Instant,
     /// The longer of the two waits.
@@ -183,14 +185,11 @@ impl HoldBack {
         self.last_stop = Some(end_at);
     }
 
-    /// The caller's turn ended on a verdict at `now`: their speech ended at `speech_end_at`.
-    pub fn turn_ended(
-        &mut self,
-        probability: Option<f32>,
-        speech_end_at: Instant,
-        now: Instant,
-    ) -> Hold {
+    /// The caller's turn ended on a verdict at `now`, after their last speech stop
+    /// ([`HoldBack::speech_stopped`]; `now` if none was heard).
+    pub fn turn_ended(&mut self, probability: Option<f32>, now: Instant) -> Hold {
         self.ends += 1;
+        let speech_end_at = self.last_stop.unwrap_or(now);
         let speech = self.turn_onset.map_or(Duration::ZERO, |t| {
             speech_end_at.saturating_duration_since(t)
         });
@@ -203,6 +202,7 @@ impl HoldBack {
             self.pausable_ends += 1;
         }
         let mut hold = Hold {
+            speech_end_at,
             release_at: now,
             reason: HoldReason::None,
             probability,
@@ -293,7 +293,7 @@ mod tests {
         h.speech_started(t0 + ms(at - speech));
         h.speech_stopped(t0 + ms(at));
         let now = t0 + ms(at + 200);
-        let hold = h.turn_ended(p, t0 + ms(at), now);
+        let hold = h.turn_ended(p, now);
         (hold.wait(now), hold.reason)
     }
 
@@ -377,7 +377,7 @@ mod tests {
         h.speech_stopped(t0 + ms(11_000));
         h.speech_started(t0 + ms(11_600));
         h.speech_stopped(t0 + ms(13_000));
-        let hold = h.turn_ended(Some(0.98), t0 + ms(13_000), t0 + ms(13_200));
+        let hold = h.turn_ended(Some(0.98), t0 + ms(13_200));
         assert_eq!(
             (hold.release_at, hold.reason),
             (t0 + ms(13_200), HoldReason::None)
@@ -389,7 +389,7 @@ mod tests {
         h.speech_stopped(t0 + ms(21_000));
         h.speech_started(t0 + ms(21_200));
         h.speech_stopped(t0 + ms(22_000));
-        let hold = h.turn_ended(Some(0.98), t0 + ms(22_000), t0 + ms(22_200));
+        let hold = h.turn_ended(Some(0.98), t0 + ms(22_200));
         assert_eq!(hold.reason, HoldReason::Habit);
         assert_eq!(h.counts(), (4, 2, 1));
     }
