@@ -148,11 +148,12 @@ fn full_queue_rejects_without_blocking() {
     assert_eq!(pool.stats().queue_full, rejected);
 }
 
-/// A pool with 2 ms of inference per 100 ms window (a 4 ms quota, 2 ms reserved) and 8 calls,
-/// each pushed `seconds` of speech at once: far more work than the budget lets through.
+/// A pool with `window` of inference per 100 ms (2 ms of its quota reserved) and 8 calls, each
+/// pushed `seconds` of speech at once: far more work than one window lets through.
 fn starved_pool(
     paths: ontime_inference::ModelPaths,
     seconds: usize,
+    window: Duration,
 ) -> (
     InferencePool,
     Vec<(ontime_inference::CallInference, Receiver<InferenceEvent>)>,
@@ -160,7 +161,7 @@ fn starved_pool(
     let (_, pcm) = read_wav(&fixture("book_table_trailing_8k.wav"));
     let mut config = PoolConfig::new(paths);
     config.quota = Some(CpuQuota {
-        quota: Duration::from_millis(4),
+        quota: window + Duration::from_millis(2),
         period: Duration::from_millis(100),
     });
     config.budget_reserve = Duration::from_millis(2);
@@ -178,13 +179,16 @@ fn starved_pool(
 fn budget_defers_work_under_a_tiny_quota() {
     let Some(paths) = model_paths() else { return };
     let seconds = 2;
-    let (pool, _calls) = starved_pool(paths, seconds);
+    // 8 ms windows: with 2 ms ones the whole backlog took 50 s unloaded (each batch, run after
+    // the thread slept out its window, cost ~15 ms of CPU rather than ~1 ms) and over 120 s
+    // under CI's parallel load.
+    let (pool, _calls) = starved_pool(paths, seconds, Duration::from_millis(8));
     let chunks = 8 * (8000 * seconds / 256) as u64;
     wait_for("all chunks", Duration::from_secs(120), || {
         pool.stats().vad_chunks == chunks
     });
     let stats = pool.stats();
-    // 496 chunks at ≥ 0.05 ms each cannot fit in 2 ms windows without deferrals.
+    // 62 batches of 8 chunks, at ≥ 0.2 ms each, pushed at once cannot fit in one 8 ms window.
     assert!(
         stats.budget_deferrals > 0,
         "no deferral with 2 ms per window: {stats:?}"
@@ -220,7 +224,7 @@ fn pool_threads_cpu() -> Vec<(String, Duration)> {
 fn the_thread_sleeps_when_calls_end_while_the_budget_defers_their_work() {
     let Some(paths) = model_paths() else { return };
     // The backlog of 8 calls is deferred for seconds.
-    let (pool, calls) = starved_pool(paths, 2);
+    let (pool, calls) = starved_pool(paths, 2, Duration::from_millis(2));
     wait_for("a deferral", Duration::from_secs(30), || {
         pool.stats().budget_deferrals > 0
     });
