@@ -621,6 +621,9 @@ fn record_stats(stats: CallStats) {
     for (reason, n) in stats.replies_held.iter() {
         counter!(m::REPLIES_HELD_TOTAL, "reason" => reason).increment(n);
     }
+    for (cue, n) in stats.transcripts.iter() {
+        counter!(m::TRANSCRIPTS_TOTAL, "cue" => cue).increment(n);
+    }
     add(m::TURNS_RESUMED_TOTAL, stats.turns_resumed);
     add(m::HELD_REPLIES_DROPPED_TOTAL, stats.held_replies_dropped);
     add(m::ECHO_FRAMES_GATED_TOTAL, stats.echo_frames_gated);

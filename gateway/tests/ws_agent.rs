@@ -105,7 +105,7 @@ fn burst_reply_is_paced_and_its_mark_returns_after_it_played() {
             ("@DIGIT@", "7"),
         ],
     );
-    let (ok, log) = sipp(&gw, &scen, 1, media_port, Duration::from_secs(40));
+    let (ok, log) = sipp(&gw, &scen, 1, media_port, Duration::from_secs(45));
     let pcap = cap.finish();
     assert!(ok, "sipp call failed:\n{log}\ngateway:\n{}", gw.stderr());
     wait_for(&bot, 0, Duration::from_secs(5), |c| {
@@ -383,10 +383,12 @@ fn bot_barge_in_leaves_the_reply_to_the_bot() {
         "caller_speaks.xml",
         &[
             ("@SPEECH@", speech.to_str().unwrap()),
-            ("@LISTEN_MS@", "8000"),
+            // From the speech's start: 4.9 s of it, perhaps the 3 s stop timeout (Smart Turn
+            // may call the robot voice's end incomplete), then the 5.2 s reply.
+            ("@LISTEN_MS@", "15000"),
         ],
     );
-    let (ok, log) = sipp(&gw, &scen, 1, media_port, Duration::from_secs(30));
+    let (ok, log) = sipp(&gw, &scen, 1, media_port, Duration::from_secs(45));
     assert!(ok, "sipp call failed:\n{log}\ngateway:\n{}", gw.stderr());
     wait_for(&bot, 0, Duration::from_secs(5), |c| {
         !c.events("stop").is_empty()
@@ -733,4 +735,146 @@ fn wss_bot_is_reached_with_its_ca_and_refused_without_it() {
         1.0
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The caller's sentence with a pause inside: `first`, `pause` of digital silence, `second`
+/// (espeak-ng, 8 kHz µ-law).
+fn paused_speech(dir: &Path, first: &str, pause: f64, second: &str) -> PathBuf {
+    let part = |name: &str, text: &str| {
+        let raw = dir.join(format!("{name}.wav"));
+        let ok = Command::new("espeak-ng")
+            .args(["-v", "en-us", "-s", "170", "-w"])
+            .arg(&raw)
+            .arg(text)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "espeak-ng could not speak");
+        raw
+    };
+    let (a, b) = (part("first", first), part("second", second));
+    let out = dir.join("paused.ulaw.wav");
+    // sox's own concatenation, each part resampled to 8 kHz mono first.
+    let a8 = dir.join("first8.wav");
+    let b8 = dir.join("second8.wav");
+    for (src, dst, pad) in [(&a, &a8, pause), (&b, &b8, 0.0)] {
+        let ok = Command::new("sox")
+            .arg(src)
+            .args(["-r", "8000", "-c", "1"])
+            .arg(dst)
+            .args(["pad", "0", &pad.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "sox could not resample");
+    }
+    let ok = Command::new("sox")
+        .arg(&a8)
+        .arg(&b8)
+        .args(["-e", "mu-law"])
+        .arg(&out)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "sox could not join the parts");
+    out
+}
+
+fn transcript(text: &str) -> Step {
+    Step::Text(
+        serde_json::json!({"event": "ontime.transcript", "streamSid": "MZbot",
+            "transcript": {"text": text, "final": true}})
+        .to_string(),
+    )
+}
+
+/// Smart Turn ends this caller's turn in their pause after "and", sure of it (0.98 on the
+/// same audio offline); the bot's transcript says the sentence is not over, so its reply is
+/// held, and dropped unheard when the caller goes on. The second reply is heard whole.
+#[test]
+fn a_transcript_that_stops_on_and_holds_the_reply_until_the_caller_goes_on() {
+    if !tools() || !require("espeak-ng") {
+        return;
+    }
+    let reply = Arc::new(reply_ulaw());
+    let bot = TestBot::start(vec![
+        Step::WaitEvent("ontime.speech_stopped", 1),
+        transcript("My parcel never arrived and"),
+        Step::WaitEvent("ontime.turn_ended", 1),
+        Step::Media {
+            ulaw: reply.clone(),
+            chunk: 8000,
+        },
+        Step::Mark("first".into()),
+        Step::WaitEvent("ontime.turn_ended", 2),
+        transcript("My parcel never arrived and I have been waiting since Monday."),
+        Step::Media {
+            ulaw: reply.clone(),
+            chunk: 8000,
+        },
+        Step::Mark("second".into()),
+    ]);
+    let gw = start_gateway(&["--agent", &bot.url(), "--ws-ontime-events", "true"]);
+    let speech = paused_speech(
+        &dir_of(&gw),
+        "My parcel never arrived and",
+        1.0,
+        "I have been waiting since Monday.",
+    );
+    let media_port = free_udp_port() & !1;
+    let cap = capture(&[media_port]);
+    let scen = scenario(
+        "caller_speaks.xml",
+        &[
+            ("@SPEECH@", speech.to_str().unwrap()),
+            // From the speech's start: 4.9 s of it, perhaps the 3 s stop timeout (Smart Turn
+            // may call the robot voice's end incomplete), then the 5.2 s reply.
+            ("@LISTEN_MS@", "15000"),
+        ],
+    );
+    let (ok, log) = sipp(&gw, &scen, 1, media_port, Duration::from_secs(45));
+    let pcap = cap.finish();
+    assert!(ok, "sipp call failed:\n{log}\ngateway:\n{}", gw.stderr());
+    wait_for(&bot, 0, Duration::from_secs(5), |c| {
+        !c.events("stop").is_empty()
+    });
+    let conn = bot.connection(0).unwrap();
+    let turns = conn.events("ontime.turn_ended");
+    assert_eq!(turns.len(), 2, "gateway:\n{}", gw.stderr());
+    let resumed = conn.events("ontime.turn_resumed");
+    assert_eq!(resumed.len(), 1, "gateway:\n{}", gw.stderr());
+    // The whole first reply was dropped unheard; its mark came back with the event.
+    let reply_ms = (reply.len() * 1000 / 8000) as u64;
+    assert_eq!(
+        resumed[0].1["turnResumed"]["droppedMs"].as_u64(),
+        Some(reply_ms)
+    );
+    assert_eq!(conn.marks_named("first").len(), 1);
+    assert_eq!(conn.marks_named("second").len(), 1);
+    // The caller heard the second reply, and only it.
+    let voiced = |frames: &[u8]| frames.chunks(160).filter(|f| !ulaw_is_silent(f)).count();
+    let heard = rtp_rows(&pcap, media_port)
+        .into_iter()
+        .filter(|r| r.dst_port == media_port && !r.silent)
+        .count();
+    assert_eq!(heard, voiced(&reply));
+    let body = gw.metrics_text();
+    assert_eq!(
+        metric(&body, "ontime_replies_held_total{reason=\"words\"}"),
+        1.0
+    );
+    assert_eq!(metric(&body, "ontime_held_replies_dropped_total"), 1.0);
+    assert_eq!(metric(&body, "ontime_turns_resumed_total"), 1.0);
+    assert_eq!(
+        metric(&body, "ontime_transcripts_total{cue=\"incomplete\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(&body, "ontime_transcripts_total{cue=\"complete\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &body,
+            "ontime_ws_messages_received_total{event=\"transcript\"}"
+        ),
+        2.0
+    );
 }

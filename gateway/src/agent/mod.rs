@@ -168,6 +168,11 @@ pub enum AgentAction {
     /// RFC 4733 events from the real-time sender, or SIP INFO when the caller offered no
     /// telephone-event.
     SendDigits(String),
+    /// The bot's speech recogniser's words for the caller's turn so far (interim or final):
+    /// the reply hold-back's transcript cue. Words that cannot end a sentence ("… to", "um")
+    /// hold the reply to the turn; words that end one release it (docs/agents.md,
+    /// *Transcripts*). Only the last words are judged; the text is never logged or recorded.
+    Transcript(String),
     /// Blind transfer by SIP REFER to a SIP URI (`sip:agent@pbx.example`) or a number
     /// (`+15551234567`, routed by the trunk). The outcome arrives as [`AgentEvent::Transfer`].
     Transfer(String),

@@ -36,6 +36,7 @@ use super::program::{
 };
 use super::rtcp::{OutgoingStream, RtcpSession};
 use super::stats::CallStats;
+use super::words;
 use crate::agent::{AgentAction, AgentEvent, CallInfo, TransferResult};
 use crate::config::BargeIn;
 use crate::records::cdr::{CallDetailRecord, EndCause, RecordKind};
@@ -1274,6 +1275,7 @@ impl CallCore {
                         resume_rate = hold.resume_rate,
                         longest_pause_ms = hold.longest_pause.map(|p| p.as_millis() as u64),
                         resumed_turn = hold.resumed_turn,
+                        words = hold.words.map_or("none", |w| w.as_str()),
                         "turn ended"
                     );
                     // A new end: whatever the bot sends now is its reply to it.
@@ -1328,6 +1330,7 @@ impl CallCore {
                 self.out.clear();
             }
             AgentAction::AllowBargeIn(allowed) => self.barge_in_allowed = allowed,
+            AgentAction::Transcript(text) => self.caller_words(&text, now),
             AgentAction::Hangup => self.hang_up(EndCause::GatewayBye, SipRequest::Hangup, now),
             AgentAction::HangupWithReason(reason) => self.hang_up(
                 EndCause::GatewayBye,
@@ -1655,6 +1658,46 @@ impl CallCore {
             self.reply_playing_since = playing.then_some(now);
             self.reply_gate = None;
             self.hold_back.reply_heard();
+        }
+    }
+
+    /// The bot's transcript of the caller's turn so far: its cue goes to the hold-back, and
+    /// moves the release of a reply not yet heard.
+    fn caller_words(&mut self, text: &str, now: Instant) {
+        let cue = words::judge(text);
+        self.stats.transcripts.add(cue.as_str(), 1);
+        self.hold_back.words(cue);
+        self.update_reply_gate(now);
+        let Some(g) = self.reply_gate.as_mut() else {
+            return;
+        };
+        let Some((release_at, reason)) =
+            self.hold_back
+                .rewait(g.speech_end_at, g.ended_at, g.release_at, now)
+        else {
+            return;
+        };
+        info!(
+            words = cue.as_str(),
+            hold_ms = release_at.saturating_duration_since(now).as_millis() as u64,
+            "the caller's words moved the reply's release"
+        );
+        g.release_at = release_at;
+        if release_at > now {
+            if !g.held {
+                self.stats.replies_held.add(reason.as_str(), 1);
+            }
+            g.held = true;
+            if let Some(until) = self.prebuffer_until.as_mut() {
+                *until = (*until).max(release_at);
+            }
+        } else {
+            g.held = false;
+            // Prebuffered as a reply that starts now.
+            self.prebuffer_until = self.prebuffer_until.map(|u| u.min(now + PREBUFFER));
+            self.release_prebuffer(now);
+            self.update_reply_gate(now);
+            self.out.feed();
         }
     }
 

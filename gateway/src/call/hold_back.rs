@@ -19,10 +19,21 @@
 //!   they paused in). The rate of resumptions over such ends is smoothed (prior
 //!   [`PRIOR_RESUMED`] in [`PRIOR_ENDS`]) and must reach [`HABIT_RATE`].
 //!
-//! Both are capped at [`HoldBackConfig::max_hold`] from the verdict. A timed-out turn (the caller
+//! A bot that sends its recogniser's words (`ontime.transcript`, [`HoldBack::words`]) adds a
+//! third cue, judged by [`super::words`], which outranks both: words that cannot end a sentence
+//! ("… to", "… and", "um") hold the reply [`WORDS_HOLD`] from the speech's end (or the habit
+//! wait, if longer), from this caller's first pause on; words that end one ("… Friday.") lift
+//! the habit and doubt waits, so a caller who pauses only sometimes is answered at once when
+//! they did not. Words that arrive after the verdict, while the reply is not yet heard, move
+//! its release either way ([`HoldBack::rewait`]): recognisers deliver the last words some
+//! 100–500 ms after they were said, about when the verdict comes.
+//!
+//! All are capped at [`HoldBackConfig::max_hold`] from the verdict. A timed-out turn (the caller
 //! was quiet for the incomplete timeout) is never held.
 
 use std::time::{Duration, Instant};
+
+use super::words::WordsCue;
 
 /// A caller whose smoothed resume rate reaches this pauses mid-sentence by habit.
 pub const HABIT_RATE: f64 = 0.3;
@@ -31,6 +42,10 @@ pub const HABIT_RATE: f64 = 0.3;
 pub const PRIOR_RESUMED: f64 = 0.5;
 /// See [`PRIOR_RESUMED`].
 pub const PRIOR_ENDS: f64 = 2.0;
+/// Words that cannot end a sentence hold the reply this long after the speech's end when no
+/// longer pause has been learned: the load harness's pauses of 0.7–1.2 s reach the VAD as
+/// 0.74–1.54 s, and the hold must outlast the VAD's start lag too.
+pub const WORDS_HOLD: Duration = Duration::from_millis(1700);
 /// The habit wait covers the longest pause seen times this (pauses vary; the next may be longer).
 pub const GAP_MARGIN: f64 = 1.5;
 /// Speech that stops and starts again this much later inside one turn (no end between) is a
@@ -87,6 +102,8 @@ pub enum HoldReason {
     Doubt,
     /// The caller has paused mid-sentence before.
     Habit,
+    /// The bot's transcript of the caller ends where no sentence ends.
+    Words,
 }
 
 impl HoldReason {
@@ -96,6 +113,7 @@ impl HoldReason {
             HoldReason::None => "none",
             HoldReason::Doubt => "doubt",
             HoldReason::Habit => "habit",
+            HoldReason::Words => "words",
         }
     }
 }
@@ -123,6 +141,9 @@ pub struct Hold {
     /// The end could have been a mid-sentence pause (long enough, no pause in the turn yet):
     /// it counts towards the rate, and only such ends are held for habit.
     pub pausable: bool,
+    /// What the bot's transcript of the turn said, if the bot sent one since the caller last
+    /// began speaking.
+    pub words: Option<WordsCue>,
 }
 
 impl Hold {
@@ -149,6 +170,8 @@ pub struct HoldBack {
     last_stop: Option<Instant>,
     resumed_turn: bool,
     last_end_pausable: bool,
+    /// The bot's transcript's cue since the caller last began speaking, in a turn.
+    words: Option<WordsCue>,
 }
 
 impl HoldBack {
@@ -164,12 +187,15 @@ impl HoldBack {
             last_stop: None,
             resumed_turn: false,
             last_end_pausable: false,
+            words: None,
         }
     }
 
     /// The caller began speaking at `onset_at` (a new turn unless one is open; a pause in it if
     /// they stopped [`INNER_PAUSE`] or more before).
     pub fn speech_started(&mut self, onset_at: Instant) {
+        // Words written before this speech do not say how it ends.
+        self.words = None;
         if self.turn_onset.is_none() {
             self.turn_onset = Some(onset_at);
         } else if self
@@ -183,6 +209,48 @@ impl HoldBack {
     /// The caller's speech stopped at `end_at` (the VAD's stop).
     pub fn speech_stopped(&mut self, end_at: Instant) {
         self.last_stop = Some(end_at);
+    }
+
+    /// The bot's recogniser wrote the caller's words so far ([`super::words::judge`]'s cue).
+    /// Ignored between turns (after the reply was heard, before the caller speaks again): a
+    /// late transcript of the last turn does not describe the next.
+    pub fn words(&mut self, cue: WordsCue) {
+        if self.turn_onset.is_some() {
+            self.words = Some(cue);
+        }
+    }
+
+    /// Words came ([`HoldBack::words`]) after the verdict at `ended_at` on speech that ended at
+    /// `speech_end_at`, while its reply, due at `release_at`, is not heard: the new release time
+    /// and reason, if the words move it.
+    pub fn rewait(
+        &self,
+        speech_end_at: Instant,
+        ended_at: Instant,
+        release_at: Instant,
+        now: Instant,
+    ) -> Option<(Instant, HoldReason)> {
+        if !self.config.enabled {
+            return None;
+        }
+        match self.words? {
+            WordsCue::Complete if release_at > now => Some((now, HoldReason::None)),
+            WordsCue::Incomplete => {
+                let until = self
+                    .words_until(speech_end_at)
+                    .min(ended_at + self.config.max_hold);
+                (until > release_at.max(now)).then_some((until, HoldReason::Words))
+            }
+            _ => None,
+        }
+    }
+
+    /// Where a hold for words that cannot end a sentence ends, uncapped.
+    fn words_until(&self, speech_end_at: Instant) -> Instant {
+        let learned = self
+            .longest_pause
+            .map_or(Duration::ZERO, |gap| gap.mul_f64(GAP_MARGIN) + START_LAG);
+        speech_end_at + WORDS_HOLD.max(learned)
     }
 
     /// The caller's turn ended on a verdict at `now`, after their last speech stop
@@ -211,6 +279,7 @@ impl HoldBack {
             longest_pause: self.longest_pause,
             resumed_turn: self.resumed_turn,
             pausable,
+            words: self.words,
         };
         let Some(p) = probability.filter(|_| self.config.enabled) else {
             return hold;
@@ -231,6 +300,18 @@ impl HoldBack {
                     hold.reason = HoldReason::Habit;
                 }
             }
+        }
+        match self.words {
+            // The words end a sentence: the caller is answered now, whatever their habit.
+            Some(WordsCue::Complete) => hold.release_at = now,
+            Some(WordsCue::Incomplete) => {
+                let until = self.words_until(speech_end_at);
+                if until > hold.release_at {
+                    hold.release_at = until;
+                    hold.reason = HoldReason::Words;
+                }
+            }
+            Some(WordsCue::Unknown) | None => {}
         }
         hold.release_at = hold.release_at.min(now + self.config.max_hold);
         if hold.release_at <= now {
@@ -257,6 +338,7 @@ impl HoldBack {
         self.turn_onset = None;
         self.last_stop = None;
         self.resumed_turn = false;
+        self.words = None;
         // `last_end_pausable` stays: a caller who resumes over the reply's start (a pause
         // longer than the hold) still counts as having paused there.
     }
@@ -414,6 +496,120 @@ mod tests {
         assert_eq!(held, 3);
     }
 
+    /// As [`end`], with the bot's words for the turn arriving before the verdict.
+    fn end_with_words(
+        h: &mut HoldBack,
+        t0: Instant,
+        at: u64,
+        speech: u64,
+        cue: WordsCue,
+    ) -> (Duration, HoldReason) {
+        h.speech_started(t0 + ms(at - speech));
+        h.speech_stopped(t0 + ms(at));
+        h.words(cue);
+        let now = t0 + ms(at + 200);
+        let hold = h.turn_ended(Some(0.98), now);
+        assert_eq!(hold.words, Some(cue));
+        (hold.wait(now), hold.reason)
+    }
+
+    #[test]
+    fn words_that_cannot_end_a_sentence_hold_a_new_callers_first_pause() {
+        let t0 = Instant::now();
+        let mut h = HoldBack::new(HoldBackConfig::default());
+        // Nothing learned yet: WORDS_HOLD from the speech's end, 1500 ms after the verdict.
+        let words = (ms(1500), HoldReason::Words);
+        assert_eq!(
+            end_with_words(&mut h, t0, 2000, 1200, WordsCue::Incomplete),
+            words
+        );
+        h.resumed(ms(1000));
+        // The caller goes on, and their words end the sentence.
+        let none = (Duration::ZERO, HoldReason::None);
+        assert_eq!(
+            end_with_words(&mut h, t0, 5000, 3000, WordsCue::Complete),
+            none
+        );
+        h.reply_heard();
+        // Learned pause 1000 ms: the habit wait (1000 × 1.5 + 128 = 1628 ms from the speech)
+        // is below WORDS_HOLD, which applies; words that say nothing leave the habit wait.
+        assert_eq!(
+            end_with_words(&mut h, t0, 12_000, 1500, WordsCue::Incomplete),
+            words
+        );
+        h.reply_heard();
+        assert_eq!(
+            end_with_words(&mut h, t0, 20_000, 1500, WordsCue::Unknown),
+            (ms(1428), HoldReason::Habit)
+        );
+        h.reply_heard();
+        // A habitual pauser whose words end a sentence is answered at once; so is a short
+        // answer, and a timed-out end is never held.
+        assert_eq!(
+            end_with_words(&mut h, t0, 30_000, 1500, WordsCue::Complete),
+            none
+        );
+        h.reply_heard();
+        assert_eq!(
+            end_with_words(&mut h, t0, 40_000, 400, WordsCue::Complete),
+            none
+        );
+        h.reply_heard();
+        h.speech_started(t0 + ms(49_000));
+        h.speech_stopped(t0 + ms(50_000));
+        h.words(WordsCue::Incomplete);
+        assert_eq!(h.turn_ended(None, t0 + ms(53_000)).reason, HoldReason::None);
+        assert_eq!(h.counts(), (7, 4, 1));
+    }
+
+    #[test]
+    fn words_after_the_verdict_move_the_release() {
+        let t0 = Instant::now();
+        let mut h = HoldBack::new(HoldBackConfig::default());
+        h.speech_started(t0);
+        h.speech_stopped(t0 + ms(1500));
+        let ended = t0 + ms(1700);
+        let hold = h.turn_ended(Some(0.98), ended);
+        assert_eq!(hold.release_at, ended);
+        assert_eq!(h.rewait(hold.speech_end_at, ended, ended, ended), None);
+        // "… to" 300 ms after the verdict: held WORDS_HOLD from the speech's end.
+        h.words(WordsCue::Incomplete);
+        let now = ended + ms(300);
+        let (release, reason) = h
+            .rewait(hold.speech_end_at, ended, ended, now)
+            .expect("held for words");
+        assert_eq!((release, reason), (t0 + ms(3200), HoldReason::Words));
+        // Again: nothing moves.
+        assert_eq!(h.rewait(hold.speech_end_at, ended, release, now), None);
+        // "… to Friday." during the hold: released at once.
+        h.words(WordsCue::Complete);
+        let later = now + ms(400);
+        assert_eq!(
+            h.rewait(hold.speech_end_at, ended, release, later),
+            Some((later, HoldReason::None))
+        );
+        // A later incomplete cue is capped at max_hold from the verdict.
+        let mut short_cap = HoldBack::new(HoldBackConfig {
+            max_hold: ms(1000),
+            ..HoldBackConfig::default()
+        });
+        short_cap.speech_started(t0);
+        short_cap.speech_stopped(t0 + ms(1500));
+        short_cap.turn_ended(Some(0.98), ended);
+        short_cap.words(WordsCue::Incomplete);
+        assert_eq!(
+            short_cap.rewait(t0 + ms(1500), ended, ended, now),
+            Some((ended + ms(1000), HoldReason::Words))
+        );
+        // Between turns (the reply heard), a late transcript is not this caller's next turn.
+        h.reply_heard();
+        h.words(WordsCue::Incomplete);
+        h.speech_started(t0 + ms(9000));
+        h.speech_stopped(t0 + ms(10_500));
+        let hold = h.turn_ended(Some(0.98), t0 + ms(10_700));
+        assert_eq!((hold.reason, hold.words), (HoldReason::None, None));
+    }
+
     #[test]
     fn off_holds_nothing() {
         let t0 = Instant::now();
@@ -426,5 +622,19 @@ mod tests {
         h.reply_heard();
         let none = (Duration::ZERO, HoldReason::None);
         assert_eq!(end(&mut h, t0, 12000, 1500, Some(0.55)), none);
+        h.reply_heard();
+        assert_eq!(
+            end_with_words(&mut h, t0, 20_000, 1500, WordsCue::Incomplete),
+            none
+        );
+        assert_eq!(
+            h.rewait(
+                t0 + ms(20_000),
+                t0 + ms(20_200),
+                t0 + ms(20_200),
+                t0 + ms(20_300)
+            ),
+            None
+        );
     }
 }

@@ -9,6 +9,7 @@ mod outbound;
 pub(crate) mod program;
 mod rtcp;
 mod stats;
+pub(crate) mod words;
 
 // Crate-private: the call core is the gateway's machinery, not its embedding surface (that is
 // `Gateway`, `Agent` and `Config`), so it can change without a semver break.

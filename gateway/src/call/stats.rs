@@ -72,8 +72,10 @@ pub struct CallStats {
     pub barge_ins: u64,
     /// Caller speech over the reply too short to barge in (backchannels).
     pub backchannels: u64,
-    /// Replies held back after a turn end, by why (`doubt`, `habit`).
+    /// Replies held back after a turn end, by why (`doubt`, `habit`, `words`).
     pub replies_held: Tally,
+    /// Transcripts the bot sent, by their cue (`incomplete`, `complete`, `unknown`).
+    pub transcripts: Tally,
     /// Turn ends the caller resumed after before the reply was heard.
     pub turns_resumed: u64,
     /// Of those, ends whose reply had arrived and was dropped unheard (false ends caught).

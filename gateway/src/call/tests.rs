@@ -2272,3 +2272,129 @@ fn a_pause_the_caller_made_over_the_reply_is_waited_for_next_time() {
     assert_eq!(voiced.len() - heard_before, 50);
     assert_eq!(sim.core.take_stats().replies_held.get("habit"), 1);
 }
+
+/// The caller begins speaking now (the VAD's onset at the stream's present).
+fn caller_begins(sim: &mut Sim) {
+    let detected = sim.stream_time();
+    sim.inference(InferenceEvent::SpeechStarted {
+        onset: detected,
+        detected,
+    });
+}
+
+/// The caller's speech ended at `end` (stream time); the VAD says so and Smart Turn ends the
+/// turn, sure, 200 ms later.
+fn caller_ends_a_turn(sim: &mut Sim) -> Instant {
+    let end = sim.stream_time();
+    let ended_at = sim.now;
+    sim.run_for(seconds(0.2));
+    sim.inference(InferenceEvent::SpeechStopped {
+        end,
+        detected: sim.stream_time(),
+    });
+    sim.inference(InferenceEvent::TurnEnded {
+        probability: 0.95,
+        complete: true,
+        timed_out: false,
+        at: end,
+        audio: seconds(1.5),
+        latency: Duration::ZERO,
+    });
+    ended_at
+}
+
+fn first_voiced_after(sim: &Sim, before: usize) -> Instant {
+    sim.origin + sim.voiced.lock().unwrap()[before]
+}
+
+#[test]
+fn a_transcript_that_stops_on_to_holds_a_new_callers_reply_until_they_go_on() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    caller_begins(&mut sim);
+    sim.run_for(seconds(1.2));
+    sim.agent(AgentAction::Transcript(
+        "I'd like to move my appointment to".into(),
+    ));
+    sim.run_for(seconds(0.3));
+    let ended_at = caller_ends_a_turn(&mut sim);
+    // A bot that answers at once: its reply is held (no pause learned yet: the words did it).
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.agent(AgentAction::EndOfUtterance);
+    sim.run_until(ended_at + Duration::from_millis(800));
+    assert_eq!(sim.voiced_packets(), 0, "held for the words");
+    caller_begins(&mut sim);
+    assert_eq!(resumed(&sim), vec![(800, 1000)]);
+    // They finish the sentence, and their words end it: the reply plays at once.
+    sim.run_for(seconds(0.6));
+    sim.agent(AgentAction::Transcript(
+        "I'd like to move my appointment to Friday.".into(),
+    ));
+    caller_ends_a_turn(&mut sim);
+    let verdict = sim.now;
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.run_for(seconds(1.5));
+    assert_eq!(sim.voiced_packets(), 50);
+    let after = first_voiced_after(&sim, 0) - verdict;
+    assert!(after <= Duration::from_millis(20), "{after:?}");
+    let stats = sim.core.take_stats();
+    assert_eq!(stats.replies_held.get("words"), 1);
+    assert_eq!(stats.replies_held.get("habit"), 0);
+    assert_eq!(stats.turns_resumed, 1);
+    assert_eq!(stats.held_replies_dropped, 1);
+    assert_eq!(stats.transcripts.get("incomplete"), 1);
+    assert_eq!(stats.transcripts.get("complete"), 1);
+}
+
+#[test]
+fn a_transcript_after_the_verdict_holds_the_reply_and_a_later_one_releases_it() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    caller_begins(&mut sim);
+    sim.run_for(seconds(1.5));
+    caller_ends_a_turn(&mut sim);
+    let verdict = sim.now;
+    // The recogniser's last words come after the verdict, before the bot's reply.
+    sim.run_for(seconds(0.1));
+    sim.agent(AgentAction::Transcript(
+        "The parcel never arrived and".into(),
+    ));
+    sim.run_for(seconds(0.2));
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.agent(AgentAction::EndOfUtterance);
+    sim.run_until(verdict + Duration::from_millis(600));
+    assert_eq!(sim.voiced_packets(), 0, "held for the words");
+    // A final result that ends the sentence: released now, into the sender's next slot.
+    sim.agent(AgentAction::Transcript(
+        "The parcel never arrived and I am upset.".into(),
+    ));
+    let released = sim.now;
+    sim.run_for(seconds(1.5));
+    assert_eq!(sim.voiced_packets(), 50);
+    let after = first_voiced_after(&sim, 0) - released;
+    assert!(after <= Duration::from_millis(20), "{after:?}");
+    assert!(resumed(&sim).is_empty());
+    let stats = sim.core.take_stats();
+    assert_eq!(stats.replies_held.get("words"), 1);
+    assert_eq!(stats.transcripts.get("incomplete"), 1);
+    assert_eq!(stats.transcripts.get("complete"), 1);
+}
+
+#[test]
+fn without_a_transcript_the_same_turn_is_answered_at_once() {
+    // The same turn as above with the hold-back's words left silent: played at once.
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    caller_begins(&mut sim);
+    sim.run_for(seconds(1.5));
+    caller_ends_a_turn(&mut sim);
+    let verdict = sim.now;
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.run_for(seconds(1.5));
+    assert_eq!(sim.voiced_packets(), 50);
+    assert!(first_voiced_after(&sim, 0) - verdict <= Duration::from_millis(20));
+    assert_eq!(sim.core.take_stats().replies_held.get("words"), 0);
+}

@@ -15,8 +15,11 @@ pub const BARGE_INS_TOTAL: &str = "ontime_barge_ins_total";
 /// Backchannels: caller speech over the reply too short to barge in, which left it playing.
 pub const BACKCHANNELS_TOTAL: &str = "ontime_backchannels_total";
 /// Replies held back after a turn end, by `reason` (`doubt`: Smart Turn unsure; `habit`: the
-/// caller paused mid-sentence before).
+/// caller paused mid-sentence before; `words`: the bot's transcript ends where no sentence ends).
 pub const REPLIES_HELD_TOTAL: &str = "ontime_replies_held_total";
+/// Transcripts bots sent (`ontime.transcript`), by what their last words say (`incomplete`,
+/// `complete`, `unknown`).
+pub const TRANSCRIPTS_TOTAL: &str = "ontime_transcripts_total";
 /// Turn ends the caller resumed after before the reply was heard (ends in a pause).
 pub const TURNS_RESUMED_TOTAL: &str = "ontime_turns_resumed_total";
 /// Of those, ends whose reply had arrived and was dropped unheard: false ends the hold-back caught.
@@ -183,10 +186,18 @@ pub(crate) fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
     describe_counter!(
         REPLIES_HELD_TOTAL,
         Unit::Count,
-        "Replies held back after a turn end, by reason (doubt, habit)."
+        "Replies held back after a turn end, by reason (doubt, habit, words)."
     );
-    for reason in ["doubt", "habit"] {
+    for reason in ["doubt", "habit", "words"] {
         counter!(REPLIES_HELD_TOTAL, "reason" => reason).absolute(0);
+    }
+    describe_counter!(
+        TRANSCRIPTS_TOTAL,
+        Unit::Count,
+        "Transcripts bots sent, by what their last words say (incomplete, complete, unknown)."
+    );
+    for cue in ["incomplete", "complete", "unknown"] {
+        counter!(TRANSCRIPTS_TOTAL, "cue" => cue).absolute(0);
     }
     describe_counter!(
         TURNS_RESUMED_TOTAL,

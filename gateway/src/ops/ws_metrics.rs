@@ -22,7 +22,7 @@ pub const WS_DISCONNECTS_TOTAL: &str = "ontime_ws_disconnects_total";
 pub const WS_FALLBACK_CALLS_TOTAL: &str = "ontime_ws_fallback_calls_total";
 
 /// Event names from the bot (label values of [`WS_MESSAGES_RECEIVED_TOTAL`]).
-pub const RECEIVED_EVENTS: &[&str] = &["media", "mark", "clear"];
+pub const RECEIVED_EVENTS: &[&str] = &["media", "mark", "clear", "transcript"];
 /// Reasons a bot message is ignored (label values of [`WS_MESSAGES_INVALID_TOTAL`]).
 pub const INVALID_REASONS: &[&str] = &["malformed", "unknown_event", "oversize", "binary"];
 /// Bucket bounds of [`WS_CONNECT_SECONDS`].

@@ -22,6 +22,9 @@ pub enum Step {
     WaitMedia(usize),
     /// Wait.
     Sleep(Duration),
+    /// Wait until this many messages with this `event` have arrived on this connection
+    /// (bounded: 60 s).
+    WaitEvent(&'static str, usize),
     /// Send µ-law audio as `media` messages of `chunk` bytes each, back to back (one burst).
     Media { ulaw: Arc<Vec<u8>>, chunk: usize },
     /// Send a `mark`.
@@ -232,6 +235,20 @@ where
                 while media_count.load(Ordering::SeqCst) < *n && Instant::now() < until {
                     let _ =
                         tokio::time::timeout(Duration::from_millis(50), notify.notified()).await;
+                }
+                true
+            }
+            Step::WaitEvent(event, n) => {
+                let until = Instant::now() + Duration::from_secs(60);
+                let count = || {
+                    let c = conn.lock().unwrap();
+                    c.received
+                        .iter()
+                        .filter(|(_, v)| v["event"] == *event)
+                        .count()
+                };
+                while count() < *n && Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
                 }
                 true
             }

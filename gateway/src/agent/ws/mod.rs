@@ -707,6 +707,11 @@ impl ConnectionTask {
                 self.output.send(AgentAction::Clear);
                 self.return_pending_marks().await
             }
+            Ok(BotMessage::Transcript(text)) => {
+                counter!(WS_MESSAGES_RECEIVED_TOTAL, "event" => "transcript").increment(1);
+                self.output.send(AgentAction::Transcript(text));
+                true
+            }
             Err(e) => {
                 counter!(WS_MESSAGES_INVALID_TOTAL, "reason" => e.label()).increment(1);
                 tracing::debug!(error = %e, "bot message ignored");

@@ -20,6 +20,12 @@ pub const EVENT_TURN_ENDED: &str = "ontime.turn_ended";
 /// so far was dropped unheard, and media the bot still sends before its `clear` or the next
 /// `ontime.turn_ended` is dropped. The bot should cancel the reply it is preparing.
 pub const EVENT_TURN_RESUMED: &str = "ontime.turn_resumed";
+/// ontime bot message: the bot's speech recogniser's words for the caller's turn so far
+/// (`transcript.text`, interim or final), for the reply hold-back.
+pub const MESSAGE_TRANSCRIPT: &str = "ontime.transcript";
+/// Of a transcript, only this many characters at its end are kept: the hold-back judges the
+/// last words.
+pub const TRANSCRIPT_TAIL_CHARS: usize = 200;
 /// ontime event: the caller's speech cleared the bot's queued audio.
 pub const EVENT_BARGE_IN: &str = "ontime.barge_in";
 /// ontime event: a transfer of the call has an outcome (`transfer.target`, `transfer.result`:
@@ -250,6 +256,9 @@ pub enum BotMessage {
     Mark(String),
     /// Drop everything queued.
     Clear,
+    /// `ontime.transcript`: the end of the caller's words so far, as the bot's recogniser
+    /// wrote them (at most [`TRANSCRIPT_TAIL_CHARS`]).
+    Transcript(String),
 }
 
 /// Why a bot message was ignored.
@@ -306,6 +315,8 @@ struct Envelope {
     media: Option<Value>,
     #[serde(default)]
     mark: Option<Value>,
+    #[serde(default)]
+    transcript: Option<Value>,
 }
 
 /// Parse one text message from the bot. `streamSid` is not checked: there is one stream per
@@ -340,6 +351,19 @@ pub fn parse_bot_message(text: &str) -> Result<BotMessage, BotMessageError> {
                 field: "mark.name",
             }),
         "clear" => Ok(BotMessage::Clear),
+        MESSAGE_TRANSCRIPT => env
+            .transcript
+            .as_ref()
+            .and_then(|t| t.get("text"))
+            .and_then(Value::as_str)
+            .map(|text| {
+                let skip = text.chars().count().saturating_sub(TRANSCRIPT_TAIL_CHARS);
+                BotMessage::Transcript(text.chars().skip(skip).collect())
+            })
+            .ok_or(BotMessageError::MissingField {
+                event: MESSAGE_TRANSCRIPT,
+                field: "transcript.text",
+            }),
         other => Err(BotMessageError::UnknownEvent(
             other.chars().take(64).collect(),
         )),
@@ -473,6 +497,21 @@ mod tests {
             parse_bot_message(r#"{"event":"clear","streamSid":"x"}"#),
             Ok(BotMessage::Clear)
         );
+        assert_eq!(
+            parse_bot_message(
+                r#"{"event":"ontime.transcript","streamSid":"x","transcript":{"text":"move it to","final":false}}"#
+            ),
+            Ok(BotMessage::Transcript("move it to".into()))
+        );
+        let long = format!(
+            r#"{{"event":"ontime.transcript","transcript":{{"text":"{}é to"}}}}"#,
+            "a ".repeat(500)
+        );
+        let Ok(BotMessage::Transcript(tail)) = parse_bot_message(&long) else {
+            panic!("a long transcript parses");
+        };
+        assert_eq!(tail.chars().count(), TRANSCRIPT_TAIL_CHARS);
+        assert!(tail.ends_with("a é to"), "{tail}");
         let e = parse_bot_message(r#"{"event":"hello"}"#).unwrap_err();
         assert_eq!(e.label(), "unknown_event");
         for bad in [
@@ -482,6 +521,8 @@ mod tests {
             r#"{"event":"media"}"#,
             r#"{"event":"media","media":{"payload":"***"}}"#,
             r#"{"event":"mark","mark":{}}"#,
+            r#"{"event":"ontime.transcript","transcript":{"text":5}}"#,
+            r#"{"event":"ontime.transcript","text":"to"}"#,
         ] {
             let e = parse_bot_message(bad).unwrap_err();
             assert_eq!(e.label(), "malformed", "{bad}: {e}");

@@ -6,7 +6,8 @@ ontime speaks Twilio Media Streams to a bot, plus (with ``--ws-ontime-events tru
 1.14's user aggregator and interruption logic expect, so a bot can leave its own VAD and turn
 model off; :func:`ontime_user_turn_strategies` is the matching turn configuration.
 :class:`HeardReplyTrimmer` uses ``ontime.barge_in``'s ``heardMs`` to keep only the heard part
-of a cut reply in the LLM context.
+of a cut reply in the LLM context. :class:`OntimeTranscriptForwarder`, placed after the STT
+service, sends its results back as ``ontime.transcript`` for the gateway's reply hold-back.
 """
 
 from ontime_pipecat.heard import HeardReplyTrimmer, SpokenText, trim_to_heard
@@ -17,13 +18,16 @@ from ontime_pipecat.serializer import (
     ontime_user_turn_strategies,
     serializer_from_start,
 )
+from ontime_pipecat.transcript import OntimeTranscriptForwarder, ontime_transcript_message
 
 __all__ = [
     "HeardReplyTrimmer",
     "OntimeBargeInFrame",
     "OntimeFrameSerializer",
+    "OntimeTranscriptForwarder",
     "OntimeTurnResumedFrame",
     "SpokenText",
+    "ontime_transcript_message",
     "ontime_user_turn_strategies",
     "serializer_from_start",
     "trim_to_heard",
