@@ -141,6 +141,7 @@ mod tests {
             "I would like to speak to someone about my insurance claim",
         ];
         let (mut gaps, mut incomplete, mut complete) = (0, 0, 0);
+        let mut stopped = (0, 0);
         for s in sentences {
             let words: Vec<&str> = s.split(' ').collect();
             for n in 1..words.len() {
@@ -152,7 +153,11 @@ mod tests {
                     WordsCue::Unknown => {}
                 }
                 // A recogniser that ends results with a full stop at a pause.
-                assert_ne!(judge(&format!("{prefix}.")), WordsCue::Unknown, "{prefix}");
+                match judge(&format!("{prefix}.")) {
+                    WordsCue::Incomplete => stopped.0 += 1,
+                    WordsCue::Complete => stopped.1 += 1,
+                    WordsCue::Unknown => panic!("{prefix}. judged unknown"),
+                }
             }
             assert_eq!(judge(s), WordsCue::Unknown, "{s}");
             assert_eq!(judge(&format!("{s}.")), WordsCue::Complete, "{s}");
@@ -161,6 +166,8 @@ mod tests {
         // "for", "my", "would", …); none is called complete unpunctuated. A stop after a noun
         // ("… the pharmacy", "… my work email") is left to the hold-back's other rules.
         assert_eq!((gaps, incomplete, complete), (97, 48, 0));
+        // With a full stop the word still wins: the same 48, and the other 49 complete.
+        assert_eq!(stopped, (48, 49));
         // The set's short answers are answered at once when punctuated.
         for short in [
             "Yes.",
@@ -173,6 +180,29 @@ mod tests {
             "Sure.",
         ] {
             assert_eq!(judge(short), WordsCue::Complete, "{short}");
+        }
+        // The `paused` kind's first clauses all end on a noun or a number: nothing to go on
+        // unpunctuated, incomplete with the pause's comma.
+        for clause in [
+            "I would like to book a room",
+            "My account number is four seven two",
+            "I called yesterday about the refund",
+            "If the doctor is free on Monday",
+            "We moved house last month",
+            "The order number is nine one five",
+            "I have been a customer for years",
+            "Before I pay the bill",
+            "Yes that is right",
+            "When I tried to log in this morning",
+            "Could you put me through to billing",
+            "The car broke down on the motorway",
+        ] {
+            assert_eq!(judge(clause), WordsCue::Unknown, "{clause}");
+            assert_eq!(
+                judge(&format!("{clause},")),
+                WordsCue::Incomplete,
+                "{clause}"
+            );
         }
     }
 }
