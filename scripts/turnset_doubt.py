@@ -48,7 +48,7 @@ def main():
         if not m:
             continue
         name, kind, _, decision, verdicts = m.groups()
-        vs = [(int(a), float(b), c == "1") for a, b, c in (x.split(":") for x in verdicts.split(",") if x)]
+        vs = [(int(a), float(b), c == "1") for a, b, c in (x.split(":")[:3] for x in verdicts.split(",") if x)]
         latency = float(decision.split("@")[1]) if "@" in decision else None
         rows.append((labels[name], kind, decision.split("@")[0], vs, latency))
     print("kind      turns  false ends  answered at the end  latency p50/p95 ms  p(false ends) p50  p(right ends) p50")

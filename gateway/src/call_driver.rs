@@ -621,6 +621,9 @@ fn record_stats(stats: CallStats) {
     for (reason, n) in stats.replies_held.iter() {
         counter!(m::REPLIES_HELD_TOTAL, "reason" => reason).increment(n);
     }
+    for (cue, n) in stats.holds_lifted.iter() {
+        counter!(m::REPLY_HOLDS_LIFTED_TOTAL, "cue" => cue).increment(n);
+    }
     for (cue, n) in stats.transcripts.iter() {
         counter!(m::TRANSCRIPTS_TOTAL, "cue" => cue).increment(n);
     }

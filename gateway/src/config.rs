@@ -397,6 +397,12 @@ pub struct Args {
     /// who resumes first has it dropped unheard (`ontime.turn_resumed` to the bot).
     #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_REPLY_HOLD_BACK"))]
     pub reply_hold_back: Option<bool>,
+    /// Reply hold-back, `true` (the default) or `false`: a turn whose voice fell to a
+    /// statement's end (its last 100 ms 2.5 semitones or more below the 1.4 s before) is not
+    /// held for the caller's pausing habit. Turn it off for tonal languages, where a final
+    /// fall is part of a word.
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_REPLY_HOLD_FALL"))]
+    pub reply_hold_fall: Option<bool>,
     /// Reply hold-back's doubt wait: how long a reply waits after a verdict at Smart Turn's 0.5
     /// threshold (less, linearly, up to 0.9, where it is 0), e.g. `600ms`. Default 0 (off: on
     /// the labelled set it caught 1 of 33 inner-pause ends for +511 ms p95 on complete turns).
@@ -558,6 +564,7 @@ impl Args {
             symmetric_rtp,
             echo_canceller,
             reply_hold_back,
+            reply_hold_fall,
             reply_hold_doubt,
             reply_hold_max,
             dial_by_refer,
@@ -762,6 +769,8 @@ pub struct Config {
     pub echo_canceller: bool,
     /// Hold replies back after doubtful turn ends and for callers who pause mid-sentence.
     pub reply_hold_back: bool,
+    /// A final pitch fall lifts the habit wait.
+    pub reply_hold_fall: bool,
     /// The doubt wait at probability 0.5 (zero: no doubt wait).
     pub reply_hold_doubt: Duration,
     /// The longest a reply waits after its verdict.
@@ -852,6 +861,7 @@ impl Default for Config {
             symmetric_rtp: false,
             echo_canceller: true,
             reply_hold_back: true,
+            reply_hold_fall: true,
             reply_hold_doubt: Duration::ZERO,
             reply_hold_max: DEFAULT_REPLY_HOLD_MAX,
             dial_by_refer: false,
@@ -1400,6 +1410,9 @@ impl Config {
         }
         if let Some(v) = a.reply_hold_back {
             c.reply_hold_back = v;
+        }
+        if let Some(v) = a.reply_hold_fall {
+            c.reply_hold_fall = v;
         }
         if let Some(v) = &a.reply_hold_doubt {
             c.reply_hold_doubt = duration_on("reply_hold_doubt", v)?;

@@ -73,7 +73,8 @@ struct Outcome {
     latency: Option<Duration>,
     /// Every Smart Turn verdict of the turn: where it was on the turn's audio (ms, from the
     /// turn file's start), its probability and whether it called the turn complete.
-    verdicts: Vec<(u64, f32, bool)>,
+    /// (stream ms, probability, complete, final pitch level in semitones).
+    verdicts: Vec<(u64, f32, bool, Option<f32>)>,
 }
 
 struct Turn {
@@ -225,8 +226,9 @@ fn run_turn(rules: &[Rule], turn: &Turn) -> Vec<Outcome> {
                         timed_out: false,
                         at,
                         probability,
+                        final_pitch,
                         ..
-                    } => Some((at.as_millis() as u64, *probability, *complete)),
+                    } => Some((at.as_millis() as u64, *probability, *complete, *final_pitch)),
                     _ => None,
                 })
                 .collect();
@@ -376,7 +378,10 @@ fn main() {
                     " verdicts {}",
                     o.verdicts
                         .iter()
-                        .map(|(at, p, c)| format!("{at}:{p:.3}:{}", u8::from(*c)))
+                        .map(|(at, p, c, level)| {
+                            let level = level.map_or(String::new(), |l| format!(":{l:.2}"));
+                            format!("{at}:{p:.3}:{}{level}", u8::from(*c))
+                        })
                         .collect::<Vec<_>>()
                         .join(",")
                 ))

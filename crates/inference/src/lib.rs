@@ -41,6 +41,7 @@ pub mod features;
 mod math_threads;
 pub mod metrics;
 pub mod pool;
+pub mod prosody;
 pub mod resample;
 pub mod runtime;
 pub mod speculative;

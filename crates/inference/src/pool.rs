@@ -79,6 +79,11 @@ pub enum InferenceEvent {
         /// Wall time from the stop detection to the verdict (queue wait + run); zero when a
         /// speculative verdict was ready at the detection.
         latency: Duration,
+        /// For a complete verdict from the model: the pitch of the turn's last 100 ms of voice
+        /// against the voice before it, in semitones (negative: it fell, as at a statement's
+        /// end; [`crate::prosody`]). `None` for incomplete and timed-out verdicts, or when
+        /// there was too little voice to tell.
+        final_pitch: Option<f32>,
     },
 }
 
@@ -494,6 +499,8 @@ struct TurnJob {
 /// waits for more speech or the incomplete timeout.
 fn conclude(slot: &mut CallSlot, params: &TurnParams, verdict: Verdict) {
     let complete = verdict.probability > params.complete_threshold;
+    // Measured on the turn's audio before it is let go.
+    let final_pitch = complete.then(|| slot.turn.final_pitch_level()).flatten();
     if complete {
         slot.turn.end_turn();
         slot.incomplete_since = None;
@@ -511,6 +518,7 @@ fn conclude(slot: &mut CallSlot, params: &TurnParams, verdict: Verdict) {
         )
         .min(params.max_audio),
         latency: verdict.latency,
+        final_pitch,
     });
 }
 
@@ -1205,6 +1213,7 @@ impl Worker {
                         at: detected,
                         audio: Duration::ZERO,
                         latency: Duration::ZERO,
+                        final_pitch: None,
                     });
                 }
             }

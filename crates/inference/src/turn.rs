@@ -174,6 +174,12 @@ impl TurnAudioBuffer {
         out.extend(self.samples.iter().copied());
     }
 
+    /// The pitch of the turn's last 100 ms of voice against the voice before it, in semitones
+    /// ([`crate::prosody::final_pitch_level`]).
+    pub fn final_pitch_level(&self) -> Option<f32> {
+        crate::prosody::final_pitch_level(&self.samples, self.samples.len())
+    }
+
     /// The turn ended (complete): back to keeping only the recent past.
     pub fn end_turn(&mut self) {
         self.in_turn = false;

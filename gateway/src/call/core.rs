@@ -1250,19 +1250,25 @@ impl CallCore {
                 complete,
                 timed_out,
                 latency,
+                final_pitch,
                 ..
             } => {
                 // A verdict on audio the caller has since continued is stale.
                 if complete && !self.speaking {
                     self.turns += 1;
                     self.stats.turns += 1;
-                    let hold = self
-                        .hold_back
-                        .turn_ended((!timed_out).then_some(probability), now);
+                    let hold = self.hold_back.turn_ended(
+                        (!timed_out).then_some(probability),
+                        final_pitch,
+                        now,
+                    );
                     let speech_end_at = hold.speech_end_at;
                     let held = hold.release_at > now;
                     if held {
                         self.stats.replies_held.add(hold.reason.as_str(), 1);
+                    }
+                    if let Some(cue) = hold.lifted {
+                        self.stats.holds_lifted.add(cue, 1);
                     }
                     // The decision's inputs with it.
                     info!(
@@ -1276,6 +1282,8 @@ impl CallCore {
                         longest_pause_ms = hold.longest_pause.map(|p| p.as_millis() as u64),
                         resumed_turn = hold.resumed_turn,
                         words = hold.words.map_or("none", |w| w.as_str()),
+                        final_pitch_st = hold.final_pitch,
+                        lifted = hold.lifted,
                         "turn ended"
                     );
                     // A new end: whatever the bot sends now is its reply to it.

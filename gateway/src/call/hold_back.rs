@@ -76,6 +76,9 @@ pub struct HoldBackConfig {
     pub short_answer: Duration,
     /// No reply waits longer than this after its verdict.
     pub max_hold: Duration,
+    /// A verdict whose final pitch fell this far (semitones, negative) is not held for habit
+    /// or doubt; `None`: the pitch is not used.
+    pub final_fall: Option<f32>,
 }
 
 impl Default for HoldBackConfig {
@@ -89,6 +92,7 @@ impl Default for HoldBackConfig {
             unsure_hold: Duration::ZERO,
             short_answer: Duration::from_millis(600),
             max_hold: crate::config::DEFAULT_REPLY_HOLD_MAX,
+            final_fall: Some(FINAL_FALL_ST),
         }
     }
 }
@@ -144,6 +148,11 @@ pub struct Hold {
     /// What the bot's transcript of the turn said, if the bot sent one since the caller last
     /// began speaking.
     pub words: Option<WordsCue>,
+    /// The turn's final pitch level (semitones; `None`: not measured).
+    pub final_pitch: Option<f32>,
+    /// A habit or doubt wait was lifted, and by what: `fall` (the voice fell to a statement's
+    /// end) or `words` (the transcript ends a sentence).
+    pub lifted: Option<&'static str>,
 }
 
 impl Hold {
@@ -152,6 +161,12 @@ impl Hold {
         self.release_at.saturating_duration_since(now)
     }
 }
+
+/// A complete verdict whose turn's voice fell at least this much at its end (semitones, the
+/// last 100 ms against the 1.4 s before; `ontime_inference::prosody`) ended a statement: it
+/// lifts the habit and doubt waits. Tuned on the labelled set's tune split (39 of 40 sentence
+/// ends fall this far, 1 of 64 pauses); on the held-out split 38 of 40 ends and 0 of 64 pauses.
+pub const FINAL_FALL_ST: f32 = -2.5;
 
 /// One call's turn-end history and the hold decision.
 #[derive(Debug, Clone)]
@@ -255,7 +270,14 @@ impl HoldBack {
 
     /// The caller's turn ended on a verdict at `now`, after their last speech stop
     /// ([`HoldBack::speech_stopped`]; `now` if none was heard).
-    pub fn turn_ended(&mut self, probability: Option<f32>, now: Instant) -> Hold {
+    /// `final_pitch` is the verdict's measure of the turn's last voice
+    /// (`InferenceEvent::TurnEnded::final_pitch`).
+    pub fn turn_ended(
+        &mut self,
+        probability: Option<f32>,
+        final_pitch: Option<f32>,
+        now: Instant,
+    ) -> Hold {
         self.ends += 1;
         let speech_end_at = self.last_stop.unwrap_or(now);
         let speech = self.turn_onset.map_or(Duration::ZERO, |t| {
@@ -280,6 +302,8 @@ impl HoldBack {
             resumed_turn: self.resumed_turn,
             pausable,
             words: self.words,
+            final_pitch,
+            lifted: None,
         };
         let Some(p) = probability.filter(|_| self.config.enabled) else {
             return hold;
@@ -301,15 +325,28 @@ impl HoldBack {
                 }
             }
         }
+        let waits = hold.release_at > now;
+        let fell = final_pitch
+            .zip(self.config.final_fall)
+            .is_some_and(|(level, fall)| level <= fall);
+        // The words outrank the pitch, either way.
         match self.words {
             // The words end a sentence: the caller is answered now, whatever their habit.
-            Some(WordsCue::Complete) => hold.release_at = now,
+            Some(WordsCue::Complete) => {
+                hold.release_at = now;
+                hold.lifted = waits.then_some("words");
+            }
             Some(WordsCue::Incomplete) => {
                 let until = self.words_until(speech_end_at);
                 if until > hold.release_at {
                     hold.release_at = until;
                     hold.reason = HoldReason::Words;
                 }
+            }
+            Some(WordsCue::Unknown) | None if fell && waits => {
+                // The voice fell to a statement's end: not a pause, whatever the habit.
+                hold.release_at = now;
+                hold.lifted = Some("fall");
             }
             Some(WordsCue::Unknown) | None => {}
         }
@@ -375,7 +412,7 @@ mod tests {
         h.speech_started(t0 + ms(at - speech));
         h.speech_stopped(t0 + ms(at));
         let now = t0 + ms(at + 200);
-        let hold = h.turn_ended(p, now);
+        let hold = h.turn_ended(p, None, now);
         (hold.wait(now), hold.reason)
     }
 
@@ -459,7 +496,7 @@ mod tests {
         h.speech_stopped(t0 + ms(11_000));
         h.speech_started(t0 + ms(11_600));
         h.speech_stopped(t0 + ms(13_000));
-        let hold = h.turn_ended(Some(0.98), t0 + ms(13_200));
+        let hold = h.turn_ended(Some(0.98), None, t0 + ms(13_200));
         assert_eq!(
             (hold.release_at, hold.reason),
             (t0 + ms(13_200), HoldReason::None)
@@ -471,7 +508,7 @@ mod tests {
         h.speech_stopped(t0 + ms(21_000));
         h.speech_started(t0 + ms(21_200));
         h.speech_stopped(t0 + ms(22_000));
-        let hold = h.turn_ended(Some(0.98), t0 + ms(22_200));
+        let hold = h.turn_ended(Some(0.98), None, t0 + ms(22_200));
         assert_eq!(hold.reason, HoldReason::Habit);
         assert_eq!(h.counts(), (4, 2, 1));
     }
@@ -508,7 +545,7 @@ mod tests {
         h.speech_stopped(t0 + ms(at));
         h.words(cue);
         let now = t0 + ms(at + 200);
-        let hold = h.turn_ended(Some(0.98), now);
+        let hold = h.turn_ended(Some(0.98), None, now);
         assert_eq!(hold.words, Some(cue));
         (hold.wait(now), hold.reason)
     }
@@ -558,7 +595,10 @@ mod tests {
         h.speech_started(t0 + ms(49_000));
         h.speech_stopped(t0 + ms(50_000));
         h.words(WordsCue::Incomplete);
-        assert_eq!(h.turn_ended(None, t0 + ms(53_000)).reason, HoldReason::None);
+        assert_eq!(
+            h.turn_ended(None, None, t0 + ms(53_000)).reason,
+            HoldReason::None
+        );
         assert_eq!(h.counts(), (7, 4, 1));
     }
 
@@ -569,7 +609,7 @@ mod tests {
         h.speech_started(t0);
         h.speech_stopped(t0 + ms(1500));
         let ended = t0 + ms(1700);
-        let hold = h.turn_ended(Some(0.98), ended);
+        let hold = h.turn_ended(Some(0.98), None, ended);
         assert_eq!(hold.release_at, ended);
         assert_eq!(h.rewait(hold.speech_end_at, ended, ended, ended), None);
         // "… to" 300 ms after the verdict: held WORDS_HOLD from the speech's end.
@@ -595,7 +635,7 @@ mod tests {
         });
         short_cap.speech_started(t0);
         short_cap.speech_stopped(t0 + ms(1500));
-        short_cap.turn_ended(Some(0.98), ended);
+        short_cap.turn_ended(Some(0.98), None, ended);
         short_cap.words(WordsCue::Incomplete);
         assert_eq!(
             short_cap.rewait(t0 + ms(1500), ended, ended, now),
@@ -606,8 +646,54 @@ mod tests {
         h.words(WordsCue::Incomplete);
         h.speech_started(t0 + ms(9000));
         h.speech_stopped(t0 + ms(10_500));
-        let hold = h.turn_ended(Some(0.98), t0 + ms(10_700));
+        let hold = h.turn_ended(Some(0.98), None, t0 + ms(10_700));
         assert_eq!((hold.reason, hold.words), (HoldReason::None, None));
+    }
+
+    #[test]
+    fn a_voice_that_fell_to_a_statements_end_lifts_the_habit_wait() {
+        let t0 = Instant::now();
+        let mut h = HoldBack::new(HoldBackConfig::default());
+        end(&mut h, t0, 2000, 1200, Some(0.98));
+        h.resumed(ms(900));
+        end(&mut h, t0, 4000, 2000, Some(0.98));
+        h.reply_heard();
+        // A habitual pauser (rate 0.5). A level voice: held as before.
+        let at_level = |h: &mut HoldBack, at: u64, level: Option<f32>| {
+            h.speech_started(t0 + ms(at - 1500));
+            h.speech_stopped(t0 + ms(at));
+            let now = t0 + ms(at + 200);
+            let hold = h.turn_ended(Some(0.98), level, now);
+            h.reply_heard();
+            (hold.wait(now), hold.reason, hold.lifted == Some("fall"))
+        };
+        assert_eq!(
+            at_level(&mut h, 12_000, Some(-0.9)),
+            (ms(1278), HoldReason::Habit, false)
+        );
+        // Not measured: held.
+        assert_eq!(at_level(&mut h, 20_000, None).1, HoldReason::Habit);
+        // Fell 2.5 semitones or more: answered at once (rate 1.5 / 5, still a habit).
+        assert_eq!(
+            at_level(&mut h, 28_000, Some(-2.5)),
+            (Duration::ZERO, HoldReason::None, true)
+        );
+        // Words that cannot end a sentence outrank the fall.
+        h.speech_started(t0 + ms(42_500));
+        h.speech_stopped(t0 + ms(44_000));
+        h.words(WordsCue::Incomplete);
+        let hold = h.turn_ended(Some(0.98), Some(-4.0), t0 + ms(44_200));
+        assert_eq!((hold.reason, hold.lifted), (HoldReason::Words, None));
+        // Off: the fall is not used.
+        let mut off = HoldBack::new(HoldBackConfig {
+            final_fall: None,
+            ..HoldBackConfig::default()
+        });
+        end(&mut off, t0, 2000, 1200, Some(0.98));
+        off.resumed(ms(900));
+        end(&mut off, t0, 4000, 2000, Some(0.98));
+        off.reply_heard();
+        assert_eq!(at_level(&mut off, 12_000, Some(-4.0)).1, HoldReason::Habit);
     }
 
     #[test]

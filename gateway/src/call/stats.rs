@@ -74,6 +74,8 @@ pub struct CallStats {
     pub backchannels: u64,
     /// Replies held back after a turn end, by why (`doubt`, `habit`, `words`).
     pub replies_held: Tally,
+    /// Habit or doubt waits lifted at the verdict, by what lifted them (`fall`, `words`).
+    pub holds_lifted: Tally,
     /// Transcripts the bot sent, by their cue (`incomplete`, `complete`, `unknown`).
     pub transcripts: Tally,
     /// Turn ends the caller resumed after before the reply was heard.

@@ -453,6 +453,7 @@ pub(crate) fn turn_ended(complete: bool) -> InferenceEvent {
         at: Duration::ZERO,
         audio: Duration::ZERO,
         latency: Duration::from_millis(60),
+        final_pitch: None,
     }
 }
 
@@ -2098,6 +2099,17 @@ fn answer_on_bridge_answers_for_the_verb_after_an_unbridged_dial() {
 /// The caller speaks for `speech`, stops, and their turn ends `verdict_after` later with
 /// probability `p`. Returns when the speech ended.
 fn speak_a_turn(sim: &mut Sim, speech: Duration, verdict_after: Duration, p: f32) -> Instant {
+    speak_a_turn_ending(sim, speech, verdict_after, p, None)
+}
+
+/// As [`speak_a_turn`], the verdict carrying the turn's final pitch level.
+fn speak_a_turn_ending(
+    sim: &mut Sim,
+    speech: Duration,
+    verdict_after: Duration,
+    p: f32,
+    final_pitch: Option<f32>,
+) -> Instant {
     let detected = sim.stream_time();
     sim.inference(InferenceEvent::SpeechStarted {
         onset: detected,
@@ -2118,6 +2130,7 @@ fn speak_a_turn(sim: &mut Sim, speech: Duration, verdict_after: Duration, p: f32
         at: end,
         audio: speech,
         latency: Duration::ZERO,
+        final_pitch,
     });
     ended_at
 }
@@ -2271,6 +2284,23 @@ fn a_pause_the_caller_made_over_the_reply_is_waited_for_next_time() {
     );
     assert_eq!(voiced.len() - heard_before, 50);
     assert_eq!(sim.core.take_stats().replies_held.get("habit"), 1);
+    // Turn 3 (rate 1.5 / 4, a habit still): the caller's voice fell 3.1 semitones at its end,
+    // a statement's end: answered at once.
+    sim.run_for(seconds(2.0));
+    let heard_before = sim.voiced.lock().unwrap().len();
+    speak_a_turn_ending(&mut sim, seconds(1.5), seconds(0.2), 0.95, Some(-3.1));
+    let verdict = sim.now;
+    sim.agent(AgentAction::Play(tone(1.0)));
+    sim.run_for(seconds(1.5));
+    let first = first_voiced_after(&sim, heard_before);
+    assert!(
+        first - verdict <= Duration::from_millis(20),
+        "{:?}",
+        first - verdict
+    );
+    let stats = sim.core.take_stats();
+    assert_eq!(stats.replies_held.get("habit"), 0);
+    assert_eq!(stats.holds_lifted.get("fall"), 1);
 }
 
 /// The caller begins speaking now (the VAD's onset at the stream's present).
@@ -2299,6 +2329,7 @@ fn caller_ends_a_turn(sim: &mut Sim) -> Instant {
         at: end,
         audio: seconds(1.5),
         latency: Duration::ZERO,
+        final_pitch: None,
     });
     ended_at
 }

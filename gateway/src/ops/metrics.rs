@@ -17,6 +17,9 @@ pub const BACKCHANNELS_TOTAL: &str = "ontime_backchannels_total";
 /// Replies held back after a turn end, by `reason` (`doubt`: Smart Turn unsure; `habit`: the
 /// caller paused mid-sentence before; `words`: the bot's transcript ends where no sentence ends).
 pub const REPLIES_HELD_TOTAL: &str = "ontime_replies_held_total";
+/// Habit or doubt waits lifted at a turn's verdict, by `cue`: `fall` (the caller's voice fell
+/// to a statement's end), `words` (the bot's transcript ends a sentence).
+pub const REPLY_HOLDS_LIFTED_TOTAL: &str = "ontime_reply_holds_lifted_total";
 /// Transcripts bots sent (`ontime.transcript`), by what their last words say (`incomplete`,
 /// `complete`, `unknown`).
 pub const TRANSCRIPTS_TOTAL: &str = "ontime_transcripts_total";
@@ -190,6 +193,14 @@ pub(crate) fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
     );
     for reason in ["doubt", "habit", "words"] {
         counter!(REPLIES_HELD_TOTAL, "reason" => reason).absolute(0);
+    }
+    describe_counter!(
+        REPLY_HOLDS_LIFTED_TOTAL,
+        Unit::Count,
+        "Habit or doubt waits lifted at a turn's verdict, by cue (fall, words)."
+    );
+    for cue in ["fall", "words"] {
+        counter!(REPLY_HOLDS_LIFTED_TOTAL, "cue" => cue).absolute(0);
     }
     describe_counter!(
         TRANSCRIPTS_TOTAL,

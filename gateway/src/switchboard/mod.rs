@@ -884,6 +884,10 @@ impl Switchboard {
                 enabled: self.config.reply_hold_back,
                 unsure_hold: self.config.reply_hold_doubt,
                 max_hold: self.config.reply_hold_max,
+                final_fall: self
+                    .config
+                    .reply_hold_fall
+                    .then_some(crate::call::hold_back::FINAL_FALL_ST),
                 ..Default::default()
             },
             speech_stop_lag: ontime_inference::VadParams::default().stop,
