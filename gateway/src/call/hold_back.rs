@@ -28,6 +28,11 @@
 //! its release either way ([`HoldBack::rewait`]): recognisers deliver the last words some
 //! 100–500 ms after they were said, about when the verdict comes.
 //!
+//! The verdict's final pitch level (`ontime_inference::prosody`) is a fourth cue, used one way
+//! only: a voice that fell [`FINAL_FALL_ST`] or more at its end closed a statement, and the
+//! habit and doubt waits are lifted (`HoldBackConfig::final_fall`, `--reply-hold-fall`). No
+//! fall never holds: questions rise, real voices vary, tonal languages fall inside words.
+//!
 //! All are capped at [`HoldBackConfig::max_hold`] from the verdict. A timed-out turn (the caller
 //! was quiet for the incomplete timeout) is never held.
 
