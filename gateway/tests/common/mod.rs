@@ -279,7 +279,11 @@ pub fn scenario(name: &str, replacements: &[(&str, &str)]) -> PathBuf {
     for (k, v) in replacements {
         text = text.replace(k, v);
     }
-    let out = std::env::temp_dir().join(format!("ontime-{}-{}", std::process::id(), name));
+    // One file per call of this: tests of one binary run in parallel, and two filling the same
+    // scenario differently must not share a path.
+    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("ontime-{}-{n}-{name}", std::process::id()));
     std::fs::write(&out, text).unwrap();
     out
 }
