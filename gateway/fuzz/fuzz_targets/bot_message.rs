@@ -22,7 +22,7 @@ mod protocol;
 use ontime_rtp::{FRAME_BYTES, FRAME_MS};
 use protocol::{
     parse_bot_message, BotMessage, BotMessageError, PendingMarks, StreamIds, TwilioEncoder,
-    EVENT_TURN_ENDED,
+    EVENT_TURN_ENDED, MESSAGE_TRANSCRIPT, TRANSCRIPT_TAIL_CHARS,
 };
 
 /// `INVALID_REASONS` of gateway/src/ops/ws_metrics.rs (not compiled here): the label values of
@@ -67,12 +67,17 @@ fn check_one(text: &str) -> Result<BotMessage, BotMessageError> {
             match e {
                 BotMessageError::UnknownEvent(event) => {
                     assert!(event.chars().count() <= 64, "event name not cut: {event:?}");
-                    assert!(!matches!(event.as_str(), "media" | "mark" | "clear"));
+                    assert!(!matches!(
+                        event.as_str(),
+                        "media" | "mark" | "clear" | MESSAGE_TRANSCRIPT
+                    ));
                 }
                 BotMessageError::MissingField { event, field } => assert!(
                     matches!(
                         (*event, *field),
-                        ("media", "media.payload") | ("mark", "mark.name")
+                        ("media", "media.payload")
+                            | ("mark", "mark.name")
+                            | (MESSAGE_TRANSCRIPT, "transcript.text")
                     ),
                     "{event} {field}"
                 ),
@@ -122,6 +127,16 @@ fn check_one(text: &str) -> Result<BotMessage, BotMessageError> {
             assert_eq!(
                 parse_bot_message(r#"{"event":"clear"}"#),
                 Ok(BotMessage::Clear)
+            );
+        }
+        Ok(BotMessage::Transcript(tail)) => {
+            // Only the end is kept, and the canonical form of it parses back to itself.
+            assert!(tail.chars().count() <= TRANSCRIPT_TAIL_CHARS);
+            let canonical =
+                serde_json::json!({"event": MESSAGE_TRANSCRIPT, "transcript": {"text": tail}});
+            assert_eq!(
+                parse_bot_message(&canonical.to_string()).as_ref(),
+                parsed.as_ref()
             );
         }
     }
@@ -182,7 +197,8 @@ fn check_session(text: &str) {
             Ok(BotMessage::Clear) => {
                 assert_eq!(pending.take_all(), Vec::from(std::mem::take(&mut model)));
             }
-            Err(_) => {}
+            // Transcripts touch no mark.
+            Ok(BotMessage::Transcript(_)) | Err(_) => {}
         }
     }
     assert_eq!(pending.take_all(), Vec::from(model));
