@@ -597,6 +597,8 @@ fn model_paths(config: &Config) -> ModelPaths {
 fn pool_config(config: &Config) -> PoolConfig {
     let mut pool_config = PoolConfig::new(model_paths(config));
     pool_config.turn.incomplete_timeout = config.turn_stop_timeout;
+    // Only the hold-back's pitch cue reads it.
+    pool_config.turn.final_pitch = config.reply_hold_back && config.reply_hold_fall;
     pool_config.vad_gather = config.vad_gather;
     pool_config.vad_quiet_peak =
         (config.vad_quiet_peak > 0).then_some(config.vad_quiet_peak as i16);

@@ -104,6 +104,10 @@ pub struct TurnParams {
     /// docs/inference.md; `None`: never, the stop is always confirmed first).
     /// Inert without `speculate_after` (it uses the speculative verdict).
     pub early_end: Option<EarlyEnd>,
+    /// Measure each complete verdict's final pitch level (`TurnEnded::final_pitch`,
+    /// [`crate::prosody`]): about 1.7 ms of the inference thread per complete verdict in a
+    /// release build. Off: `final_pitch` is always `None`.
+    pub final_pitch: bool,
 }
 
 /// A confident speculative verdict ends the turn without waiting for the full stop duration.
@@ -135,6 +139,7 @@ impl Default for TurnParams {
                 probability: 0.9,
                 min_quiet: Duration::from_millis(160),
             }),
+            final_pitch: true,
         }
     }
 }

@@ -500,7 +500,9 @@ struct TurnJob {
 fn conclude(slot: &mut CallSlot, params: &TurnParams, verdict: Verdict) {
     let complete = verdict.probability > params.complete_threshold;
     // Measured on the turn's audio before it is let go.
-    let final_pitch = complete.then(|| slot.turn.final_pitch_level()).flatten();
+    let final_pitch = (complete && params.final_pitch)
+        .then(|| slot.turn.final_pitch_level())
+        .flatten();
     if complete {
         slot.turn.end_turn();
         slot.incomplete_since = None;
