@@ -7,20 +7,8 @@ mod common;
 
 use common::*;
 use ontime_inference::prosody::final_pitch_level;
-use ontime_rtp::g711;
 
 const FALL_ST: f32 = -2.5;
-
-/// 16-bit PCM of a µ-law WAV's data chunk.
-fn ulaw_wav(path: &std::path::Path) -> Vec<i16> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let at = bytes
-        .windows(4)
-        .position(|w| w == b"data")
-        .expect("data chunk")
-        + 8;
-    bytes[at..].iter().map(|&b| g711::ulaw_decode(b)).collect()
-}
 
 /// The harness's pause point: the quietest 20 ms frame between 40 % and 70 % of the span from
 /// the first to the last frame with a sample of magnitude 64 or more.

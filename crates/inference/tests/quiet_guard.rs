@@ -24,17 +24,6 @@ use ontime_inference::speech::VAD_CHUNK_SAMPLES;
 use ontime_inference::{InferenceEvent, InferencePool, ModelPaths, PoolConfig};
 use ontime_rtp::g711;
 
-/// 16-bit PCM of a µ-law WAV's data chunk.
-fn ulaw_wav(path: &Path) -> Vec<i16> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let at = bytes
-        .windows(4)
-        .position(|w| w == b"data")
-        .expect("data chunk")
-        + 8;
-    bytes[at..].iter().map(|&b| g711::ulaw_decode(b)).collect()
-}
-
 /// Line noise: Gaussian (sum of 12 uniforms), RMS `dbfs` of full scale, optionally clipped;
 /// its own fixed generator, so the set is the same on every run.
 struct Noise(u64);

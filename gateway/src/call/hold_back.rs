@@ -421,6 +421,15 @@ mod tests {
         (hold.wait(now), hold.reason)
     }
 
+    /// A caller who paused once: their first turn ends at 2 s in a pause, they resume
+    /// `pause_ms` after their speech and finish at 4 s, and the reply is heard.
+    fn paused_once(h: &mut HoldBack, t0: Instant, pause_ms: u64) {
+        end(h, t0, 2000, 1200, Some(0.98));
+        h.resumed(ms(pause_ms));
+        end(h, t0, 4000, 2000, Some(0.98));
+        h.reply_heard();
+    }
+
     /// The doubt wait on (it is off by default).
     fn with_doubt() -> HoldBackConfig {
         HoldBackConfig {
@@ -491,10 +500,7 @@ mod tests {
     fn a_turn_with_a_pause_of_its_own_is_not_held_for_habit() {
         let t0 = Instant::now();
         let mut h = HoldBack::new(HoldBackConfig::default());
-        end(&mut h, t0, 2000, 1200, Some(0.98));
-        h.resumed(ms(900));
-        end(&mut h, t0, 4000, 2000, Some(0.98));
-        h.reply_heard();
+        paused_once(&mut h, t0, 900);
         // The caller stops 600 ms inside the next turn without an end (Smart Turn said
         // incomplete), then ends: they made their pause.
         h.speech_started(t0 + ms(10_000));
@@ -522,10 +528,7 @@ mod tests {
     fn a_caller_who_never_resumes_loses_the_habit_wait() {
         let t0 = Instant::now();
         let mut h = HoldBack::new(HoldBackConfig::default());
-        end(&mut h, t0, 2000, 1200, Some(0.98));
-        h.resumed(ms(800));
-        end(&mut h, t0, 4000, 2000, Some(0.98));
-        h.reply_heard();
+        paused_once(&mut h, t0, 800);
         let mut at = 10_000;
         let mut held = 0;
         for _ in 0..6 {
@@ -659,10 +662,7 @@ mod tests {
     fn a_voice_that_fell_to_a_statements_end_lifts_the_habit_wait() {
         let t0 = Instant::now();
         let mut h = HoldBack::new(HoldBackConfig::default());
-        end(&mut h, t0, 2000, 1200, Some(0.98));
-        h.resumed(ms(900));
-        end(&mut h, t0, 4000, 2000, Some(0.98));
-        h.reply_heard();
+        paused_once(&mut h, t0, 900);
         // A habitual pauser (rate 0.5). A level voice: held as before.
         let at_level = |h: &mut HoldBack, at: u64, level: Option<f32>| {
             h.speech_started(t0 + ms(at - 1500));
@@ -694,10 +694,7 @@ mod tests {
             final_fall: None,
             ..HoldBackConfig::default()
         });
-        end(&mut off, t0, 2000, 1200, Some(0.98));
-        off.resumed(ms(900));
-        end(&mut off, t0, 4000, 2000, Some(0.98));
-        off.reply_heard();
+        paused_once(&mut off, t0, 900);
         assert_eq!(at_level(&mut off, 12_000, Some(-4.0)).1, HoldReason::Habit);
     }
 

@@ -2110,12 +2110,29 @@ fn speak_a_turn_ending(
     p: f32,
     final_pitch: Option<f32>,
 ) -> Instant {
+    caller_begins(sim);
+    sim.run_for(speech);
+    caller_stops(sim, verdict_after, p, speech, final_pitch)
+}
+
+/// The caller begins speaking now (the VAD's onset at the stream's present).
+fn caller_begins(sim: &mut Sim) {
     let detected = sim.stream_time();
     sim.inference(InferenceEvent::SpeechStarted {
         onset: detected,
         detected,
     });
-    sim.run_for(speech);
+}
+
+/// The caller's speech ends now; `verdict_after` later the VAD says so and Smart Turn ends the
+/// turn (`audio` analysed) with probability `p`. Returns when the speech ended.
+fn caller_stops(
+    sim: &mut Sim,
+    verdict_after: Duration,
+    p: f32,
+    audio: Duration,
+    final_pitch: Option<f32>,
+) -> Instant {
     let end = sim.stream_time();
     let ended_at = sim.now;
     sim.run_for(verdict_after);
@@ -2128,7 +2145,7 @@ fn speak_a_turn_ending(
         complete: true,
         timed_out: false,
         at: end,
-        audio: speech,
+        audio,
         latency: Duration::ZERO,
         final_pitch,
     });
@@ -2303,35 +2320,21 @@ fn a_pause_the_caller_made_over_the_reply_is_waited_for_next_time() {
     assert_eq!(stats.holds_lifted.get("fall"), 1);
 }
 
-/// The caller begins speaking now (the VAD's onset at the stream's present).
-fn caller_begins(sim: &mut Sim) {
-    let detected = sim.stream_time();
-    sim.inference(InferenceEvent::SpeechStarted {
-        onset: detected,
-        detected,
-    });
+/// The caller's speech ends now; the VAD says so and Smart Turn ends the turn, sure, 200 ms
+/// later.
+fn caller_ends_a_turn(sim: &mut Sim) -> Instant {
+    caller_stops(sim, seconds(0.2), 0.95, seconds(1.5), None)
 }
 
-/// The caller's speech ended at `end` (stream time); the VAD says so and Smart Turn ends the
-/// turn, sure, 200 ms later.
-fn caller_ends_a_turn(sim: &mut Sim) -> Instant {
-    let end = sim.stream_time();
-    let ended_at = sim.now;
-    sim.run_for(seconds(0.2));
-    sim.inference(InferenceEvent::SpeechStopped {
-        end,
-        detected: sim.stream_time(),
-    });
-    sim.inference(InferenceEvent::TurnEnded {
-        probability: 0.95,
-        complete: true,
-        timed_out: false,
-        at: end,
-        audio: seconds(1.5),
-        latency: Duration::ZERO,
-        final_pitch: None,
-    });
-    ended_at
+/// A call whose caller spoke 1.5 s and whose turn just ended (sure, not held): at the verdict.
+fn a_turn_just_ended() -> Sim {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    caller_begins(&mut sim);
+    sim.run_for(seconds(1.5));
+    caller_ends_a_turn(&mut sim);
+    sim
 }
 
 fn first_voiced_after(sim: &Sim, before: usize) -> Instant {
@@ -2380,12 +2383,7 @@ fn a_transcript_that_stops_on_to_holds_a_new_callers_reply_until_they_go_on() {
 
 #[test]
 fn a_transcript_after_the_verdict_holds_the_reply_and_a_later_one_releases_it() {
-    let mut sim = Sim::new(settings);
-    sim.caller_talks(0xFF);
-    sim.run_for(seconds(0.5));
-    caller_begins(&mut sim);
-    sim.run_for(seconds(1.5));
-    caller_ends_a_turn(&mut sim);
+    let mut sim = a_turn_just_ended();
     let verdict = sim.now;
     // The recogniser's last words come after the verdict, before the bot's reply.
     sim.run_for(seconds(0.1));
@@ -2416,12 +2414,7 @@ fn a_transcript_after_the_verdict_holds_the_reply_and_a_later_one_releases_it() 
 #[test]
 fn without_a_transcript_the_same_turn_is_answered_at_once() {
     // The same turn as above with the hold-back's words left silent: played at once.
-    let mut sim = Sim::new(settings);
-    sim.caller_talks(0xFF);
-    sim.run_for(seconds(0.5));
-    caller_begins(&mut sim);
-    sim.run_for(seconds(1.5));
-    caller_ends_a_turn(&mut sim);
+    let mut sim = a_turn_just_ended();
     let verdict = sim.now;
     sim.agent(AgentAction::Play(tone(1.0)));
     sim.run_for(seconds(1.5));

@@ -187,3 +187,17 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// 16-bit PCM of a µ-law WAV's data chunk.
+pub fn ulaw_wav(path: &Path) -> Vec<i16> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let at = bytes
+        .windows(4)
+        .position(|w| w == b"data")
+        .expect("data chunk")
+        + 8;
+    bytes[at..]
+        .iter()
+        .map(|&b| ontime_rtp::g711::ulaw_decode(b))
+        .collect()
+}
