@@ -11,18 +11,7 @@ use ontime_inference::{InferenceEvent, InferencePool, PoolConfig};
 
 /// The committed caller fixture "Yes." (0.7 s, 8 kHz µ-law WAV) as 16-bit PCM.
 fn yes_pcm() -> Vec<i16> {
-    let bytes = std::fs::read(workspace_root().join("fixtures/callers/utterance_3.ulaw.wav"))
-        .expect("fixture");
-    // The data chunk of a plain RIFF/WAVE file: find "data", skip its 8-byte header.
-    let at = bytes
-        .windows(4)
-        .position(|w| w == b"data")
-        .expect("data chunk")
-        + 8;
-    bytes[at..]
-        .iter()
-        .map(|&b| ontime_rtp::g711::ulaw_decode(b))
-        .collect()
+    ulaw_wav(&workspace_root().join("fixtures/callers/utterance_3.ulaw.wav"))
 }
 
 #[test]
