@@ -116,23 +116,43 @@ fn reply_voiced_frames() -> usize {
     wav_speech_frames(&workspace().join("gateway/assets/stub_reply.wav"), None)
 }
 
-/// (a) One caller turn, then the whole reply on a line echoing it `delay_ms` later `erl_db`
-/// down: no barge-in, one turn, and every voiced frame of the reply reached the caller.
-fn whole_reply_over_echo(delay_ms: u32, erl_db: f32) {
+/// One caller turn on `line`, then the whole reply over its echo: no barge-in, one turn, and
+/// every voiced frame of the reply reached the caller. `what` names the line in the output.
+fn whole_reply_heard(line: &EchoLine, what: &str) {
     let _one = one_at_a_time();
     let gw = gateway(&[]);
-    let line = EchoLine::new(delay_ms, erl_db).say(Cue::At(Duration::from_millis(500)), question());
-    let done = run(&gw, &line);
+    let done = run(&gw, line);
     let barge_ins = done.metric("ontime_barge_ins_total");
     let turns = done.metric("ontime_turns_total");
     let voiced = done.call.voiced().len();
     eprintln!(
-        "echo {delay_ms} ms, {erl_db} dB: {barge_ins} barge-ins, {turns} turns, {voiced} voiced packets heard (the reply has {})",
-        reply_voiced_frames()
+        "{what}: {barge_ins} barge-ins, {turns} turns, {voiced} voiced packets heard (the reply has {}); CDR {}",
+        reply_voiced_frames(),
+        done.cdr
     );
     done.expect("barge-ins on the echo", barge_ins, 0.0);
     done.expect("turns", turns, 1.0);
     done.expect("reply heard whole", voiced, reply_voiced_frames());
+}
+
+/// (a) The whole reply on a line echoing it `delay_ms` later `erl_db` down.
+fn whole_reply_over_echo(delay_ms: u32, erl_db: f32) {
+    let line = EchoLine::new(delay_ms, erl_db).say(Cue::At(Duration::from_millis(500)), question());
+    whole_reply_heard(&line, &format!("echo {delay_ms} ms, {erl_db} dB"));
+}
+
+/// (e) The whole reply on the [`ECHO`] line while the caller's packets stall for `hold` 2 s
+/// into it, then arrive back to back: the gateway's jitter buffer conceals, then grows. Placed
+/// by playout, the caller's audio moved under the converged filter (by up to 100 ms), and
+/// the concealment's digital silence was taken for the line's noise floor.
+#[test]
+fn a_stall_of_the_callers_packets_mid_reply_does_not_barge_in() {
+    for hold in [60, 120, 250] {
+        let mut line =
+            EchoLine::new(ECHO.0, ECHO.1).say(Cue::At(Duration::from_millis(500)), question());
+        line.stall = Some((Duration::from_secs(2), Duration::from_millis(hold)));
+        whole_reply_heard(&line, &format!("stall of {hold} ms"));
+    }
 }
 
 /// The control: the same call on a line with its noise but no echo (an infinite return loss)

@@ -41,6 +41,19 @@ const REALIGN_FRAMES: u32 = 25;
 const REALIGN_BACKOFF: u32 = 4;
 /// A fine lag this close (samples) to the filter's is where it already is.
 const REALIGN_TOLERANCE: usize = 4;
+/// Normalised correlation the filter's echo estimate, slid to a new lag, must show with the
+/// caller's audio before the filter follows the path there. Moved echo alone correlated at
+/// 0.98-0.999 (0.79 a few frames after the filter converged) on simulated lines; a caller
+/// talking over the echo at most 0.71 at a wrong lag (at the pitch period of the reply).
+const MOVED_CORRELATION: f32 = 0.75;
+/// Frames a converged filter must have missed the echo before the waveform is asked whether the
+/// path moved (the frames of the miss are the window it is asked over).
+const MOVED_MIN_FRAMES: u64 = 2;
+/// The most of the caller's audio (samples, 160 ms) the move is judged on: enough for a sharp
+/// correlation, little enough to ask every few frames.
+const MOVED_WINDOW: usize = 1280;
+/// How much of the last frame's fit the next keeps (about five frames' memory).
+const FIT_KEEP: f32 = 0.8;
 /// The loudest echo a line returns relative to what it was sent, with margin: ITU-T G.168 plans
 /// for an echo return loss down to 6 dB; the gate assumes 3 dB until it has measured the line.
 const ECHO_GAIN_PRIOR: f32 = 0.5;
@@ -82,6 +95,9 @@ const VAD_END_SLACK: u32 = 4;
 pub const CALLER_HANGOVER_TIME: Duration = Duration::from_millis(
     CALLER_HANGOVER as u64 * 1000 * FRAME_SAMPLES as u64 / SAMPLE_RATE_HZ as u64,
 );
+/// A frame whose every sample is under this (G.711's smallest step is 8 / 32768) is digital
+/// silence, not line noise.
+const DIGITAL_SILENCE: f32 = 4.0 / 32768.0;
 /// A frame must be this much over the line's noise floor (9 dB) to be louder than the echo.
 const LOUD_OVER_NOISE: f32 = 8.0;
 /// Frames in a row over the level bound that hold the gate open before the filter converges.
@@ -240,6 +256,15 @@ pub struct EchoCanceller {
     residual_run: u32,
     /// Frames in a row over the level bound, audibly.
     loud_run: u32,
+    /// Where the converged filter began to miss an echo the level says is there (a quiet
+    /// caller, or the path moved under the filter).
+    misfit_from: Option<u64>,
+    /// The filter's echo estimate around the missed frames (allocated once, in `new`).
+    shift_scratch: Vec<f32>,
+    /// The caller's energy and the residual's over the last few frames of audible reply, every
+    /// frame (the ERLE statistics above learn only while the filter adapts).
+    fit_mic: f32,
+    fit_residual: f32,
     report: EchoReport,
     residual: [f32; FRAME_SAMPLES],
     /// The recent frames, ring by frame number: their position, whether each could have been
@@ -282,6 +307,10 @@ impl EchoCanceller {
             gated_run: 0,
             residual_run: 0,
             loud_run: 0,
+            misfit_from: None,
+            shift_scratch: vec![0.0; MOVED_WINDOW + 2 * FINE_SPAN],
+            fit_mic: 0.0,
+            fit_residual: 0.0,
             double_talk_hold: 0,
             since_lock: 0,
             caller_hold: 0,
@@ -309,6 +338,9 @@ impl EchoCanceller {
         self.gated_run = 0;
         self.residual_run = 0;
         self.loud_run = 0;
+        self.misfit_from = None;
+        self.fit_mic = 0.0;
+        self.fit_residual = 0.0;
         self.double_talk_hold = 0;
         self.caller_hold = 0;
         self.report.delay = None;
@@ -470,6 +502,26 @@ impl EchoCanceller {
             .chunks(BLOCK)
             .map(|c| c.iter().map(|x| x * x).sum::<f32>() / BLOCK as f32)
             .fold(0.0f32, f32::max);
+        // Digital silence (a jitter buffer's concealment while the caller's packets stall, DTX
+        // filler, a muted phone) is neither echo nor the caller, and nothing learns from it.
+        // Learnt from, it sank the noise floor to 1e-10 (rising back 0.2 % a frame: minutes),
+        // so every later frame of line noise stood out as the caller, and it made a fitted
+        // filter look lost and the envelope lock elsewhere: a 120 ms stall of the caller's
+        // packets let the echo barge in.
+        if mic.iter().all(|x| x.abs() < DIGITAL_SILENCE) {
+            self.keep_caller(at, &mic);
+            self.mic_block = None;
+            self.residual_run = 0;
+            self.loud_run = 0;
+            self.gated_run = 0;
+            self.misfit_from = None;
+            self.remember(at, false, false);
+            return if self.reference_level(at, true) >= REFERENCE_FLOOR {
+                Verdict::Echo
+            } else {
+                Verdict::NoReference
+            };
+        }
         // The search learns only while a reply could be echoing.
         let searching = self.reference_level(at, true) >= REFERENCE_FLOOR;
         self.sum_caller_blocks(at, &mic, searching);
@@ -479,9 +531,13 @@ impl EchoCanceller {
             // The envelope's peak wanders by a block or two over a reply: where the waveform
             // put the path, a lag that near it is the same path, and the filter keeps it.
             let placed = self.filter_offset.is_some();
+            // Nor does a filter that fits the echo now move for the envelope: after the path
+            // shifted and the filter followed, the envelope lags behind for a second or two
+            // (its peak over old and new audio sits between), and took the filter off a path
+            // it fitted.
             let same = placed
-                && self.finely_placed
-                && self.coarse_lag.abs_diff(self.path_delay) <= LEAD / 2;
+                && ((self.finely_placed && self.coarse_lag.abs_diff(self.path_delay) <= LEAD / 2)
+                    || self.fits_now());
             if !same {
                 if placed {
                     self.report.path_changes += 1;
@@ -536,7 +592,7 @@ impl EchoCanceller {
         let loud = ratio > bound && frame_energy > LOUD_OVER_NOISE * self.noise_floor;
 
         // The filter's view: echo estimate and residual with the taps as they are.
-        let filtered = self
+        let mut filtered = self
             .filter_offset
             .and_then(|offset| self.estimate(at, &mic, offset));
         let converged =
@@ -551,9 +607,38 @@ impl EchoCanceller {
             1.0
         };
         let mic_energy: f32 = mic.iter().map(|x| x * x).sum();
-        let residual_is_caller = filtered.is_some_and(|(echo, residual)| {
-            converged && residual > share * echo + NOISE_MARGIN * self.noise_floor
-        });
+        let noise_margin = NOISE_MARGIN * self.noise_floor;
+        let stands_clear = |(echo, residual): (f32, f32)| residual > share * echo + noise_margin;
+        let mut residual_is_caller = converged && filtered.is_some_and(stands_clear);
+        // A converged filter that misses an echo the level says is there: a quiet caller, or
+        // the path moved under the filter (a jitter buffer grew or shrank by a frame, the
+        // caller's phone adapted its playout). Taken for double talk, a moved path froze the
+        // filter where it no longer fitted and passed the echo for the rest of the reply; the
+        // waveform over the missed frames tells the two apart (the echo is the reply at a new
+        // lag, a caller is not the reply at any).
+        if residual_is_caller && !loud {
+            let from = *self.misfit_from.get_or_insert(at);
+            let missed = (at - from.min(at)) / FRAME_SAMPLES as u64 + 1;
+            let ask = missed >= MOVED_MIN_FRAMES
+                && (missed <= 2 * MOVED_MIN_FRAMES || missed.is_multiple_of(4));
+            if ask {
+                if let Some(offset) = self.moved_path(from, at + FRAME_SAMPLES as u64) {
+                    filtered = self.estimate(at, &mic, offset);
+                    residual_is_caller = filtered.is_some_and(stands_clear);
+                    self.misfit_from = None;
+                    // The frames it missed were the move, not double talk: the filter learns
+                    // on, and they do not count towards the caller.
+                    self.double_talk_hold = 0;
+                    self.residual_run = 0;
+                }
+            }
+        } else if !residual_is_caller {
+            self.misfit_from = None;
+        }
+        if let (Some((_, residual)), true) = (filtered, reference >= BOUND_REFERENCE) {
+            self.fit_mic = FIT_KEEP * self.fit_mic + mic_energy;
+            self.fit_residual = FIT_KEEP * self.fit_residual + residual;
+        }
         // A residual over the echo for a frame or two is as often the filter's own miss (a new
         // sound in the reply it has not learnt) as the caller; speech lasts, so the third such
         // frame in a row passes (louder than any echo passes at once).
@@ -709,6 +794,57 @@ impl EchoCanceller {
         (correlation >= FINE_CORRELATION).then_some(lag)
     }
 
+    /// Whether the path moved under the converged filter, judged on the caller's audio from
+    /// `from` to `end`: the filter's own echo estimate, slid up to [`FINE_SPAN`] either way,
+    /// fitting the caller's audio well away from where it is moves the filter's window there
+    /// with its taps (a path that moved is the same path later or sooner), and the new window's
+    /// offset is returned. The shift is measured against the filter's estimate, not the raw
+    /// reply: a move found a sample off leaves the filter missing the echo as before.
+    fn moved_path(&mut self, from: u64, end: u64) -> Option<usize> {
+        let offset = self.filter_offset?;
+        let start = from
+            .max(end.saturating_sub(MOVED_WINDOW as u64))
+            .max(self.mic_from);
+        let len = end.checked_sub(start)? as usize;
+        if end > self.mic_end || len < MOVED_MIN_FRAMES as usize * FRAME_SAMPLES {
+            return None;
+        }
+        let first = start.checked_sub(FINE_SPAN as u64)?;
+        // The estimate from FINE_SPAN before the window to FINE_SPAN after it (zero where the
+        // reply is not there yet, a shorter path than the ring holds).
+        let mut estimate = std::mem::take(&mut self.shift_scratch);
+        for (i, y) in estimate[..len + 2 * FINE_SPAN].iter_mut().enumerate() {
+            *y = self
+                .window(first + i as u64, offset)
+                .map_or(0.0, |x| self.filter.estimate(x));
+        }
+        let m = start as usize % MIC_RING;
+        let found = best_lag(
+            &self.mic[m..m + len],
+            &estimate[..len + 2 * FINE_SPAN],
+            2 * FINE_SPAN,
+            0,
+        );
+        self.shift_scratch = estimate;
+        let (lag, correlation) = found?;
+        if correlation < MOVED_CORRELATION || lag == FINE_SPAN {
+            return None;
+        }
+        // The echo comes `lag − FINE_SPAN` samples later than the filter's window placed it.
+        let moved = (offset + lag).checked_sub(FINE_SPAN)?;
+        let delay = (self.path_delay + lag).checked_sub(FINE_SPAN)?;
+        self.filter_offset = Some(moved);
+        self.path_delay = delay;
+        self.finely_placed = true;
+        self.adapted_since_placed = 0;
+        self.realign_backoff = 0;
+        self.report.path_changes += 1;
+        self.report.delay = Some(Duration::from_micros(
+            delay as u64 * 1_000_000 / u64::from(SAMPLE_RATE_HZ),
+        ));
+        Some(moved)
+    }
+
     /// Place the filter's window [`LEAD`] samples before `delay`. A lag found to the sample
     /// (`fine`) that moves the window by less than half its length keeps what was learnt of the
     /// lags it still covers; otherwise the filter learns the path afresh.
@@ -731,6 +867,13 @@ impl EchoCanceller {
         self.since_lock = 0;
         self.erle_mic = 0.0;
         self.erle_residual = 0.0;
+        self.fit_mic = 0.0;
+        self.fit_residual = 0.0;
+    }
+
+    /// Whether the filter takes the echo out of the last few frames of audible reply.
+    fn fits_now(&self) -> bool {
+        self.fit_residual > 0.0 && self.fit_mic > CONVERGED_ERLE * self.fit_residual
     }
 
     /// Sum the caller's frame into envelope blocks for the delay search.

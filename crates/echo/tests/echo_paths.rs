@@ -575,3 +575,74 @@ fn the_hangover_after_speech_is_taken_back() {
         "mm-hmms heard more than a frame late: {table}"
     );
 }
+
+/// A 150 ms, 12 dB line as the gateway sees it (the network round trip and the jitter buffer
+/// add 60 ms), quietly noisy.
+const MID_LINE: Line = Line {
+    delay_ms: 210,
+    erl_db: 12.0,
+    noise_dbfs: -60.0,
+};
+
+/// The path shifts a little while the filter fits it: a jitter buffer grows or shrinks by a
+/// frame (the gateway's own, or the caller's phone's), or a phone adapts its playout. Taken for
+/// double talk, such a shift froze the filter where it no longer fitted and the echo passed as
+/// the caller for the rest of the reply (283 frames of a 2 ms shift, 22 bursts a VAD would have
+/// started on). The canceller follows the path with the filter's taps: no echo passes.
+#[test]
+fn a_path_that_shifts_under_a_converged_filter_is_followed() {
+    let played = with_tail([reply(), reply()].concat(), 1);
+    let base = MID_LINE;
+    for (at_s, shift_ms) in [(2usize, -20i64), (2, 20), (2, 2), (3, 5), (3, -8)] {
+        let switch = at_s * 8000;
+        let moved = Line {
+            delay_ms: (base.delay_ms as i64 + shift_ms) as usize,
+            ..base
+        };
+        let caller = caller_side(
+            &played,
+            |p| if p < switch { base } else { moved },
+            &[],
+            0,
+            7,
+        );
+        let r = run(&played, &caller);
+        let what = format!("shift {shift_ms:+} ms at {at_s} s");
+        expect_nothing_leaked(&r, &what, 1, moved.delay_ms);
+    }
+}
+
+/// No frame of echo reached the VAD on `r`, the path changed `changes` times, and the delay
+/// found at the end is `delay_ms`.
+fn expect_nothing_leaked(r: &Run, what: &str, changes: u64, delay_ms: usize) {
+    let (frames, bursts) = leaks(r);
+    eprintln!(
+        "{what}: {frames} leaked frames, {bursts} bursts, {:?}",
+        r.report
+    );
+    assert_eq!((frames, bursts), (0, 0), "{what}");
+    assert_eq!(r.report.path_changes, changes, "{what}");
+    assert_eq!(
+        r.report.delay.map(|d| d.as_millis()),
+        Some(delay_ms as u128),
+        "{what}: {:?}",
+        r.report
+    );
+}
+
+/// The caller's side goes digitally silent for a few frames mid-reply (a jitter buffer's
+/// concealment while the caller's packets stall, DTX filler, a muted phone), then the echo
+/// comes back. Digital silence is no line noise: taken for the noise floor, it made every
+/// later frame of line noise look like the caller.
+#[test]
+fn digital_silence_mid_reply_is_not_taken_for_the_line_noise() {
+    let played = with_tail([reply(), reply()].concat(), 1);
+    for (at_s, frames) in [(2usize, 6usize), (3, 12)] {
+        let mut caller = caller_side(&played, |_| MID_LINE, &[], 0, 5);
+        let from = at_s * 8000;
+        caller[from..from + frames * FRAME_SAMPLES].fill(0);
+        let r = run(&played, &caller);
+        let what = format!("{frames} silent frames at {at_s} s");
+        expect_nothing_leaked(&r, &what, 0, MID_LINE.delay_ms);
+    }
+}

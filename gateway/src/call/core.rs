@@ -74,6 +74,10 @@ const HANGUP_WHEN_PLAYED_SLACK: Duration = Duration::from_secs(1);
 /// Most playout ticks caught up at once after the driver was late; beyond that the schedule
 /// restarts from now (the jitter buffer's own clock bounds the audio catch-up).
 const MAX_CATCH_UP: Duration = Duration::from_millis(200);
+/// How far (samples, 500 ms) a caller frame placed by its RTP timestamp may stray from its
+/// playout by the clock before the echo canceller's timeline is anchored again: more than any
+/// jitter buffer's growth, less than the canceller's reference ring.
+const ECHO_REANCHOR: u64 = 4000;
 
 /// What a call needs to know that does not change during the call.
 #[derive(Debug, Clone)]
@@ -446,9 +450,11 @@ pub struct CallCore {
     caller_cursor: Option<u64>,
     /// The line's echo taken out of what the VAD hears (`settings.echo_canceller`).
     echo: Option<EchoCanceller>,
-    /// Where the next caller frame sits on the echo canceller's timeline: one frame per frame
-    /// played, the jitter buffer's steady clock (the canceller needs sample-exact spacing).
+    /// Where the next caller frame sits on the echo canceller's timeline if it has no RTP
+    /// timestamp (concealment): right after the last (the canceller needs sample-exact spacing).
     echo_cursor: Option<u64>,
+    /// The RTP timestamp and canceller position the caller's timeline is anchored at.
+    echo_anchor: Option<(u32, u64)>,
     /// The caller's audio handed to the VAD so far (samples: the VAD's stream time) and when
     /// the last of it was: the VAD's events come late by however long the inference thread
     /// took, and their stream times map back to the call's clock through this.
@@ -575,6 +581,7 @@ impl CallCore {
             caller_cursor: None,
             echo: None,
             echo_cursor: None,
+            echo_anchor: None,
             vad_stream: (0, None),
             speaking: false,
             barge_in_allowed: true,
@@ -1773,7 +1780,8 @@ impl CallCore {
         let (Some(echo), Some(cursor)) = (self.echo.as_ref(), self.echo_cursor) else {
             return Duration::ZERO;
         };
-        // The canceller's timeline and the VAD's stream advance together, a frame for a frame.
+        // The canceller's timeline and the VAD's stream advance together, a frame for a frame
+        // (a frame the jitter buffer inserted or dropped since puts this one frame off).
         let ahead = self.vad_stream.0.saturating_sub(samples_in(stream));
         let Some(position) = cursor.checked_sub(ahead) else {
             return Duration::ZERO;
@@ -1802,8 +1810,9 @@ impl CallCore {
     fn play_caller_audio(&mut self, now: Instant) {
         let record = self.settings.record;
         let start = self.samples_since_answer(now);
-        let mut frames: Vec<[i16; SAMPLES_PER_FRAME]> = Vec::new();
-        self.inbound.pop(now, |frame| frames.push(*frame));
+        let mut frames: Vec<([i16; SAMPLES_PER_FRAME], Option<u32>)> = Vec::new();
+        self.inbound
+            .pop(now, |frame, timestamp| frames.push((*frame, timestamp)));
         if !frames.is_empty() {
             // The echo canceller needs what was played up to now before the caller's audio.
             self.collect_sent_audio();
@@ -1811,10 +1820,10 @@ impl CallCore {
         // Bridged to another leg, nothing here decides on the caller's speech: no VAD, no turn,
         // no echo to take out of what the VAD hears.
         let to_vad = !self.in_bridge();
-        for frame in frames {
+        for (frame, timestamp) in frames {
             if to_vad {
                 let mut heard = frame;
-                self.cancel_echo(start, &mut heard);
+                self.cancel_echo(start, timestamp, &mut heard);
                 if let Some(amd) = self.amd.as_mut() {
                     let verdict = amd.push_frame(now, &heard);
                     self.amd_decided(verdict);
@@ -1860,16 +1869,34 @@ impl CallCore {
     }
 
     /// Takes the line's echo out of a caller frame the VAD will hear. `now_at` is the frame's
-    /// playout position by the clock; the canceller's position follows the jitter buffer's
-    /// steady frames and is put back on the clock only when it drifts more than 60 ms (the
-    /// buffer grew or shrank), which the canceller sees as the echo path moving.
-    fn cancel_echo(&mut self, now_at: u64, frame: &mut [i16; SAMPLES_PER_FRAME]) {
+    /// playout position by the clock, `timestamp` the RTP timestamp it came with (`None` for
+    /// concealment). The canceller places a frame by its timestamp, from an anchor on the clock:
+    /// the caller's own timeline, on which the echo keeps its delay when the jitter buffer grows
+    /// or shrinks (placed by playout, a stall of the caller's packets moved the echo 20-100 ms
+    /// under a converged filter). Concealment continues from the last frame. A timestamp that
+    /// strays more than [`ECHO_REANCHOR`] from the clock (a new SSRC, a jump) is anchored again.
+    fn cancel_echo(
+        &mut self,
+        now_at: u64,
+        timestamp: Option<u32>,
+        frame: &mut [i16; SAMPLES_PER_FRAME],
+    ) {
         let Some(echo) = self.echo.as_mut() else {
             return;
         };
-        let at = match self.echo_cursor {
-            Some(c) if c.abs_diff(now_at) <= 3 * SAMPLES_PER_FRAME as u64 => c,
-            _ => now_at,
+        let by_timestamp = timestamp.and_then(|ts| {
+            let (ts0, at0) = self.echo_anchor?;
+            let at = at0.checked_add_signed(i64::from(ts.wrapping_sub(ts0) as i32))?;
+            (at.abs_diff(now_at) <= ECHO_REANCHOR).then_some(at)
+        });
+        let at = match (by_timestamp, timestamp, self.echo_cursor) {
+            (Some(at), _, _) => at,
+            (None, Some(ts), _) => {
+                self.echo_anchor = Some((ts, now_at));
+                now_at
+            }
+            (None, None, Some(c)) if c.abs_diff(now_at) <= ECHO_REANCHOR => c,
+            (None, None, _) => now_at,
         };
         self.echo_cursor = Some(at + SAMPLES_PER_FRAME as u64);
         let bursts = echo.report().bursts_gated;

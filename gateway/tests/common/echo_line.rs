@@ -74,6 +74,10 @@ pub struct EchoLine {
     pub quiet: Duration,
     /// Hang up at this call age whatever happened.
     pub max_duration: Duration,
+    /// The caller's packets stall: this long into the reply to its first utterance, nothing is
+    /// sent for the second duration, then the held packets leave back to back (a network or
+    /// a phone stalling; the gateway's jitter buffer grows, and the echo moves on its timeline).
+    pub stall: Option<(Duration, Duration)>,
 }
 
 impl EchoLine {
@@ -89,6 +93,7 @@ impl EchoLine {
             script: Vec::new(),
             quiet: Duration::from_secs(4),
             max_duration: Duration::from_secs(30),
+            stall: None,
         }
     }
 
@@ -156,7 +161,23 @@ impl EchoLine {
         };
         let mut pcm = [0f32; FRAME];
         let mut packet = [0u8; 12 + FRAME];
+        let mut stalled = false;
         for k in 0usize.. {
+            if let (Some((into, hold)), false, Some(end)) =
+                (self.stall, stalled, out.ends.first().copied().flatten())
+            {
+                let reply = heard
+                    .lock()
+                    .unwrap()
+                    .packets
+                    .iter()
+                    .find(|p| !p.silent && p.at > end)
+                    .map(|p| p.at);
+                if reply.is_some_and(|r| origin.elapsed() >= r + into) {
+                    stalled = true;
+                    std::thread::sleep(hold);
+                }
+            }
             // Absolute deadlines: a late wake-up does not push the following packets back. The
             // frame is made at its deadline, not before, so that the echo of audio that arrived
             // within the frame is in it (a delay under 20 ms).
