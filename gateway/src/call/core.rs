@@ -1601,6 +1601,17 @@ impl CallCore {
         self.prebuffer_until = None;
         self.barge_ins += 1;
         self.stats.barge_ins += 1;
+        // What the echo canceller knew of the line when the caller (or an echo it let
+        // through) cut the reply: the first thing to read when a barge-in was the bot's own.
+        let echo = self.echo.as_ref().map(EchoCanceller::report);
+        info!(
+            heard_ms,
+            echo_delay_ms = echo.and_then(|r| r.delay).map(|d| d.as_millis() as u64),
+            echo_erle_db = echo.and_then(|r| r.erle_db),
+            echo_path_changes = echo.map(|r| r.path_changes),
+            echo_frames_double_talk = echo.map(|r| r.frames_double_talk),
+            "barge-in: the reply is cut"
+        );
         self.notify(AgentNotice::BargeIn {
             heard_ms,
             last_mark,
