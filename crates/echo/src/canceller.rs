@@ -98,6 +98,11 @@ pub const CALLER_HANGOVER_TIME: Duration = Duration::from_millis(
 /// A frame whose every sample is under this (G.711's smallest step is 8 / 32768) is digital
 /// silence, not line noise.
 const DIGITAL_SILENCE: f32 = 4.0 / 32768.0;
+/// Frames of digital silence in a row (500 ms) after which the line is taken to have no noise:
+/// longer than a jitter buffer conceals a stall of the caller's packets.
+const SILENT_LINE_FRAMES: u32 = 25;
+/// The noise floor of a line with no noise (mean square).
+const NOISELESS_FLOOR: f32 = 1e-10;
 /// A frame must be this much over the line's noise floor (9 dB) to be louder than the echo.
 const LOUD_OVER_NOISE: f32 = 8.0;
 /// Frames in a row over the level bound that hold the gate open before the filter converges.
@@ -256,6 +261,8 @@ pub struct EchoCanceller {
     residual_run: u32,
     /// Frames in a row over the level bound, audibly.
     loud_run: u32,
+    /// Frames of digital silence in a row.
+    silent_run: u32,
     /// Where the converged filter began to miss an echo the level says is there (a quiet
     /// caller, or the path moved under the filter).
     misfit_from: Option<u64>,
@@ -307,6 +314,7 @@ impl EchoCanceller {
             gated_run: 0,
             residual_run: 0,
             loud_run: 0,
+            silent_run: 0,
             misfit_from: None,
             shift_scratch: vec![0.0; MOVED_WINDOW + 2 * FINE_SPAN],
             fit_mic: 0.0,
@@ -338,6 +346,7 @@ impl EchoCanceller {
         self.gated_run = 0;
         self.residual_run = 0;
         self.loud_run = 0;
+        self.silent_run = 0;
         self.misfit_from = None;
         self.fit_mic = 0.0;
         self.fit_residual = 0.0;
@@ -509,19 +518,34 @@ impl EchoCanceller {
         // filter look lost and the envelope lock elsewhere: a 120 ms stall of the caller's
         // packets let the echo barge in.
         if mic.iter().all(|x| x.abs() < DIGITAL_SILENCE) {
+            // A line that stays digitally silent has no noise at all (a noiseless trunk, DTX
+            // without comfort noise): then any sound over it stands out, as it should. A
+            // concealment gap is shorter than that, and the line's noise comes back after it.
+            self.silent_run = self.silent_run.saturating_add(1);
+            if self.silent_run >= SILENT_LINE_FRAMES {
+                self.noise_floor = NOISELESS_FLOOR;
+            }
             self.keep_caller(at, &mic);
             self.mic_block = None;
             self.residual_run = 0;
             self.loud_run = 0;
             self.gated_run = 0;
             self.misfit_from = None;
+            self.caller_hold = self.caller_hold.saturating_sub(1);
+            self.double_talk_hold = self.double_talk_hold.saturating_sub(1);
             self.remember(at, false, false);
-            return if self.reference_level(at, true) >= REFERENCE_FLOOR {
-                Verdict::Echo
-            } else {
-                Verdict::NoReference
-            };
+            if self.reference_level(at, true) < REFERENCE_FLOOR {
+                return Verdict::NoReference;
+            }
+            // A reply playing into a silent line is reply time with no echo back: it counts
+            // towards the warm-up that finds a line echo-free, as line noise does (left out, a
+            // test caller silent between its words faced the warm-up's 3 dB bound when it
+            // talked over the reply seconds later, and was cut 580 ms late).
+            self.active_frames = self.active_frames.saturating_add(1);
+            self.since_lock = self.since_lock.saturating_add(1);
+            return Verdict::Echo;
         }
+        self.silent_run = 0;
         // The search learns only while a reply could be echoing.
         let searching = self.reference_level(at, true) >= REFERENCE_FLOOR;
         self.sum_caller_blocks(at, &mic, searching);
@@ -547,7 +571,7 @@ impl EchoCanceller {
         }
         let frame_energy: f32 = mic.iter().map(|x| x * x).sum::<f32>() / FRAME_SAMPLES as f32;
         self.noise_floor = if frame_energy < self.noise_floor {
-            frame_energy.max(1e-10)
+            frame_energy.max(NOISELESS_FLOOR)
         } else {
             self.noise_floor * 1.002
         };

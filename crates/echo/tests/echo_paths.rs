@@ -269,20 +269,34 @@ fn an_echo_free_line_passes_the_caller_after_the_warm_up() {
     let played = with_tail([reply(), reply()].concat(), 1);
     let speech = scaled(&caller_speech(), -20.0);
     let at = 3 * 8000;
-    let quiet = Line {
-        delay_ms: 0,
-        erl_db: 120.0,
-        noise_dbfs: -60.0,
-    };
-    let caller = caller_side(&played, |_| quiet, &speech, at, 3);
-    let r = run(&played, &caller);
-    let frames = speech_frames(&speech, at, r.verdicts.len());
-    let gated = frames
-        .iter()
-        .filter(|k| r.verdicts[**k] == Verdict::Echo)
-        .count();
-    assert_eq!(r.report.delay, None);
-    assert_eq!(gated, 0, "{} speech frames", frames.len());
+    // A line with noise, and one with none at all (a noiseless trunk, a test caller: its
+    // silence is digital zeros). A reply playing into digital silence is reply time with no
+    // echo back, and counts towards the warm-up: left out of it, the caller had 40 of 133
+    // speech frames gated on the silent line.
+    for noise_dbfs in [-60.0, -200.0] {
+        let line = Line {
+            delay_ms: 0,
+            erl_db: 120.0,
+            noise_dbfs,
+        };
+        let caller = caller_side(&played, |_| line, &speech, at, 3);
+        if noise_dbfs < -100.0 {
+            assert!(caller[..at].iter().all(|s| *s == 0), "digital silence");
+        }
+        let r = run(&played, &caller);
+        let frames = speech_frames(&speech, at, r.verdicts.len());
+        let gated = frames
+            .iter()
+            .filter(|k| r.verdicts[**k] == Verdict::Echo)
+            .count();
+        assert_eq!(r.report.delay, None, "noise {noise_dbfs} dBFS");
+        assert_eq!(
+            gated,
+            0,
+            "noise {noise_dbfs} dBFS: {} speech frames",
+            frames.len()
+        );
+    }
 }
 
 /// The path moves mid-reply (a transfer leg, a new route): the canceller finds the new delay.
