@@ -657,6 +657,9 @@ fn record_stats(stats: CallStats) {
     if let Some(result) = stats.ended {
         counter!(m::CALLS_TOTAL, "result" => result).increment(1);
     }
+    if let Some(codec) = stats.ended_codec {
+        counter!(m::CALLS_BY_CODEC_TOTAL, "codec" => codec).increment(1);
+    }
     if let Some(answered_by) = stats.amd_verdict {
         counter!(m::AMD_VERDICTS_TOTAL, "answered_by" => answered_by).increment(1);
     }

@@ -382,6 +382,12 @@ pub struct Args {
     /// SRTP for call media: `off`, `optional` (the default: answer in kind) or `required`.
     #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_SRTP", value_enum))]
     pub srtp: Option<SrtpMode>,
+    /// Trunk codecs in order of preference, comma-separated, from `PCMU`, `PCMA` and `G722`
+    /// (default `PCMU,PCMA,G722`: G.711 first for the trunks that transcode anything else, and
+    /// G.722's 16 kHz for a caller who offers only that). Offers list them in this order; an
+    /// offer is answered with the first of them it carries.
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_CODECS"))]
+    pub codecs: Option<String>,
     /// Symmetric RTP, `true` or `false` (the default): latch each call's media to the first
     /// address that sends it a run of valid RTP, whatever its SDP said (trunks behind NAT whose
     /// SDP names a private address). Off, only the SDP's IP is heard.
@@ -561,6 +567,7 @@ impl Args {
             voice_url,
             voice_twiml,
             srtp,
+            codecs,
             symmetric_rtp,
             echo_canceller,
             reply_hold_back,
@@ -583,6 +590,32 @@ impl Args {
             tls_ca_file,
         )
     }
+}
+
+/// `--codecs`: names from [`ontime_sip::Codec::ALL`], comma-separated, each once, at least one.
+fn parse_codecs(value: &str) -> Result<Vec<ontime_sip::Codec>, ConfigError> {
+    let invalid = |reason: String| ConfigError::Invalid {
+        field: "codecs",
+        reason,
+    };
+    let known = || ontime_sip::Codec::ALL.map(|c| c.encoding_name()).join(", ");
+    let mut codecs = Vec::new();
+    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let codec = ontime_sip::Codec::from_name(name).ok_or_else(|| {
+            invalid(format!(
+                "`{name}` is not a codec ontime speaks ({})",
+                known()
+            ))
+        })?;
+        if codecs.contains(&codec) {
+            return Err(invalid(format!("`{name}` is listed twice")));
+        }
+        codecs.push(codec);
+    }
+    if codecs.is_empty() {
+        return Err(invalid(format!("no codec given (from {})", known())));
+    }
+    Ok(codecs)
 }
 
 /// A secret from `file` (its field named in errors) or else the environment variable `env`.
@@ -763,6 +796,8 @@ pub struct Config {
     pub voice_twiml: Option<String>,
     /// SRTP policy of call media.
     pub srtp: ontime_sip::SrtpPolicy,
+    /// Trunk codecs in order of preference.
+    pub codecs: Vec<ontime_sip::Codec>,
     /// Latch call media to its first source instead of requiring the SDP's IP.
     pub symmetric_rtp: bool,
     /// Cancel the line's echo of the reply in what the barge-in VAD hears.
@@ -858,6 +893,7 @@ impl Default for Config {
             voice_url: None,
             voice_twiml: None,
             srtp: ontime_sip::SrtpPolicy::Optional,
+            codecs: ontime_sip::Codec::ALL.to_vec(),
             symmetric_rtp: false,
             echo_canceller: true,
             reply_hold_back: true,
@@ -1468,6 +1504,9 @@ impl Config {
         if let Some(v) = a.srtp {
             c.srtp = v.policy();
         }
+        if let Some(v) = &a.codecs {
+            c.codecs = parse_codecs(v)?;
+        }
         let register = a.register.clone().unwrap_or_default();
         for uri in &register {
             crate::resolve::SipTarget::parse(uri).map_err(|e| ConfigError::Invalid {
@@ -1648,6 +1687,29 @@ mod tests {
 
     fn err(list: &[&str]) -> String {
         Config::resolve(args(list)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn codecs_resolve_in_order_and_bad_lists_are_named() {
+        use ontime_sip::Codec;
+        assert_eq!(
+            Config::resolve(args(&[])).unwrap().codecs,
+            vec![Codec::Pcmu, Codec::Pcma, Codec::G722]
+        );
+        let c = Config::resolve(args(&["--codecs", "g722, PCMA"])).unwrap();
+        assert_eq!(c.codecs, vec![Codec::G722, Codec::Pcma]);
+        assert_eq!(
+            err(&["--codecs", "PCMU,opus"]),
+            "config field `codecs`: `opus` is not a codec ontime speaks (PCMU, PCMA, G722)"
+        );
+        assert_eq!(
+            err(&["--codecs", "PCMU,pcmu"]),
+            "config field `codecs`: `pcmu` is listed twice"
+        );
+        assert_eq!(
+            err(&["--codecs", " , "]),
+            "config field `codecs`: no codec given (from PCMU, PCMA, G722)"
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The media facts every crate agrees on (8 kHz mono, 20 ms frames, payload types). Defined here
+//! The media facts every crate agrees on (8 kHz mono, 20 ms frames, payload types; G.722's
+//! 16 kHz). Defined here
 //! once; import, never restate.
 
 use std::time::Duration;
@@ -21,6 +22,12 @@ pub const TIMESTAMP_STEP: u32 = SAMPLES_PER_FRAME as u32;
 pub const PT_PCMU: u8 = 0;
 /// Static payload type of G.711 A-law (RFC 3551).
 pub const PT_PCMA: u8 = 8;
+/// Static payload type of G.722 (RFC 3551 §4.5.2): 16 kHz audio on an 8000 Hz RTP clock.
+pub const PT_G722: u8 = 9;
+/// G.722's audio sample rate (its RTP clock stays [`SAMPLE_RATE_HZ`], RFC 3551 §4.5.2).
+pub const WIDEBAND_RATE_HZ: u32 = 16_000;
+/// Samples in one 20 ms frame at 16 kHz.
+pub const WIDEBAND_SAMPLES_PER_FRAME: usize = 2 * SAMPLES_PER_FRAME;
 /// Static payload type of comfort noise (RFC 3389).
 pub const PT_CN: u8 = 13;
 /// Dynamic payload type ontime offers for telephone-event (RFC 4733); answers use the peer's.
@@ -30,11 +37,14 @@ pub const RTP_HEADER_BYTES: usize = 12;
 /// Largest RTP packet ontime builds: header plus one 20 ms G.711 frame.
 pub const MAX_FRAME_PACKET_BYTES: usize = RTP_HEADER_BYTES + FRAME_BYTES;
 
-/// The G.711 silence byte for a payload type (µ-law 0xFF, A-law 0xD5), `None` for other types.
+/// The silence byte for a payload type (µ-law 0xFF, A-law 0xD5, G.722
+/// [`crate::g722::SILENCE_BYTE`]), `None` for other types. At 64 kbit/s a 20 ms frame is
+/// [`FRAME_BYTES`] bytes for all three.
 pub const fn silence_byte(payload_type: u8) -> Option<u8> {
     match payload_type {
         PT_PCMU => Some(0xFF),
         PT_PCMA => Some(0xD5),
+        PT_G722 => Some(crate::g722::SILENCE_BYTE),
         _ => None,
     }
 }

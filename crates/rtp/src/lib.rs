@@ -29,14 +29,18 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+pub mod codec;
 pub mod consts;
 pub mod dtmf;
 pub mod error;
 pub mod g711;
+pub mod g722;
 pub mod packet;
+pub mod resample;
 pub mod rtcp;
 pub mod stats;
 
+pub use codec::Codec;
 pub use consts::*;
 pub use dtmf::{DtmfDigit, DtmfTracker, TelephoneEvent};
 pub use error::{Error, Result};

@@ -36,8 +36,8 @@ pub enum Error {
     /// The sender thread has stopped.
     #[error("the sender thread has stopped")]
     Stopped,
-    /// A stream's payload type has no G.711 silence byte (only PCMU 0 and PCMA 8 are sent).
-    #[error("payload type {0} is not G.711 (PCMU 0 or PCMA 8)")]
+    /// A stream's payload type has no silence byte (only PCMU 0, PCMA 8 and G.722 9 are sent).
+    #[error("payload type {0} is not one the sender fills silence for (PCMU 0, PCMA 8, G722 9)")]
     UnsupportedPayloadType(u8),
     /// A stream's ring capacity is smaller than one frame.
     #[error("ring capacity {bytes} bytes is smaller than one 20 ms frame")]

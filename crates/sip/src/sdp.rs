@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
-use ontime_rtp::{FRAME_MS, PT_PCMA, PT_PCMU, PT_TELEPHONE_EVENT_OFFER, SAMPLE_RATE_HZ};
+use ontime_rtp::{FRAME_MS, PT_TELEPHONE_EVENT_OFFER, SAMPLE_RATE_HZ};
 
 use crate::error::{Error, Result};
 
@@ -20,40 +20,8 @@ pub const MAX_MEDIA: usize = 16;
 /// Most payload formats accepted on one `m=` line.
 pub const MAX_FORMATS: usize = 64;
 
-/// A G.711 codec ontime speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Codec {
-    /// G.711 µ-law, static payload type 0.
-    Pcmu,
-    /// G.711 A-law, static payload type 8.
-    Pcma,
-}
-
-impl Codec {
-    /// The static payload type (RFC 3551).
-    pub fn payload_type(self) -> u8 {
-        match self {
-            Codec::Pcmu => PT_PCMU,
-            Codec::Pcma => PT_PCMA,
-        }
-    }
-    /// The `a=rtpmap` encoding name.
-    pub fn encoding_name(self) -> &'static str {
-        match self {
-            Codec::Pcmu => "PCMU",
-            Codec::Pcma => "PCMA",
-        }
-    }
-    fn from_name(name: &str) -> Option<Codec> {
-        if name.eq_ignore_ascii_case("PCMU") {
-            Some(Codec::Pcmu)
-        } else if name.eq_ignore_ascii_case("PCMA") {
-            Some(Codec::Pcma)
-        } else {
-            None
-        }
-    }
-}
+/// The trunk codecs are `ontime-rtp`'s: this module negotiates them.
+pub use ontime_rtp::Codec;
 
 /// Media direction (RFC 3264 §5.1, §6.1): how hold is signalled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -164,18 +132,18 @@ impl MediaDescription {
         })
     }
 
-    /// The rtpmap of a payload type, with RFC 3551's static defaults for 0 and 8.
+    /// The rtpmap of a payload type, with RFC 3551's static defaults for 0, 8 and 9.
     pub fn rtpmap(&self, payload_type: u8) -> Option<RtpMap> {
         if let Some(m) = self.rtpmaps.iter().find(|m| m.payload_type == payload_type) {
             return Some(m.clone());
         }
-        [Codec::Pcmu, Codec::Pcma]
+        Codec::ALL
             .into_iter()
             .find(|c| c.payload_type() == payload_type)
             .map(|c| RtpMap {
                 payload_type,
                 encoding: c.encoding_name().into(),
-                clock_rate_hz: SAMPLE_RATE_HZ,
+                clock_rate_hz: c.rtp_clock_hz(),
             })
     }
     /// Payload types as numbers (formats that are not numbers are skipped).
@@ -515,11 +483,11 @@ pub struct LocalMedia {
 }
 
 impl LocalMedia {
-    /// PCMU then PCMA, telephone-event, sendrecv.
+    /// Every codec in [`Codec::ALL`]'s order (PCMU, PCMA, G.722), telephone-event, sendrecv.
     pub fn new(rtp_address: SocketAddr, session_id: u64) -> LocalMedia {
         LocalMedia {
             rtp_address,
-            codecs: vec![Codec::Pcmu, Codec::Pcma],
+            codecs: Codec::ALL.to_vec(),
             telephone_event: true,
             direction: Direction::SendRecv,
             session_id,
@@ -584,12 +552,12 @@ fn telephone_event_pt(m: &MediaDescription) -> Option<u8> {
         .filter(|pt| m.payload_types().any(|p| p == *pt))
 }
 
+/// The codec a payload type stands for, when its clock is the codec's: `G722/16000` (a
+/// common mistake for G.722's 8000 Hz RTP clock) is not G.722, and is not chosen.
 fn codec_of(m: &MediaDescription, pt: u8) -> Option<Codec> {
     let map = m.rtpmap(pt)?;
-    if map.clock_rate_hz != SAMPLE_RATE_HZ {
-        return None;
-    }
-    Codec::from_name(&map.encoding)
+    let codec = Codec::from_name(&map.encoding)?;
+    (map.clock_rate_hz == codec.rtp_clock_hz()).then_some(codec)
 }
 
 fn is_unspecified(addr: Option<SocketAddr>) -> Option<SocketAddr> {
@@ -616,7 +584,7 @@ fn audio_section(
         .map(|c| RtpMap {
             payload_type: c.payload_type(),
             encoding: c.encoding_name().into(),
-            clock_rate_hz: SAMPLE_RATE_HZ,
+            clock_rate_hz: c.rtp_clock_hz(),
         })
         .collect();
     let mut fmtps = Vec::new();
@@ -867,6 +835,64 @@ m=audio 4000 RTP/AVP 8 0 96\r\na=rtpmap:96 telephone-event/8000\r\na=fmtp:96 0-1
         l.codecs = vec![Codec::Pcma, Codec::Pcmu];
         let (_, n) = answer_offer(&offer, &l).unwrap();
         assert_eq!((n.codec, n.payload_type), (Codec::Pcma, 8));
+    }
+
+    /// The negotiation matrix: what each offer gets answered with under each preference list.
+    #[test]
+    fn codec_matrix_answers_the_first_of_ours_the_offer_carries() {
+        let only = |formats: &str, maps: &str| {
+            let sdp = OFFER
+                .replace("8 0 96", formats)
+                .replace("a=rtpmap:96", &format!("{maps}a=rtpmap:96"));
+            SessionDescription::parse(sdp.as_bytes()).unwrap()
+        };
+        let g722_only = only("9 96", "a=rtpmap:9 G722/8000\r\n");
+        let g722_static = only("9 96", "");
+        let g722_wrong_clock = only("9 96", "a=rtpmap:9 G722/16000\r\n");
+        let all = only("9 0 8 96", "");
+        let g711 = SessionDescription::parse(OFFER.as_bytes()).unwrap();
+        let default = local();
+        let mut wideband_first = local();
+        wideband_first.codecs = vec![Codec::G722, Codec::Pcmu, Codec::Pcma];
+        let mut g711_only = local();
+        g711_only.codecs = vec![Codec::Pcmu, Codec::Pcma];
+        type Case<'a> = (&'a SessionDescription, &'a LocalMedia, Option<(Codec, u8)>);
+        let cases: [Case; 9] = [
+            (&g722_only, &default, Some((Codec::G722, 9))),
+            (&g722_static, &default, Some((Codec::G722, 9))),
+            (&g722_wrong_clock, &default, None),
+            (&all, &default, Some((Codec::Pcmu, 0))),
+            (&all, &wideband_first, Some((Codec::G722, 9))),
+            (&g711, &wideband_first, Some((Codec::Pcmu, 0))),
+            (&g722_only, &g711_only, None),
+            (&all, &g711_only, Some((Codec::Pcmu, 0))),
+            (&g711, &default, Some((Codec::Pcmu, 0))),
+        ];
+        for (i, (offer, ours, want)) in cases.into_iter().enumerate() {
+            match (answer_offer(offer, ours), want) {
+                (Ok((answer, n)), Some((codec, pt))) => {
+                    assert_eq!((n.codec, n.payload_type), (codec, pt), "case {i}");
+                    let text = answer.to_sdp_string();
+                    let line = format!("a=rtpmap:{pt} {}/8000\r\n", codec.encoding_name());
+                    assert!(text.contains(&line), "case {i}: {text}");
+                    assert!(text.contains(&format!("m=audio 20000 RTP/AVP {pt} 96\r\n")));
+                }
+                (Err(Error::NoCommonCodec), None) => {}
+                (got, want) => panic!("case {i}: {got:?}, wanted {want:?}"),
+            }
+        }
+        // Our offer lists every codec with its rtpmap, G.722 on its 8000 Hz clock.
+        let offer = build_offer(&default).to_sdp_string();
+        assert!(
+            offer.contains("m=audio 20000 RTP/AVP 0 8 9 101\r\n"),
+            "{offer}"
+        );
+        assert!(offer.contains("a=rtpmap:9 G722/8000\r\n"), "{offer}");
+        // A peer answering our offer with G.722 only is read as G.722.
+        let mut peer = LocalMedia::new("10.0.0.2:30000".parse().unwrap(), 9);
+        peer.codecs = vec![Codec::G722];
+        let (answer, _) = answer_offer(&build_offer(&default), &peer).unwrap();
+        assert_eq!(read_answer(&answer, &default).unwrap().codec, Codec::G722);
     }
 
     #[test]

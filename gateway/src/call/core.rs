@@ -26,9 +26,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tracing::{info, warn};
 
+use super::codec::LineDecoder;
 use super::dial::{ringback_cycle, DialEnd, DialLeg, RINGBACK_LOW_WATER};
 use super::hold_back::{HoldBack, HoldBackConfig, RESUME_HEARD, RESUME_WINDOW};
-use super::inbound::{law_of, InboundMedia, InboundOutcome};
+use super::inbound::{InboundMedia, InboundOutcome};
 use super::outbound::Outbound;
 use super::program::{
     refer_to, PendingTransfer, Program, Step, TransferOutcome, INFO_DIGIT_TONE,
@@ -444,6 +445,9 @@ pub struct CallCore {
     inbound: InboundMedia,
     rtcp: RtcpSession,
     out: Outbound,
+    /// Decodes what the sender sent, as the caller's decoder does (the echo canceller's
+    /// reference and the recording's agent track).
+    sent_decoder: LineDecoder,
     next_tick: Instant,
     next_interim: Option<Instant>,
     last_rtp: Instant,
@@ -566,7 +570,8 @@ impl CallCore {
         );
         let mut core = CallCore {
             inbound: InboundMedia::new(negotiated, sdp_ip, now),
-            out: Outbound::new(law_of(negotiated.payload_type), max_buffered_bytes),
+            out: Outbound::new(negotiated.codec, max_buffered_bytes),
+            sent_decoder: LineDecoder::new(negotiated.codec),
             rtcp,
             settings,
             info,
@@ -1920,7 +1925,6 @@ impl CallCore {
     /// The agent's track: exactly what the sender sent, placed by each slot's time (for the
     /// recording, and as the echo canceller's reference).
     fn collect_sent_audio(&mut self) {
-        let law = law_of(self.negotiated.payload_type);
         let origin = self.settings.sender_origin;
         let mut sent = Vec::new();
         if let Some(p) = self.out.producer_mut() {
@@ -1930,7 +1934,7 @@ impl CallCore {
         }
         for f in sent {
             let mut pcm = [0i16; SAMPLES_PER_FRAME];
-            law.decode_slice(&f.payload, &mut pcm);
+            self.sent_decoder.decode(&f.payload, &mut pcm);
             let at = self.samples_since_answer(origin + f.scheduled);
             if let Some(echo) = self.echo.as_mut() {
                 echo.push_reference(at, &pcm);
@@ -1978,14 +1982,17 @@ impl CallCore {
             return;
         }
         let old = self.negotiated;
-        let codec_changed = n.payload_type != old.payload_type;
+        let codec_changed = n.codec != old.codec || n.payload_type != old.payload_type;
         if on_hold(&old) && !on_hold(&n) {
             // Resume: the RTP timeout counts from now, not from before the hold.
             self.last_rtp = now;
         }
         self.negotiated = n;
         self.inbound.update(n);
-        self.out.set_law(law_of(n.payload_type));
+        if n.codec != old.codec {
+            self.out.set_codec(n.codec);
+            self.sent_decoder = LineDecoder::new(n.codec);
+        }
         if codec_changed || on_hold(&n) || n.remote_rtp != old.remote_rtp {
             // A new codec, a hold or a new media address is a new echo path: learn it again.
             if let Some(echo) = self.echo.as_mut() {
@@ -2068,6 +2075,7 @@ impl CallCore {
         let cdr = self.record(RecordKind::End, Some(cause), now);
         self.out.retire();
         self.stats.ended = Some(cause.result_label());
+        self.stats.ended_codec = Some(self.negotiated.codec.encoding_name());
         self.stats.echo_found = self
             .echo
             .as_ref()
@@ -2114,6 +2122,7 @@ impl CallCore {
             direction: self.info.direction.as_str(),
             transport: self.info.transport.name(),
             srtp: self.srtp.is_some(),
+            codec: Some(self.negotiated.codec.encoding_name()),
             call_sid: self.info.call_sid.clone(),
             transfer_target: self.last_transfer.as_ref().map(|t| t.target.clone()),
             transfer_result: self.last_transfer.as_ref().map(|t| t.result.as_str()),

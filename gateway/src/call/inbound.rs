@@ -23,14 +23,13 @@ use std::time::{Duration, Instant};
 
 use ontime_jitter::{JitterBuffer, JitterConfig, Playout, RtpPacketInfo};
 use ontime_rtp::dtmf::DtmfTracker;
-use ontime_rtp::g711::Law;
 use ontime_rtp::stats::ReceiverStats;
 use ontime_rtp::{
-    classify, parse_rtp, PacketKind, FRAME, PT_CN, PT_PCMA, PT_PCMU, SAMPLES_PER_FRAME,
-    SAMPLE_RATE_HZ,
+    classify, parse_rtp, PacketKind, FRAME, PT_CN, SAMPLES_PER_FRAME, SAMPLE_RATE_HZ,
 };
 use ontime_sip::NegotiatedMedia;
 
+use super::codec::LineDecoder;
 use super::stats::CallStats;
 
 /// Valid packets in a row, one SSRC, from another port of the caller's IP before it is latched.
@@ -85,7 +84,7 @@ pub struct InboundMedia {
     jitter: JitterBuffer,
     stats: Option<(u32, ReceiverStats)>,
     dtmf: DtmfTracker,
-    law: Law,
+    decoder: LineDecoder,
     last_frame: [i16; SAMPLES_PER_FRAME],
     concealed_run: u32,
     received: u64,
@@ -130,7 +129,7 @@ impl InboundMedia {
                 .expect("ok: inbound jitter config is valid"),
             stats: None,
             dtmf: DtmfTracker::new(),
-            law: law_of(media.payload_type),
+            decoder: LineDecoder::new(media.codec),
             last_frame: [0; SAMPLES_PER_FRAME],
             concealed_run: 0,
             received: 0,
@@ -167,7 +166,9 @@ impl InboundMedia {
                 }
             }
         }
-        self.law = law_of(media.payload_type);
+        if media.codec != self.media.codec {
+            self.decoder = LineDecoder::new(media.codec);
+        }
         self.media = media;
     }
 
@@ -353,13 +354,8 @@ impl InboundMedia {
             match self.jitter.pop(t) {
                 Playout::Frame(f) => {
                     timestamp = Some(f.timestamp);
-                    if matches!(f.payload_type, PT_PCMU | PT_PCMA) {
-                        let law = law_of(f.payload_type);
-                        out.fill(0);
-                        law.decode_slice(
-                            &f.payload[..f.payload.len().min(SAMPLES_PER_FRAME)],
-                            &mut out,
-                        );
+                    if f.payload_type == self.media.payload_type {
+                        self.decoder.decode(f.payload, &mut out);
                     } else {
                         out.fill(0); // comfort noise: play silence
                     }
@@ -427,15 +423,10 @@ impl InboundMedia {
     }
 }
 
-/// The law of a negotiated G.711 payload type (µ-law for anything else: only PCMU and PCMA are
-/// ever negotiated).
-pub(crate) fn law_of(payload_type: u8) -> Law {
-    Law::from_payload_type(payload_type).unwrap_or(Law::Ulaw)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ontime_rtp::PT_PCMU;
 
     #[test]
     fn inbound_jitter_config_is_valid_and_keeps_one_frame_on_a_clean_path() {

@@ -1,6 +1,7 @@
 //! One call: the sans-IO [`CallCore`] (every per-call decision) and the thin tokio task that
 //! drives it (`driver`), with the caller's inbound media, the agent's outbound queue and RTCP.
 
+mod codec;
 mod core;
 pub(crate) mod dial;
 pub(crate) mod hold_back;

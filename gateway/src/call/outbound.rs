@@ -1,4 +1,5 @@
-//! The agent's side of the outgoing audio: G.711 queued in order with utterance ends and marks,
+//! The agent's side of the outgoing audio: encoded (G.711 or G.722, one byte per 8 kHz sample
+//! either way) and queued in order with utterance ends and marks,
 //! handed to the real-time sender's ring a bounded horizon ahead, with the oldest audio dropped
 //! beyond `max_buffered_seconds`. Streams come and go with hold, resume and codec changes; the
 //! call's counts add up across all of them.
@@ -6,7 +7,10 @@
 use std::collections::VecDeque;
 
 use ontime_rtp::g711::Law;
+use ontime_rtp::Codec;
 use ontime_sender::{StreamProducer, StreamStats};
+
+use super::codec::LineEncoder;
 
 /// Counts of a call's outgoing streams, summed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -37,7 +41,7 @@ enum Queued {
 pub(crate) struct Outbound {
     producer: Option<StreamProducer>,
     queue: VecDeque<Queued>,
-    law: Law,
+    encoder: LineEncoder,
     /// Each pending mark's id, name and position (see [`Outbound::end_position`]).
     mark_names: Vec<(u64, String, u64)>,
     next_mark: u64,
@@ -57,11 +61,11 @@ pub(crate) struct Outbound {
 const RING_HORIZON_BYTES: usize = 100 * ontime_rtp::FRAME_BYTES;
 
 impl Outbound {
-    pub(crate) fn new(law: Law, max_buffered_bytes: usize) -> Outbound {
+    pub(crate) fn new(codec: Codec, max_buffered_bytes: usize) -> Outbound {
         Outbound {
             producer: None,
             queue: VecDeque::new(),
-            law,
+            encoder: LineEncoder::new(codec),
             mark_names: Vec::new(),
             next_mark: 1,
             ring_pushed: 0,
@@ -108,8 +112,12 @@ impl Outbound {
     /// Encode and queue agent PCM; returns the bytes dropped beyond `max_buffered_bytes`.
     /// Nothing enters the ring until [`Outbound::feed`]: the core feeds once per action.
     pub(crate) fn play(&mut self, samples: &[i16]) -> usize {
-        let mut bytes = vec![0u8; samples.len()];
-        self.law.encode_slice(samples, &mut bytes);
+        if self.is_dry() {
+            // The sender has been filling silence: encode from where that leaves the caller.
+            self.encoder.restart();
+        }
+        let mut bytes = Vec::with_capacity(samples.len());
+        self.encoder.encode(samples, &mut bytes);
         self.queue.push_back(Queued::Audio(bytes, 0));
         self.drop_oldest_beyond_max()
     }
@@ -118,7 +126,7 @@ impl Outbound {
     /// the same law (a Twilio-protocol bot's µ-law on a PCMU call: no decode and re-encode),
     /// else transcoded through PCM. Returns the bytes dropped beyond `max_buffered_bytes`.
     pub(crate) fn play_g711(&mut self, law: Law, audio: &[u8]) -> usize {
-        if law == self.law {
+        if Some(law) == self.encoder.law() {
             self.queue.push_back(Queued::Audio(audio.to_vec(), 0));
             return self.drop_oldest_beyond_max();
         }
@@ -127,8 +135,13 @@ impl Outbound {
         self.play(&pcm)
     }
 
-    /// The current utterance is complete.
+    /// The current utterance is complete (its last audio, held in a resampler, goes first).
     pub(crate) fn end_utterance(&mut self) {
+        let mut tail = Vec::new();
+        self.encoder.flush(&mut tail);
+        if !tail.is_empty() {
+            self.queue.push_back(Queued::Audio(tail, 0));
+        }
         self.queue.push_back(Queued::EndOfUtterance);
     }
 
@@ -172,8 +185,8 @@ impl Outbound {
     }
 
     /// Change the codec of audio queued from now on.
-    pub(crate) fn set_law(&mut self, law: Law) {
-        self.law = law;
+    pub(crate) fn set_codec(&mut self, codec: Codec) {
+        self.encoder = LineEncoder::new(codec);
     }
 
     pub(crate) fn queued(&self) -> bool {
@@ -267,7 +280,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn outbound(max_buffered_bytes: usize) -> Outbound {
-        Outbound::new(Law::Ulaw, max_buffered_bytes)
+        Outbound::new(Codec::Pcmu, max_buffered_bytes)
     }
 
     proptest! {
@@ -333,7 +346,7 @@ mod tests {
         assert_eq!(same.play_g711(Law::Ulaw, &bot), 0);
         assert_eq!(queued_audio(&same), bot);
 
-        let mut alaw_call = Outbound::new(Law::Alaw, 1000);
+        let mut alaw_call = Outbound::new(Codec::Pcma, 1000);
         alaw_call.play_g711(Law::Ulaw, &bot);
         let mut pcm = [0i16; 4];
         Law::Ulaw.decode_slice(&bot, &mut pcm);

@@ -100,6 +100,8 @@ pub struct CallStats {
     pub rtp_timeouts: u64,
     /// The call ended, with this result label.
     pub ended: Option<&'static str>,
+    /// The codec it ended on (with `ended`), as the SDP names it.
+    pub ended_codec: Option<&'static str>,
     /// Answering-machine detection gave this verdict (Twilio's `AnsweredBy`).
     pub amd_verdict: Option<&'static str>,
 }

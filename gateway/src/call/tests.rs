@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use ontime_inference::InferenceEvent;
-use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, PT_PCMA, PT_PCMU, SAMPLES_PER_FRAME};
+use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, PT_G722, PT_PCMA, PT_PCMU, SAMPLES_PER_FRAME};
 use ontime_sender::{
     Controller, EngineConfig, PacketInfo, PacketSink, StreamConfig, StreamOutput, TickEngine,
 };
@@ -53,10 +53,10 @@ const TELEPHONE_EVENT_PT: u8 = 101;
 fn media(direction: Direction, payload_type: u8) -> NegotiatedMedia {
     NegotiatedMedia {
         remote_rtp: Some(CALLER.parse().unwrap()),
-        codec: if payload_type == PT_PCMA {
-            Codec::Pcma
-        } else {
-            Codec::Pcmu
+        codec: match payload_type {
+            PT_PCMA => Codec::Pcma,
+            PT_G722 => Codec::G722,
+            _ => Codec::Pcmu,
         },
         payload_type,
         telephone_event_pt: Some(TELEPHONE_EVENT_PT),
@@ -116,6 +116,8 @@ struct Sim {
     caller: Packetizer,
     caller_next: Option<Instant>,
     caller_byte: u8,
+    /// Payloads the caller sends first, in order, before `caller_byte` frames.
+    caller_payloads: std::collections::VecDeque<[u8; FRAME_BYTES]>,
     /// Echo every caller frame back to the caller as agent audio.
     echo: bool,
     /// Agent actions due at a time (a bot streaming in real time).
@@ -132,6 +134,11 @@ struct Sim {
 
 impl Sim {
     fn new(settings_of: impl FnOnce(Instant) -> CallSettings) -> Sim {
+        Sim::on(PT_PCMU, settings_of)
+    }
+
+    /// A call negotiated on the codec of `payload_type`.
+    fn on(payload_type: u8, settings_of: impl FnOnce(Instant) -> CallSettings) -> Sim {
         let (engine, controller) = TickEngine::new(EngineConfig {
             metrics: false,
             ..EngineConfig::default()
@@ -153,7 +160,7 @@ impl Sim {
         let core = CallCore::new(
             settings_of(origin),
             info,
-            media(Direction::SendRecv, PT_PCMU),
+            media(Direction::SendRecv, payload_type),
             0,
             answered,
             SystemTime::now(),
@@ -178,9 +185,10 @@ impl Sim {
             inference_frames: 0,
             caller_track: Vec::new(),
             agent_track: Vec::new(),
-            caller: Packetizer::with_initial(PT_PCMU, 0xCA11E5, 100, 0),
+            caller: Packetizer::with_initial(payload_type, 0xCA11E5, 100, 0),
             caller_next: None,
             caller_byte: 0xFF,
+            caller_payloads: std::collections::VecDeque::new(),
             echo: false,
             timed: std::collections::VecDeque::new(),
             stream_remotes: Vec::new(),
@@ -304,10 +312,11 @@ impl Sim {
             self.now = next.max(self.now);
             if self.caller_next.is_some_and(|t| t <= self.now) {
                 let mut buf = [0u8; 200];
-                let n = self
-                    .caller
-                    .write_frame(&[self.caller_byte; FRAME_BYTES], &mut buf)
-                    .unwrap();
+                let payload = self
+                    .caller_payloads
+                    .pop_front()
+                    .unwrap_or([self.caller_byte; FRAME_BYTES]);
+                let n = self.caller.write_frame(&payload, &mut buf).unwrap();
                 self.core
                     .handle_rtp(&mut buf[..n], CALLER.parse().unwrap(), self.now);
                 self.caller_next = self.caller_next.map(|t| t + FRAME);
@@ -700,6 +709,74 @@ fn caller_audio_reaches_the_vad_one_frame_per_20_ms() {
 
 /// The two recording tracks share one timeline: an agent that echoes each caller frame at once
 /// is heard in the agent track within one sender slot of where the caller's track has it.
+/// The best normalised cross-correlation of `b` against `a` over lags `0..max_lag`.
+pub(crate) fn best_correlation(a: &[i16], b: &[i16], max_lag: usize) -> (f64, usize) {
+    (0..max_lag)
+        .map(|lag| {
+            let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
+            for (x, y) in a.iter().zip(b.iter().skip(lag)) {
+                let (x, y) = (f64::from(*x), f64::from(*y));
+                ab += x * y;
+                aa += x * x;
+                bb += y * y;
+            }
+            (ab / (aa * bb).sqrt().max(1.0), lag)
+        })
+        .fold((f64::MIN, 0), |best, c| if c.0 > best.0 { c } else { best })
+}
+
+/// A G.722 call end to end on simulated time: the caller's wideband speech is decoded and
+/// halved for the line, the bot's reply (here the caller's own audio echoed back) is doubled,
+/// encoded and sent; the recording's caller track is what the caller said, and its agent track,
+/// decoded from the packets the sender really sent, is that again.
+#[test]
+fn a_g722_call_carries_the_callers_audio_in_and_the_reply_out() {
+    use ontime_rtp::g722::Encoder;
+    use ontime_rtp::resample::Upsampler;
+    let mut sim = Sim::on(PT_G722, |o| CallSettings {
+        record: true,
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    sim.echo = true;
+    // 0.6 s of a two-tone "voice" at 8 kHz, sent as the caller's phone would: at 16 kHz, G.722
+    // from the state the caller's silence left.
+    let said: Vec<i16> = (0..4800)
+        .map(|n| {
+            let t = n as f32 / 8000.0;
+            (6000.0 * (2.0 * std::f32::consts::PI * 440.0 * t).sin()
+                + 3000.0 * (2.0 * std::f32::consts::PI * 1250.0 * t).sin()) as i16
+        })
+        .collect();
+    let mut up = Upsampler::new();
+    let mut wide = vec![0i16; 2 * said.len()];
+    up.process(&said, &mut wide);
+    let mut encoder = Encoder::after_silence();
+    let mut payload = vec![0u8; said.len()];
+    encoder.encode(&wide, &mut payload);
+    sim.caller_payloads = payload
+        .chunks_exact(FRAME_BYTES)
+        .map(|c| c.try_into().unwrap())
+        .collect();
+    sim.caller_byte = ontime_rtp::g722::SILENCE_BYTE;
+    sim.run_for(seconds(0.3));
+    sim.caller_talks(ontime_rtp::g722::SILENCE_BYTE);
+    sim.run_for(seconds(1.5));
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.cdr().codec, Some("G722"));
+    assert_eq!(sim.streams_started, 1);
+    // The middle 0.4 s of what was said, found in each track.
+    let middle = &said[800..4000];
+    let (caller, caller_lag) = best_correlation(middle, &sim.caller_track, sim.caller_track.len());
+    let (agent, agent_lag) = best_correlation(middle, &sim.agent_track, sim.agent_track.len());
+    eprintln!(
+        "caller track {caller:.4} at lag {caller_lag}, agent track {agent:.4} at {agent_lag}"
+    );
+    assert!(caller > 0.98, "caller track: {caller:.4} at {caller_lag}");
+    assert!(agent > 0.98, "agent track: {agent:.4} at {agent_lag}");
+    assert!(agent_lag > caller_lag, "the reply follows what it echoes");
+}
+
 #[test]
 fn recordings_line_up_sample_for_sample() {
     let mut sim = Sim::new(|o| CallSettings {

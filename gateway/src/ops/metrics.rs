@@ -8,6 +8,8 @@ use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gau
 pub const CALLS_ACTIVE: &str = "ontime_calls_active";
 /// Calls ended, by result (`completed`, `cancelled`, `failed`).
 pub const CALLS_TOTAL: &str = "ontime_calls_total";
+/// Answered calls ended, by the trunk codec they ended on (`PCMU`, `PCMA`, `G722`).
+pub const CALLS_BY_CODEC_TOTAL: &str = "ontime_calls_by_codec_total";
 /// INVITEs refused, by reason.
 pub const CALLS_REJECTED_TOTAL: &str = "ontime_calls_rejected_total";
 /// Barge-ins: caller speech that cleared the agent's queued audio.
@@ -165,6 +167,14 @@ pub(crate) fn describe_and_zero(rtp_parse_reasons: &[&'static str]) {
     describe_counter!(CALLS_TOTAL, Unit::Count, "Calls ended, by result.");
     for r in CALL_RESULTS {
         counter!(CALLS_TOTAL, "result" => *r).absolute(0);
+    }
+    describe_counter!(
+        CALLS_BY_CODEC_TOTAL,
+        Unit::Count,
+        "Answered calls ended, by the trunk codec they ended on."
+    );
+    for c in ontime_rtp::Codec::ALL {
+        counter!(CALLS_BY_CODEC_TOTAL, "codec" => c.encoding_name()).absolute(0);
     }
     describe_counter!(
         CALLS_REJECTED_TOTAL,

@@ -106,6 +106,9 @@ pub struct CallDetailRecord {
     pub transport: &'static str,
     /// The media was SRTP (encrypted and authenticated).
     pub srtp: bool,
+    /// The trunk codec as the SDP names it (`PCMU`, `PCMA`, `G722`), the last one negotiated;
+    /// absent before media.
+    pub codec: Option<&'static str>,
     /// The call's SID in the call-control API.
     pub call_sid: String,
     /// The Refer-To of the call's last transfer, if any.
@@ -162,6 +165,7 @@ impl CallDetailRecord {
             direction: info.direction.as_str(),
             transport: info.transport.name(),
             srtp: false,
+            codec: None,
             call_sid: info.call_sid.clone(),
             transfer_target: None,
             transfer_result: None,

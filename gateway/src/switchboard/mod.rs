@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ontime_sip::{
-    CallHandle, Codec, Config as SipConfig, EndReason, Endpoint, Event, LocalMedia, Method,
+    CallHandle, Config as SipConfig, EndReason, Endpoint, Event, LocalMedia, Method,
     RegistrationHandle, SessionDescription, Transmit, Transport,
 };
 use ontime_twilio::{CallStatus, Direction as CallDirection, NewCall, Verb, XHeaders};
@@ -715,7 +715,7 @@ impl Switchboard {
     fn local_media(&mut self, port: u16) -> LocalMedia {
         let ssrc = self.rng.random::<u32>();
         let mut local = LocalMedia::new(SocketAddr::new(self.config.public_ip, port), ssrc as u64);
-        local.codecs = vec![Codec::Pcmu, Codec::Pcma];
+        local.codecs = self.config.codecs.clone();
         local
     }
 
