@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the tests and the demo need, when missing: Debian packages (sipp, tshark, espeak-ng, sox,
-# baresip, linphone-cli, kamailio), the ONNX Runtime library and models (scripts/fetch-models.sh), Python onnxruntime + numpy for
+# baresip, linphone-cli, kamailio, libspandsp2), the ONNX Runtime library and models (scripts/fetch-models.sh), Python onnxruntime + numpy for
 # the independent reference checks, and cargo-deny. Safe to run again; it skips what is there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,6 +17,9 @@ command -v kamailio >/dev/null || need_apt+=(kamailio)
 # needs no OpenSSL: TLS is rustls).
 command -v openssl >/dev/null || need_apt+=(openssl)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+# crates/rtp/tests/g722_spandsp.rs: our G.722 against spandsp's, an independent implementation.
+[ -e /usr/lib/x86_64-linux-gnu/libspandsp.so.2 ] || [ -e /usr/lib/aarch64-linux-gnu/libspandsp.so.2 ] \
+  || need_apt+=(libspandsp2)
 # scripts/fuzz.sh: libfuzzer-sys compiles libFuzzer from its C++ source.
 command -v c++ >/dev/null || need_apt+=(g++)
 if [ ${#need_apt[@]} -gt 0 ]; then
