@@ -360,7 +360,11 @@ pub async fn run(
                         .ok();
                     core.digits_queued(&digits, took, Instant::now());
                 }
-                CallOutput::ConnectStream { url, parameters } => {
+                CallOutput::ConnectStream {
+                    url,
+                    parameters,
+                    audio,
+                } => {
                     // The current agent is done with this call; the new bot takes over once
                     // connected (the caller hears silence meanwhile).
                     agent.on_event(AgentEvent::Ended);
@@ -369,6 +373,7 @@ pub async fn run(
                     let mut config = (*services.ws_base).clone();
                     config.url = url;
                     config.custom_parameters.extend(parameters);
+                    config.audio = audio;
                     match WsAgent::new(config) {
                         Ok(ws) => {
                             let ws = Arc::new(ws);

@@ -316,6 +316,11 @@ pub struct Args {
     /// Send ontime's own events (speech started/stopped, turn ended, barge-in) to the bot.
     #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_WS_ONTIME_EVENTS"))]
     pub ws_ontime_events: Option<bool>,
+    /// The bot's audio both ways: `audio/x-mulaw;rate=8000` (the default, Twilio's) or
+    /// `audio/l16;rate=16000` (16-bit little-endian PCM at 16 kHz: a G.722 caller's own
+    /// wideband audio, a G.711 caller's upsampled once). A `<Stream contentType>` overrides it.
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_WS_CONTENT_TYPE"))]
+    pub ws_content_type: Option<String>,
     /// Extra `customParameters` in the bot's `start` message, KEY=VALUE (repeatable).
     #[cfg_attr(
         feature = "cli",
@@ -553,6 +558,7 @@ impl Args {
             ws_max_message_bytes,
             ws_send_queue_frames,
             ws_ontime_events,
+            ws_content_type,
             ws_custom_parameter,
             ws_forward_header,
             ws_ca_file,
@@ -768,6 +774,8 @@ pub struct Config {
     pub ws_send_queue_frames: usize,
     /// Send ontime's own events to the bot.
     pub ws_ontime_events: bool,
+    /// The bot's audio format (both ways).
+    pub ws_audio: ontime_twilio::StreamAudio,
     /// Extra `customParameters` for the bot.
     pub ws_custom_parameters: Vec<(String, String)>,
     /// INVITE headers copied into the bot's `customParameters`.
@@ -879,6 +887,7 @@ impl Default for Config {
             ws_max_message_bytes: 1 << 20,
             ws_send_queue_frames: 250,
             ws_ontime_events: false,
+            ws_audio: ontime_twilio::StreamAudio::Mulaw8k,
             ws_custom_parameters: Vec::new(),
             ws_forward_headers: Vec::new(),
             ws_ca_file: None,
@@ -1435,6 +1444,18 @@ impl Config {
         if let Some(v) = a.ws_ontime_events {
             c.ws_ontime_events = v;
         }
+        if let Some(v) = &a.ws_content_type {
+            c.ws_audio = ontime_twilio::StreamAudio::from_content_type(v).ok_or_else(|| {
+                ConfigError::Invalid {
+                    field: "ws_content_type",
+                    reason: format!(
+                        "`{v}`: ontime streams {} or {}",
+                        ontime_twilio::StreamAudio::Mulaw8k.content_type(),
+                        ontime_twilio::StreamAudio::L16At16k.content_type()
+                    ),
+                }
+            })?;
+        }
         if let Some(v) = a.symmetric_rtp {
             c.symmetric_rtp = v;
         }
@@ -1687,6 +1708,16 @@ mod tests {
 
     fn err(list: &[&str]) -> String {
         Config::resolve(args(list)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_bots_audio_format_resolves_and_a_bad_one_is_named() {
+        let c = Config::resolve(args(&["--ws-content-type", "audio/l16;rate=16000"])).unwrap();
+        assert_eq!(c.ws_audio, ontime_twilio::StreamAudio::L16At16k);
+        assert_eq!(
+            err(&["--ws-content-type", "audio/opus"]),
+            "config field `ws_content_type`: `audio/opus`: ontime streams audio/x-mulaw;rate=8000 or audio/l16;rate=16000"
+        );
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub use error::{Error, Result};
 pub use request::{CreateRequest, ListRequest, Params, TwimlSource, UpdateRequest};
 pub use sip_headers::{HeaderError, SipTarget, XHeaders};
 pub use twiml::{
-    parse as parse_twiml, Dial, DialNoun, DialTarget, LegTwiml, TwimlError, Verb,
+    parse as parse_twiml, Dial, DialNoun, DialTarget, LegTwiml, StreamAudio, TwimlError, Verb,
     DIAL_TIMEOUT_DEFAULT, DIAL_TIME_LIMIT_MAX, MAX_DIAL_NOUNS, MAX_TWIML_BYTES,
 };
 pub use webhook::API_VERSION;

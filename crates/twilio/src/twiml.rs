@@ -36,12 +36,67 @@ pub enum Verb {
         url: String,
         /// `<Parameter name value>`, in order (they go into `customParameters`).
         parameters: Vec<(String, String)>,
+        /// The audio both ways (`contentType`, an ontime extension; Twilio's µ-law by default).
+        audio: StreamAudio,
     },
     /// `<Reject reason="busy|rejected"/>` (only before the call is answered: 486 or 603).
     Reject {
         /// `reason="busy"` (486); otherwise 603.
         busy: bool,
     },
+}
+
+/// The audio of a `<Stream>`, both ways: Twilio's µ-law at 8 kHz, or 16-bit linear PCM at 16 kHz
+/// as the carriers that stream wideband to bots send it. Chosen by `<Stream contentType="...">`
+/// (an ontime extension, with the MIME types Vonage's WebSocket endpoints take).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamAudio {
+    /// `audio/x-mulaw;rate=8000`: 160 bytes per 20 ms (Twilio's Media Streams).
+    #[default]
+    Mulaw8k,
+    /// `audio/l16;rate=16000`: 320 samples per 20 ms, 16-bit little-endian.
+    L16At16k,
+}
+
+impl StreamAudio {
+    /// Every format, default first.
+    pub const ALL: [StreamAudio; 2] = [StreamAudio::Mulaw8k, StreamAudio::L16At16k];
+
+    /// The MIME type, as `contentType` takes it.
+    pub const fn content_type(self) -> &'static str {
+        match self {
+            StreamAudio::Mulaw8k => "audio/x-mulaw;rate=8000",
+            StreamAudio::L16At16k => "audio/l16;rate=16000",
+        }
+    }
+
+    /// The `mediaFormat.encoding` of the stream's `start` message.
+    pub const fn encoding(self) -> &'static str {
+        match self {
+            StreamAudio::Mulaw8k => "audio/x-mulaw",
+            StreamAudio::L16At16k => "audio/l16",
+        }
+    }
+
+    /// The sample rate.
+    pub const fn sample_rate_hz(self) -> u32 {
+        match self {
+            StreamAudio::Mulaw8k => 8000,
+            StreamAudio::L16At16k => 16_000,
+        }
+    }
+
+    /// The format a MIME type names (case and spaces around `;` ignored), if ontime speaks it.
+    pub fn from_content_type(value: &str) -> Option<StreamAudio> {
+        let normal: String = value
+            .split(';')
+            .map(|p| p.trim().to_ascii_lowercase())
+            .collect::<Vec<_>>()
+            .join(";");
+        StreamAudio::ALL
+            .into_iter()
+            .find(|a| a.content_type() == normal)
+    }
 }
 
 /// `<Dial>`: the second leg the gateway places and bridges to the call.
@@ -426,12 +481,22 @@ fn verb(el: &Element) -> Result<Verb, TwimlError> {
                     " inside <Connect>",
                 ));
             }
-            stream.only_attrs(&["url"])?;
+            stream.only_attrs(&["url", "contentType"])?;
             stream.no_text()?;
             let url = stream.attr("url").unwrap_or_default().trim();
             if !(url.starts_with("ws://") || url.starts_with("wss://")) || url.len() < 7 {
                 return Err(stream.invalid(format!("url must be ws:// or wss://, got {url:?}")));
             }
+            let audio = match stream.attr("contentType") {
+                None => StreamAudio::default(),
+                Some(v) => StreamAudio::from_content_type(v).ok_or_else(|| {
+                    stream.invalid(format!(
+                        "contentType must be {} or {}, got {v:?}",
+                        StreamAudio::Mulaw8k.content_type(),
+                        StreamAudio::L16At16k.content_type()
+                    ))
+                })?,
+            };
             let mut parameters = Vec::with_capacity(stream.children.len());
             for p in &stream.children {
                 if p.name != "Parameter" {
@@ -448,6 +513,7 @@ fn verb(el: &Element) -> Result<Verb, TwimlError> {
             Ok(Verb::ConnectStream {
                 url: url.to_string(),
                 parameters,
+                audio,
             })
         }
         "Reject" => {
@@ -826,6 +892,7 @@ mod tests {
                 Verb::ConnectStream {
                     url: "wss://bot.example/ws?a=1&b=2".into(),
                     parameters: vec![("lang".into(), "en <US>".into()), ("n".into(), "1".into())],
+                    audio: StreamAudio::Mulaw8k,
                 },
                 Verb::Reject { busy: true },
                 Verb::Reject { busy: false },
@@ -868,6 +935,29 @@ mod tests {
         assert_eq!(
             err("<Response><Dial><Sip>sip:bob@pbx?X-A=%0D%0AVia:1</Sip></Dial></Response>"),
             "<Sip>: the value of header 'X-A' contains a control character"
+        );
+    }
+
+    #[test]
+    fn a_stream_may_ask_for_16k_linear_audio() {
+        let xml = |ct: &str| {
+            format!(
+                r#"<Response><Connect><Stream url="wss://a" contentType="{ct}"/></Connect></Response>"#
+            )
+        };
+        for (ct, want) in [
+            ("audio/l16;rate=16000", StreamAudio::L16At16k),
+            ("Audio/L16; rate=16000", StreamAudio::L16At16k),
+            ("audio/x-mulaw;rate=8000", StreamAudio::Mulaw8k),
+        ] {
+            match &parse(&xml(ct)).unwrap()[..] {
+                [Verb::ConnectStream { audio, .. }] => assert_eq!(*audio, want, "{ct}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            err(&xml("audio/l16;rate=8000")),
+            "<Stream>: contentType must be audio/x-mulaw;rate=8000 or audio/l16;rate=16000, got \"audio/l16;rate=8000\""
         );
     }
 

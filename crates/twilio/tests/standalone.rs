@@ -32,6 +32,7 @@ fn a_bots_twiml_becomes_verbs() {
             Verb::ConnectStream {
                 url: "wss://bot.example/ws".into(),
                 parameters: vec![("lang".into(), "en".into())],
+                audio: ontime_twilio::StreamAudio::Mulaw8k,
             },
             Verb::Transfer(DialTarget::Sip("sip:agent@pbx.example".into())),
         ]

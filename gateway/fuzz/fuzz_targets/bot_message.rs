@@ -90,6 +90,15 @@ fn check_one(text: &str) -> Result<BotMessage, BotMessageError> {
                 bytes.len() <= text.len(),
                 "base64 decodes to less than its text"
             );
+            // As 16-bit PCM, split anywhere: every byte is read once, in order.
+            let mut l16 = protocol::L16Reader::default();
+            let cut = bytes.len() / 3 * 2 + 1;
+            let (a, b) = bytes.split_at(cut.min(bytes.len()));
+            let samples = [l16.samples(a), l16.samples(b)].concat();
+            assert_eq!(samples.len(), bytes.len() / 2);
+            for (s, pair) in samples.iter().zip(bytes.chunks_exact(2)) {
+                assert_eq!(s.to_le_bytes(), [pair[0], pair[1]]);
+            }
             // The canonical form parses back to the same bytes.
             let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
             let canonical = serde_json::json!({"event": "media", "media": {"payload": b64}});

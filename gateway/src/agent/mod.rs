@@ -47,6 +47,11 @@ pub struct CallInfo {
 pub enum AgentEvent<'a> {
     /// Caller audio after the jitter buffer, 8 kHz PCM, one 20 ms frame at a time.
     CallerAudio(&'a [i16]),
+    /// Caller audio at 16 kHz, one 20 ms frame (320 samples) at a time, instead of
+    /// [`AgentEvent::CallerAudio`] once the agent asked with
+    /// [`AgentAction::ReceiveWideband`]: a G.722 call's own wideband audio, a G.711 call's
+    /// upsampled once in the gateway.
+    CallerAudioWide(&'a [i16]),
     /// Local VAD heard the caller start speaking.
     SpeechStarted,
     /// Local VAD heard the caller stop.
@@ -137,6 +142,11 @@ impl TransferResult {
 pub enum AgentAction {
     /// Queue 8 kHz PCM to play, paced by the sender.
     Play(Arc<[i16]>),
+    /// Queue 16 kHz PCM to play: encoded as it is on a G.722 call, halved on a G.711 call.
+    PlayWide(Arc<[i16]>),
+    /// Take the caller's audio at 16 kHz ([`AgentEvent::CallerAudioWide`]) from now on, or
+    /// (`false`) at 8 kHz again.
+    ReceiveWideband(bool),
     /// Queue 8 kHz G.711 audio (one byte a sample) as the agent has it, e.g. a bot's µ-law:
     /// sent as it is when the call uses the same law, transcoded otherwise.
     PlayG711 {

@@ -852,7 +852,8 @@ mod tests {
             new.twiml,
             vec![Verb::ConnectStream {
                 url: "wss://bot/ws".into(),
-                parameters: vec![]
+                parameters: vec![],
+                audio: Default::default(),
             }]
         );
         let target = new.status_callback.clone().expect("ok: asked for");

@@ -11,21 +11,34 @@ use ontime_rtp::{g722, Codec, FRAME_BYTES, SAMPLES_PER_FRAME, WIDEBAND_SAMPLES_P
 /// Line audio (8 kHz PCM) to the call's trunk payload, before the sender's ring.
 #[derive(Debug, Clone)]
 pub(crate) enum LineEncoder {
-    G711(Law),
+    G711 {
+        law: Law,
+        /// Halves a bot's 16 kHz audio.
+        down: Box<Downsampler>,
+    },
     G722 {
         encoder: Box<g722::Encoder>,
         up: Box<Upsampler>,
+        /// The odd last sample of 16 kHz audio, waiting for its pair.
+        odd: Option<i16>,
     },
 }
 
 impl LineEncoder {
     pub(crate) fn new(codec: Codec) -> LineEncoder {
         match codec {
-            Codec::Pcmu => LineEncoder::G711(Law::Ulaw),
-            Codec::Pcma => LineEncoder::G711(Law::Alaw),
+            Codec::Pcmu | Codec::Pcma => LineEncoder::G711 {
+                law: if codec == Codec::Pcmu {
+                    Law::Ulaw
+                } else {
+                    Law::Alaw
+                },
+                down: Box::default(),
+            },
             Codec::G722 => LineEncoder::G722 {
                 encoder: Box::new(g722::Encoder::after_silence()),
                 up: Box::new(Upsampler::new()),
+                odd: None,
             },
         }
     }
@@ -33,7 +46,7 @@ impl LineEncoder {
     /// The G.711 law whose bytes go out as they are (a bot's µ-law on a PCMU call).
     pub(crate) fn law(&self) -> Option<Law> {
         match self {
-            LineEncoder::G711(law) => Some(*law),
+            LineEncoder::G711 { law, .. } => Some(*law),
             LineEncoder::G722 { .. } => None,
         }
     }
@@ -45,9 +58,13 @@ impl LineEncoder {
     /// reply. Exact when every byte encoded was sent; after a barge-in cleared queued bytes
     /// the two differ for a moment and converge.
     pub(crate) fn restart(&mut self) {
-        if let LineEncoder::G722 { encoder, up } = self {
-            encoder.settle_into_silence();
-            up.reset();
+        match self {
+            LineEncoder::G711 { down, .. } => down.reset(),
+            LineEncoder::G722 { encoder, up, odd } => {
+                encoder.settle_into_silence();
+                up.reset();
+                *odd = None;
+            }
         }
     }
 
@@ -55,12 +72,12 @@ impl LineEncoder {
     /// codec (64 kbit/s), so queue positions count the same whatever the codec.
     pub(crate) fn encode(&mut self, pcm: &[i16], out: &mut Vec<u8>) {
         match self {
-            LineEncoder::G711(law) => {
+            LineEncoder::G711 { law, .. } => {
                 let start = out.len();
                 out.resize(start + pcm.len(), 0);
                 law.encode_slice(pcm, &mut out[start..]);
             }
-            LineEncoder::G722 { encoder, up } => {
+            LineEncoder::G722 { encoder, up, .. } => {
                 let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
                 for chunk in pcm.chunks(SAMPLES_PER_FRAME) {
                     let n = up.process(chunk, &mut wide);
@@ -70,10 +87,39 @@ impl LineEncoder {
         }
     }
 
+    /// Appends the payload bytes of `pcm` at 16 kHz (a wideband bot's audio) to `out`: encoded
+    /// as it is for G.722, halved for G.711.
+    pub(crate) fn encode_wide(&mut self, pcm: &[i16], out: &mut Vec<u8>) {
+        match self {
+            LineEncoder::G711 { law, down } => {
+                let mut narrow = [0i16; SAMPLES_PER_FRAME];
+                for chunk in pcm.chunks(WIDEBAND_SAMPLES_PER_FRAME) {
+                    let n = down.process(chunk, &mut narrow);
+                    let start = out.len();
+                    out.resize(start + n, 0);
+                    law.encode_slice(&narrow[..n], &mut out[start..]);
+                }
+            }
+            LineEncoder::G722 { encoder, odd, .. } => {
+                let mut pcm = pcm;
+                if let (Some(first), Some((&second, rest))) = (*odd, pcm.split_first()) {
+                    encode_wide(encoder, &[first, second], out);
+                    *odd = None;
+                    pcm = rest;
+                }
+                let even = pcm.len() & !1;
+                encode_wide(encoder, &pcm[..even], out);
+                if even < pcm.len() {
+                    *odd = Some(pcm[even]);
+                }
+            }
+        }
+    }
+
     /// The end of an utterance: appends what the resampler still holds (4 ms of G.722), so
     /// the utterance's tail is not lost.
     pub(crate) fn flush(&mut self, out: &mut Vec<u8>) {
-        if let LineEncoder::G722 { encoder, up } = self {
+        if let LineEncoder::G722 { encoder, up, .. } = self {
             let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
             let n = up.flush(&mut wide);
             encode_wide(encoder, &wide[..n], out);
@@ -111,18 +157,26 @@ impl LineDecoder {
     }
 
     /// Decodes one frame's payload into `out`; a short payload leaves the rest silent, bytes
-    /// beyond one frame are ignored.
-    pub(crate) fn decode(&mut self, payload: &[u8], out: &mut [i16; SAMPLES_PER_FRAME]) {
+    /// beyond one frame are ignored. On a wideband codec the 16 kHz frame is left in `wide`,
+    /// and the answer is `true`.
+    pub(crate) fn decode(
+        &mut self,
+        payload: &[u8],
+        out: &mut [i16; SAMPLES_PER_FRAME],
+        wide: &mut [i16; WIDEBAND_SAMPLES_PER_FRAME],
+    ) -> bool {
         out.fill(0);
         let payload = &payload[..payload.len().min(FRAME_BYTES)];
         match self {
             LineDecoder::G711(law) => {
                 law.decode_slice(payload, out);
+                false
             }
             LineDecoder::G722 { decoder, down } => {
-                let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
-                let n = decoder.decode(payload, &mut wide);
+                wide.fill(0);
+                let n = decoder.decode(payload, wide);
                 down.process(&wide[..n], out);
+                true
             }
         }
     }
@@ -156,11 +210,52 @@ mod tests {
         let mut back = Vec::new();
         for frame in payload.chunks(FRAME_BYTES) {
             let mut pcm = [0i16; SAMPLES_PER_FRAME];
-            dec.decode(frame, &mut pcm);
+            let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+            assert!(dec.decode(frame, &mut pcm, &mut wide));
             back.extend_from_slice(&pcm[..frame.len().min(SAMPLES_PER_FRAME)]);
         }
         let (corr, lag) = best_correlation(&speechlike[800..7000], &back[800..], 100);
         assert!(corr > 0.99, "correlation {corr} at lag {lag}");
+    }
+
+    /// A bot's 16 kHz audio: encoded as it is on G.722 (odd chunk lengths carried over), halved
+    /// on G.711; one byte per 8 kHz sample either way.
+    #[test]
+    fn wideband_bot_audio_is_encoded_at_its_rate() {
+        let wide: Vec<i16> = (0..16000)
+            .map(|n| {
+                (6000.0 * (2.0 * std::f32::consts::PI * 700.0 * n as f32 / 16000.0).sin()) as i16
+            })
+            .collect();
+        let mut g722 = LineEncoder::new(Codec::G722);
+        let mut payload = Vec::new();
+        for chunk in wide.chunks(333) {
+            g722.encode_wide(chunk, &mut payload);
+        }
+        assert_eq!(payload.len(), 8000);
+        let mut dec = LineDecoder::new(Codec::G722);
+        let mut back = Vec::new();
+        for frame in payload.chunks(FRAME_BYTES) {
+            let (mut pcm, mut w) = (
+                [0i16; SAMPLES_PER_FRAME],
+                [0i16; WIDEBAND_SAMPLES_PER_FRAME],
+            );
+            dec.decode(frame, &mut pcm, &mut w);
+            back.extend_from_slice(&w);
+        }
+        let (corr, lag) = best_correlation(&wide[1600..14000], &back[1600..], 100);
+        assert!(corr > 0.99, "G.722: {corr} at {lag}");
+        let mut pcmu = LineEncoder::new(Codec::Pcmu);
+        let mut bytes = Vec::new();
+        for chunk in wide.chunks(320) {
+            pcmu.encode_wide(chunk, &mut bytes);
+        }
+        assert_eq!(bytes.len(), 8000);
+        let mut narrow = vec![0i16; 8000];
+        Law::Ulaw.decode_slice(&bytes, &mut narrow);
+        let half: Vec<i16> = wide.iter().step_by(2).copied().collect();
+        let (corr, lag) = best_correlation(&half[800..7000], &narrow[800..], 100);
+        assert!(corr > 0.99, "PCMU: {corr} at {lag}");
     }
 
     #[test]

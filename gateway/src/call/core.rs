@@ -17,7 +17,10 @@ use std::time::{Duration, Instant, SystemTime};
 use ontime_amd::{AnsweredBy, Detector};
 use ontime_echo::{EchoCanceller, EchoConfig, Verdict, CALLER_HANGOVER_TIME};
 use ontime_inference::InferenceEvent;
-use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_HZ};
+use ontime_rtp::resample::Upsampler;
+use ontime_rtp::{
+    Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_HZ, WIDEBAND_SAMPLES_PER_FRAME,
+};
 use ontime_sender::{StreamEvent, StreamId, StreamProducer};
 use ontime_sip::{Direction, NegotiatedMedia};
 use ontime_srtp::{SdesKeys, SrtpContext, SRTCP_TRAILER_LEN};
@@ -200,6 +203,8 @@ pub enum SipRequest {
 pub enum AgentNotice {
     /// A 20 ms frame of caller audio.
     CallerAudio(Box<[i16; SAMPLES_PER_FRAME]>),
+    /// The caller's audio at 16 kHz, for an agent that asked for it.
+    CallerAudioWide(Box<[i16; WIDEBAND_SAMPLES_PER_FRAME]>),
     /// Local VAD heard the caller start.
     SpeechStarted,
     /// Local VAD heard the caller stop.
@@ -244,6 +249,7 @@ impl AgentNotice {
     pub fn as_event(&self) -> AgentEvent<'_> {
         match self {
             AgentNotice::CallerAudio(pcm) => AgentEvent::CallerAudio(&pcm[..]),
+            AgentNotice::CallerAudioWide(pcm) => AgentEvent::CallerAudioWide(&pcm[..]),
             AgentNotice::SpeechStarted => AgentEvent::SpeechStarted,
             AgentNotice::SpeechStopped => AgentEvent::SpeechStopped,
             AgentNotice::TurnEnded { probability } => AgentEvent::TurnEnded {
@@ -339,6 +345,8 @@ pub enum CallOutput {
         url: String,
         /// Extra `customParameters`.
         parameters: Vec<(String, String)>,
+        /// The bot's audio format.
+        audio: ontime_twilio::StreamAudio,
     },
     /// A transfer has an outcome (for the status callback).
     Transfer(TransferOutcome),
@@ -445,6 +453,8 @@ pub struct CallCore {
     inbound: InboundMedia,
     rtcp: RtcpSession,
     out: Outbound,
+    /// The agent takes the caller's audio at 16 kHz; what upsamples a narrowband codec's.
+    agent_wideband: Option<Box<Upsampler>>,
     /// Decodes what the sender sent, as the caller's decoder does (the echo canceller's
     /// reference and the recording's agent track).
     sent_decoder: LineDecoder,
@@ -524,6 +534,14 @@ pub struct CallCore {
     rng: StdRng,
 }
 
+/// One frame of the caller's audio as the jitter buffer played it: at 8 kHz, at 16 kHz when
+/// the codec is wideband, and its RTP timestamp (`None` for concealment).
+type Popped = (
+    [i16; SAMPLES_PER_FRAME],
+    Option<Box<[i16; WIDEBAND_SAMPLES_PER_FRAME]>>,
+    Option<u32>,
+);
+
 fn sends(d: Direction) -> bool {
     d.flags().0
 }
@@ -572,6 +590,7 @@ impl CallCore {
             inbound: InboundMedia::new(negotiated, sdp_ip, now),
             out: Outbound::new(negotiated.codec, max_buffered_bytes),
             sent_decoder: LineDecoder::new(negotiated.codec),
+            agent_wideband: None,
             rtcp,
             settings,
             info,
@@ -1088,13 +1107,20 @@ impl CallCore {
                         .push_back(CallOutput::Sip(SipRequest::InfoDtmf(d, INFO_DIGIT_TONE)));
                 }
                 Step::Transfer(target) => self.start_transfer(&target, now),
-                Step::Connect { url, parameters } => {
+                Step::Connect {
+                    url,
+                    parameters,
+                    audio,
+                } => {
                     if self.whisper == Whisper::Running {
                         self.whisper = Whisper::Bot;
                     }
                     info!(%url, "connecting the call to a new bot");
-                    self.outputs
-                        .push_back(CallOutput::ConnectStream { url, parameters });
+                    self.outputs.push_back(CallOutput::ConnectStream {
+                        url,
+                        parameters,
+                        audio,
+                    });
                 }
                 Step::Dial(dial) => self.start_dial(dial, now),
             }
@@ -1324,6 +1350,12 @@ impl CallCore {
         match action {
             AgentAction::Play(samples) => {
                 self.play(now, samples.len(), |out| out.play(&samples));
+            }
+            AgentAction::PlayWide(samples) => {
+                self.play(now, samples.len() / 2, |out| out.play_wide(&samples));
+            }
+            AgentAction::ReceiveWideband(wide) => {
+                self.agent_wideband = wide.then(Box::default);
             }
             AgentAction::PlayG711 { law, audio } => {
                 self.play(now, audio.len(), |out| out.play_g711(law, &audio));
@@ -1826,9 +1858,10 @@ impl CallCore {
     fn play_caller_audio(&mut self, now: Instant) {
         let record = self.settings.record;
         let start = self.samples_since_answer(now);
-        let mut frames: Vec<([i16; SAMPLES_PER_FRAME], Option<u32>)> = Vec::new();
-        self.inbound
-            .pop(now, |frame, timestamp| frames.push((*frame, timestamp)));
+        let mut frames: Vec<Popped> = Vec::new();
+        self.inbound.pop(now, |frame, wide, timestamp| {
+            frames.push((*frame, wide.map(|w| Box::new(*w)), timestamp))
+        });
         if !frames.is_empty() {
             // The echo canceller needs what was played up to now before the caller's audio.
             self.collect_sent_audio();
@@ -1836,7 +1869,7 @@ impl CallCore {
         // Bridged to another leg, nothing here decides on the caller's speech: no VAD, no turn,
         // no echo to take out of what the VAD hears.
         let to_vad = !self.in_bridge();
-        for (frame, timestamp) in frames {
+        for (frame, wide, timestamp) in frames {
             if to_vad {
                 let mut heard = frame;
                 self.cancel_echo(start, timestamp, &mut heard);
@@ -1859,7 +1892,18 @@ impl CallCore {
                     pcm: Box::new(frame),
                 });
             }
-            self.notify(AgentNotice::CallerAudio(Box::new(frame)));
+            match self.agent_wideband.as_mut() {
+                // The agent takes 16 kHz: a wideband codec's own, else upsampled once, here.
+                Some(up) => {
+                    let wide = wide.unwrap_or_else(|| {
+                        let mut w = Box::new([0i16; WIDEBAND_SAMPLES_PER_FRAME]);
+                        up.process(&frame, &mut w[..]);
+                        w
+                    });
+                    self.notify(AgentNotice::CallerAudioWide(wide));
+                }
+                None => self.notify(AgentNotice::CallerAudio(Box::new(frame))),
+            }
         }
     }
 
@@ -1934,7 +1978,8 @@ impl CallCore {
         }
         for f in sent {
             let mut pcm = [0i16; SAMPLES_PER_FRAME];
-            self.sent_decoder.decode(&f.payload, &mut pcm);
+            let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+            self.sent_decoder.decode(&f.payload, &mut pcm, &mut wide);
             let at = self.samples_since_answer(origin + f.scheduled);
             if let Some(echo) = self.echo.as_mut() {
                 echo.push_reference(at, &pcm);

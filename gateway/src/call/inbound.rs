@@ -26,6 +26,7 @@ use ontime_rtp::dtmf::DtmfTracker;
 use ontime_rtp::stats::ReceiverStats;
 use ontime_rtp::{
     classify, parse_rtp, PacketKind, FRAME, PT_CN, SAMPLES_PER_FRAME, SAMPLE_RATE_HZ,
+    WIDEBAND_SAMPLES_PER_FRAME,
 };
 use ontime_sip::NegotiatedMedia;
 
@@ -335,27 +336,34 @@ impl InboundMedia {
     }
 
     /// Play the caller's audio due by `now` as 8 kHz PCM, one 20 ms frame per call of `each`,
-    /// with the RTP timestamp of the packet it came from (`None` for concealment and filler).
+    /// with the same frame at 16 kHz when a wideband codec decoded it (`None` otherwise), and the
+    /// RTP timestamp of the packet it came from (`None` for concealment and filler).
     /// When the caller stops sending (DTX, end of stream), silence keeps the frames flowing so
     /// the VAD's clock advances and speech can stop.
     pub fn pop(
         &mut self,
         now: Instant,
-        mut each: impl FnMut(&[i16; SAMPLES_PER_FRAME], Option<u32>),
+        mut each: impl FnMut(
+            &[i16; SAMPLES_PER_FRAME],
+            Option<&[i16; WIDEBAND_SAMPLES_PER_FRAME]>,
+            Option<u32>,
+        ),
     ) {
         let Some(first) = self.first_audio else {
             return;
         };
         let t = self.since_origin(now);
         let mut out = [0i16; SAMPLES_PER_FRAME];
+        let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
         // Bounded: a tokio stall of a few frames is caught up, never an unbounded burst.
         for _ in 0..8 {
             let mut timestamp = None;
+            let mut wideband = false;
             match self.jitter.pop(t) {
                 Playout::Frame(f) => {
                     timestamp = Some(f.timestamp);
                     if f.payload_type == self.media.payload_type {
-                        self.decoder.decode(f.payload, &mut out);
+                        wideband = self.decoder.decode(f.payload, &mut out, &mut wide);
                     } else {
                         out.fill(0); // comfort noise: play silence
                     }
@@ -378,7 +386,7 @@ impl InboundMedia {
             }
             self.last_frame = out;
             self.frames_played += 1;
-            each(&out, timestamp);
+            each(&out, wideband.then_some(&wide), timestamp);
         }
         // Keep the playout clock running when nothing arrives: one frame per 20 ms of wall
         // time since the first packet, less the buffer's depth.
@@ -390,7 +398,7 @@ impl InboundMedia {
             self.frames_played += 1;
             filled += 1;
             self.last_frame = [0; SAMPLES_PER_FRAME];
-            each(&self.last_frame, None);
+            each(&self.last_frame, None, None);
         }
     }
 
@@ -442,7 +450,7 @@ mod tests {
             let n = p.write_frame(&[0x10; 160], &mut buf).unwrap();
             let at = t0 + FRAME * i + Duration::from_micros(u64::from(i * 7919 % 900));
             m.handle_datagram(&buf[..n], sdp, at);
-            m.pop(at, |_, _| {});
+            m.pop(at, |_, _, _| {});
         }
         assert_eq!(m.jitter().depth().as_millis(), 20);
         // With the library's default margin the same path holds two frames.
@@ -675,7 +683,7 @@ mod tests {
         }
         let mut frames = Vec::new();
         for k in 0..60u32 {
-            m.pop(t0 + FRAME * k, |f, _| frames.push(f[0]));
+            m.pop(t0 + FRAME * k, |f, _, _| frames.push(f[0]));
         }
         let loud = frames.iter().filter(|s| s.abs() > 30000).count(); // concealment plays at half level
         assert_eq!(loud, 10, "each packet played once: {frames:?}");

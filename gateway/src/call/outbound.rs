@@ -122,6 +122,18 @@ impl Outbound {
         self.drop_oldest_beyond_max()
     }
 
+    /// Encode and queue agent PCM at 16 kHz; returns the bytes dropped beyond
+    /// `max_buffered_bytes`.
+    pub(crate) fn play_wide(&mut self, samples: &[i16]) -> usize {
+        if self.is_dry() {
+            self.encoder.restart();
+        }
+        let mut bytes = Vec::with_capacity(samples.len() / 2 + 1);
+        self.encoder.encode_wide(samples, &mut bytes);
+        self.queue.push_back(Queued::Audio(bytes, 0));
+        self.drop_oldest_beyond_max()
+    }
+
     /// Queue agent audio that is already G.711 in `law`: taken as it is when the call sends
     /// the same law (a Twilio-protocol bot's µ-law on a PCMU call: no decode and re-encode),
     /// else transcoded through PCM. Returns the bytes dropped beyond `max_buffered_bytes`.

@@ -49,6 +49,8 @@ pub enum Step {
         url: String,
         /// `customParameters`.
         parameters: Vec<(String, String)>,
+        /// Its audio format.
+        audio: ontime_twilio::StreamAudio,
     },
 }
 
@@ -170,9 +172,17 @@ impl Program {
                     self.wait = Wait::Dial;
                     return Some(Step::Dial(dial));
                 }
-                Verb::ConnectStream { url, parameters } => {
+                Verb::ConnectStream {
+                    url,
+                    parameters,
+                    audio,
+                } => {
                     self.verbs.clear();
-                    return Some(Step::Connect { url, parameters });
+                    return Some(Step::Connect {
+                        url,
+                        parameters,
+                        audio,
+                    });
                 }
             }
         }
@@ -353,6 +363,7 @@ mod tests {
             Verb::ConnectStream {
                 url: "ws://bot".into(),
                 parameters: vec![("a".into(), "b".into())],
+                audio: Default::default(),
             },
             Verb::Hangup,
         ]);

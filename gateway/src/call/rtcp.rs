@@ -319,7 +319,7 @@ mod tests {
             }
             let n = p.write_frame(&[0xFF; 160], &mut buf).unwrap();
             inbound.handle_datagram(&buf[..n], caller, t0 + ontime_rtp::FRAME * i);
-            inbound.pop(t0 + ontime_rtp::FRAME * i, |_, _| {});
+            inbound.pop(t0 + ontime_rtp::FRAME * i, |_, _, _| {});
         }
         let mut stats = CallStats::default();
         let mut s = RtcpSession::new(

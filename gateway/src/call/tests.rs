@@ -120,6 +120,8 @@ struct Sim {
     caller_payloads: std::collections::VecDeque<[u8; FRAME_BYTES]>,
     /// Echo every caller frame back to the caller as agent audio.
     echo: bool,
+    /// The caller's audio at 16 kHz, as an agent that asked for it got it.
+    heard_wide: Vec<i16>,
     /// Agent actions due at a time (a bot streaming in real time).
     timed: std::collections::VecDeque<(Instant, AgentAction)>,
     /// What the core asked of the `<Dial>` machinery, in order.
@@ -190,6 +192,7 @@ impl Sim {
             caller_byte: 0xFF,
             caller_payloads: std::collections::VecDeque::new(),
             echo: false,
+            heard_wide: Vec::new(),
             timed: std::collections::VecDeque::new(),
             stream_remotes: Vec::new(),
             rtcp_to: Vec::new(),
@@ -233,7 +236,17 @@ impl Sim {
                         let pcm: Arc<[i16]> = pcm.to_vec().into();
                         self.core.handle_agent(AgentAction::Play(pcm), self.now);
                     }
-                    if !matches!(n, AgentNotice::CallerAudio(_)) {
+                    if let AgentNotice::CallerAudioWide(pcm) = &n {
+                        self.heard_wide.extend_from_slice(&pcm[..]);
+                        if self.echo {
+                            let pcm: Arc<[i16]> = pcm.to_vec().into();
+                            self.core.handle_agent(AgentAction::PlayWide(pcm), self.now);
+                        }
+                    }
+                    if !matches!(
+                        n,
+                        AgentNotice::CallerAudio(_) | AgentNotice::CallerAudioWide(_)
+                    ) {
                         self.notices.push(n);
                     }
                 }
@@ -777,6 +790,88 @@ fn a_g722_call_carries_the_callers_audio_in_and_the_reply_out() {
     assert!(agent_lag > caller_lag, "the reply follows what it echoes");
 }
 
+/// A said 0.6 s "voice" at 16 kHz with energy above 4 kHz, and its G.722 payloads as the
+/// caller's phone sends them.
+fn wideband_voice() -> (Vec<i16>, std::collections::VecDeque<[u8; FRAME_BYTES]>) {
+    let wide: Vec<i16> = (0..9600)
+        .map(|n| {
+            let t = n as f32 / 16000.0;
+            (5000.0 * (2.0 * std::f32::consts::PI * 440.0 * t).sin()
+                + 4000.0 * (2.0 * std::f32::consts::PI * 5500.0 * t).sin()) as i16
+        })
+        .collect();
+    let mut payload = vec![0u8; wide.len() / 2];
+    ontime_rtp::g722::Encoder::after_silence().encode(&wide, &mut payload);
+    let frames = payload
+        .chunks_exact(FRAME_BYTES)
+        .map(|c| c.try_into().unwrap())
+        .collect();
+    (wide, frames)
+}
+
+/// A bot that asked for 16 kHz on a G.722 call gets the caller's own wideband audio (the
+/// 5.5 kHz partial included, which 8 kHz cannot carry), and its 16 kHz reply goes out as it is.
+#[test]
+fn a_wideband_agent_hears_and_speaks_16k_on_a_g722_call() {
+    let mut sim = Sim::on(PT_G722, |o| CallSettings {
+        record: true,
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    sim.agent(AgentAction::ReceiveWideband(true));
+    sim.echo = true;
+    let (wide, frames) = wideband_voice();
+    sim.caller_payloads = frames;
+    sim.caller_byte = ontime_rtp::g722::SILENCE_BYTE;
+    sim.caller_talks(ontime_rtp::g722::SILENCE_BYTE);
+    sim.run_for(seconds(1.5));
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.heard_wide.len() % 320, 0);
+    let middle = &wide[1600..8000];
+    let (heard, lag) = best_correlation(middle, &sim.heard_wide, 4000);
+    eprintln!("the agent heard the 16 kHz voice at {heard:.4} (lag {lag})");
+    assert!(heard > 0.98, "{heard:.4} at {lag}");
+    // The echo went out as G.722 at 16 kHz: the agent track (8 kHz) holds its low partial.
+    let low: Vec<i16> = (0..4800)
+        .map(|n| (5000.0 * (2.0 * std::f32::consts::PI * 440.0 * n as f32 / 8000.0).sin()) as i16)
+        .collect();
+    let (agent, agent_lag) =
+        best_correlation(&low[800..4000], &sim.agent_track, sim.agent_track.len());
+    assert!(agent > 0.98, "agent track {agent:.4} at {agent_lag}");
+}
+
+/// A bot that asked for 16 kHz on a G.711 call gets the caller's audio upsampled once, and its
+/// 16 kHz reply is halved onto the line.
+#[test]
+fn a_wideband_agent_on_a_g711_call_gets_upsampled_audio_and_is_halved() {
+    let mut sim = Sim::new(|o| CallSettings {
+        record: true,
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    sim.agent(AgentAction::ReceiveWideband(true));
+    sim.echo = true;
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.4));
+    sim.caller_talks(0x80);
+    sim.run_for(seconds(0.3));
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(1.0));
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    // 0x80 is µ-law +32124: 15 loud frames (as in the recordings test), twice the samples at
+    // 16 kHz (the filter's ringing at the edges aside).
+    let loud = sim.heard_wide.iter().filter(|s| **s > 30_000).count();
+    assert!(
+        (15 * 320 - 64..=15 * 320).contains(&loud),
+        "{loud} loud samples"
+    );
+    let loud_agent = sim.agent_track.iter().filter(|s| **s > 30_000).count();
+    assert!(
+        (15 * 160 - 64..=15 * 160).contains(&loud_agent),
+        "{loud_agent} loud samples in the reply"
+    );
+}
+
 #[test]
 fn recordings_line_up_sample_for_sample() {
     let mut sim = Sim::new(|o| CallSettings {
@@ -1172,6 +1267,7 @@ fn a_transfer_without_news_fails_after_its_wait_and_the_twiml_goes_on() {
             Verb::ConnectStream {
                 url: "ws://127.0.0.1:1/bot".into(),
                 parameters: Vec::new(),
+                audio: Default::default(),
             },
         ]),
         sim.now,
@@ -1910,6 +2006,7 @@ fn a_briefing_bots_normal_close_bridges_the_leg() {
         CallCommand::Whisper(vec![Verb::ConnectStream {
             url: "ws://bot/brief".into(),
             parameters: Vec::new(),
+            audio: Default::default(),
         }]),
         sim.now,
     );

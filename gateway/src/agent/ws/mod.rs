@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use metrics::{counter, histogram};
 use ontime_rtp::g711::Law;
-use ontime_rtp::FRAME_BYTES;
+use ontime_rtp::resample::Upsampler;
+use ontime_rtp::{FRAME_BYTES, WIDEBAND_SAMPLES_PER_FRAME};
+use ontime_twilio::StreamAudio;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -166,6 +168,8 @@ pub struct WsAgentConfig {
     /// Most agent audio a call queues (`max_buffered_seconds`): after a bot's normal close, what
     /// it had sent plays for at most this long before the BYE.
     pub max_buffered: Duration,
+    /// The audio both ways: Twilio's µ-law at 8 kHz, or 16-bit PCM at 16 kHz.
+    pub audio: StreamAudio,
 }
 
 impl WsAgentConfig {
@@ -182,6 +186,7 @@ impl WsAgentConfig {
             forward_headers: c.ws_forward_headers.clone(),
             ca_file: c.ws_ca_file.clone(),
             max_buffered: c.max_buffered,
+            audio: c.ws_audio,
         }
     }
 }
@@ -340,13 +345,18 @@ impl Agent for WsAgent {
         let encoder = TwilioEncoder::new(
             protocol::StreamIds::for_call(&info.call_sid, &info.account_sid),
             custom,
-        );
+        )
+        .with_audio(self.config.audio);
+        if self.config.audio == StreamAudio::L16At16k {
+            output.send(AgentAction::ReceiveWideband(true));
+        }
         let task = ConnectionTask {
             ws,
             encoder,
             config: self.config.clone(),
             output,
             pending: PendingMarks::default(),
+            l16: protocol::L16Reader::default(),
         };
         tokio::spawn(tracing::Instrument::instrument(
             task.run(media_rx, control_rx),
@@ -356,6 +366,8 @@ impl Agent for WsAgent {
             media: Some(media_tx),
             control: Some(control_tx),
             ontime_events: self.config.ontime_events,
+            audio: self.config.audio,
+            up: Upsampler::new(),
         })
     }
 }
@@ -404,11 +416,51 @@ enum ToBot {
     },
 }
 
+/// One 20 ms frame of caller audio as the bot takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum MediaFrame {
+    /// µ-law at 8 kHz.
+    Mulaw([u8; FRAME_BYTES]),
+    /// 16-bit little-endian PCM at 16 kHz.
+    L16(Box<[u8; 2 * WIDEBAND_SAMPLES_PER_FRAME]>),
+}
+
+impl MediaFrame {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            MediaFrame::Mulaw(b) => b,
+            MediaFrame::L16(b) => &b[..],
+        }
+    }
+
+    fn l16(pcm: &[i16]) -> MediaFrame {
+        let mut bytes = Box::new([0u8; 2 * WIDEBAND_SAMPLES_PER_FRAME]);
+        for (b, s) in bytes.chunks_exact_mut(2).zip(pcm) {
+            b.copy_from_slice(&s.to_le_bytes());
+        }
+        MediaFrame::L16(bytes)
+    }
+}
+
 /// The call task's side: turns events into messages for the connection task, never waiting.
 struct WsCall {
-    media: Option<mpsc::Sender<[u8; FRAME_BYTES]>>,
+    media: Option<mpsc::Sender<MediaFrame>>,
     control: Option<mpsc::UnboundedSender<ToBot>>,
     ontime_events: bool,
+    audio: StreamAudio,
+    /// Upsamples the 8 kHz frames that come before the call core takes the wideband request.
+    up: Upsampler,
+}
+
+impl WsCall {
+    fn send_media(&self, frame: MediaFrame) {
+        let Some(tx) = &self.media else { return };
+        if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(frame) {
+            // A slow bot: drop this frame rather than wait. (Closed: the bot is gone and the
+            // call is being hung up; nothing to count.)
+            counter!(WS_SEND_QUEUE_DROPPED_TOTAL).increment(1);
+        }
+    }
 }
 
 impl WsCall {
@@ -422,16 +474,23 @@ impl WsCall {
 impl AgentCall for WsCall {
     fn on_event(&mut self, event: AgentEvent<'_>) {
         match event {
-            AgentEvent::CallerAudio(pcm) => {
-                let Some(tx) = &self.media else { return };
-                let mut frame = [0u8; FRAME_BYTES];
-                Law::Ulaw.encode_slice(pcm, &mut frame);
-                if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(frame) {
-                    // A slow bot: drop this frame rather than wait. (Closed: the bot is gone
-                    // and the call is being hung up; nothing to count.)
-                    counter!(WS_SEND_QUEUE_DROPPED_TOTAL).increment(1);
+            AgentEvent::CallerAudio(pcm) => match self.audio {
+                StreamAudio::Mulaw8k => {
+                    let mut frame = [0u8; FRAME_BYTES];
+                    Law::Ulaw.encode_slice(pcm, &mut frame);
+                    self.send_media(MediaFrame::Mulaw(frame));
                 }
-            }
+                StreamAudio::L16At16k => {
+                    let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+                    let n = self.up.process(pcm, &mut wide);
+                    self.send_media(MediaFrame::l16(&wide[..n]));
+                }
+            },
+            AgentEvent::CallerAudioWide(pcm) => match self.audio {
+                StreamAudio::L16At16k => self.send_media(MediaFrame::l16(pcm)),
+                // Not asked for; a µ-law bot takes 8 kHz only.
+                StreamAudio::Mulaw8k => {}
+            },
             AgentEvent::Dtmf(d) => self.control(ToBot::Dtmf(d)),
             AgentEvent::MarkPlayed(name) => self.control(ToBot::MarkPlayed(name.to_string())),
             // The connection task always learns of a barge-in (it returns the bot's cleared
@@ -492,6 +551,7 @@ struct ConnectionTask {
     config: Arc<WsAgentConfig>,
     output: AgentOutput,
     pending: PendingMarks,
+    l16: protocol::L16Reader,
 }
 
 /// Longest wait for the bot to take `stop` and the close handshake at the end of a call.
@@ -505,7 +565,7 @@ impl ConnectionTask {
 
     async fn run(
         mut self,
-        mut media: mpsc::Receiver<[u8; FRAME_BYTES]>,
+        mut media: mpsc::Receiver<MediaFrame>,
         mut control: mpsc::UnboundedReceiver<ToBot>,
     ) {
         let connected = self.encoder.connected();
@@ -519,7 +579,7 @@ impl ConnectionTask {
             tokio::select! {
                 frame = media.recv() => match frame {
                     Some(f) => {
-                        let text = self.encoder.media(&f);
+                        let text = self.encoder.media(f.bytes());
                         up = self.send("media", text).await;
                     }
                     None => break,
@@ -685,14 +745,23 @@ impl ConnectionTask {
             return true;
         }
         match protocol::parse_bot_message(text) {
-            Ok(BotMessage::Media(ulaw)) => {
+            Ok(BotMessage::Media(bytes)) => {
                 counter!(WS_MESSAGES_RECEIVED_TOTAL, "event" => "media").increment(1);
-                if !ulaw.is_empty() {
+                match self.config.audio {
                     // As it came: a PCMU call sends these very bytes.
-                    self.output.send(AgentAction::PlayG711 {
-                        law: Law::Ulaw,
-                        audio: ulaw.into(),
-                    });
+                    StreamAudio::Mulaw8k if !bytes.is_empty() => {
+                        self.output.send(AgentAction::PlayG711 {
+                            law: Law::Ulaw,
+                            audio: bytes.into(),
+                        });
+                    }
+                    StreamAudio::Mulaw8k => {}
+                    StreamAudio::L16At16k => {
+                        let pcm = self.l16.samples(&bytes);
+                        if !pcm.is_empty() {
+                            self.output.send(AgentAction::PlayWide(pcm.into()));
+                        }
+                    }
                 }
                 true
             }
@@ -735,6 +804,8 @@ mod tests {
             media: Some(media_tx),
             control: Some(control_tx),
             ontime_events: false,
+            audio: StreamAudio::Mulaw8k,
+            up: Upsampler::new(),
         };
         let frame = [0i16; ontime_rtp::SAMPLES_PER_FRAME];
         for _ in 0..10 {
@@ -745,7 +816,11 @@ mod tests {
         call.on_event(AgentEvent::Ended);
         let mut queued = 0;
         while let Ok(f) = media_rx.try_recv() {
-            assert_eq!(f, [0xFF; FRAME_BYTES], "silence in µ-law");
+            assert_eq!(
+                f,
+                MediaFrame::Mulaw([0xFF; FRAME_BYTES]),
+                "silence in µ-law"
+            );
             queued += 1;
         }
         assert_eq!(queued, 3);

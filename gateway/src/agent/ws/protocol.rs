@@ -7,7 +7,8 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use ontime_rtp::{FRAME_BYTES, FRAME_MS};
+use ontime_rtp::FRAME_MS;
+use ontime_twilio::StreamAudio;
 
 /// ontime event: local VAD heard the caller start speaking.
 pub const EVENT_SPEECH_STARTED: &str = "ontime.speech_started";
@@ -70,6 +71,7 @@ pub struct TwilioEncoder {
     custom: Vec<(String, String)>,
     sequence: u64,
     chunk: u64,
+    audio: StreamAudio,
 }
 
 impl TwilioEncoder {
@@ -80,7 +82,14 @@ impl TwilioEncoder {
             custom: custom_parameters,
             sequence: 0,
             chunk: 0,
+            audio: StreamAudio::Mulaw8k,
         }
+    }
+
+    /// The same, streaming `audio` (named in `start`'s `mediaFormat`).
+    pub fn with_audio(mut self, audio: StreamAudio) -> TwilioEncoder {
+        self.audio = audio;
+        self
     }
 
     /// The stream's identifiers.
@@ -116,8 +125,8 @@ impl TwilioEncoder {
                 "tracks": ["inbound"],
                 "customParameters": custom,
                 "mediaFormat": {
-                    "encoding": "audio/x-mulaw",
-                    "sampleRate": ontime_rtp::SAMPLE_RATE_HZ,
+                    "encoding": self.audio.encoding(),
+                    "sampleRate": self.audio.sample_rate_hz(),
                     "channels": 1
                 }
             }
@@ -125,8 +134,9 @@ impl TwilioEncoder {
         .to_string()
     }
 
-    /// `media`: one 20 ms frame of µ-law, `timestamp` in ms of media time since the start.
-    pub fn media(&mut self, ulaw: &[u8; FRAME_BYTES]) -> String {
+    /// `media`: one 20 ms frame in the stream's format (160 bytes of µ-law, or 640 of 16-bit
+    /// PCM at 16 kHz), `timestamp` in ms of media time since the start.
+    pub fn media(&mut self, ulaw: &[u8]) -> String {
         let timestamp = self.chunk * u64::from(FRAME_MS);
         self.chunk += 1;
         json!({
@@ -321,6 +331,32 @@ struct Envelope {
 
 /// Parse one text message from the bot. `streamSid` is not checked: there is one stream per
 /// connection.
+/// Reads a bot's 16-bit little-endian PCM media into samples: a byte left over from a message of
+/// odd length starts the next one's first sample (WebSocket messages need not end on a sample).
+#[derive(Debug, Default, Clone)]
+pub struct L16Reader {
+    carry: Option<u8>,
+}
+
+impl L16Reader {
+    /// The whole samples in `bytes` after any carried byte; an odd last byte is kept.
+    pub fn samples(&mut self, bytes: &[u8]) -> Vec<i16> {
+        let mut out = Vec::with_capacity(bytes.len() / 2 + 1);
+        let mut rest = bytes;
+        if let (Some(low), Some((&high, tail))) = (self.carry, rest.split_first()) {
+            out.push(i16::from_le_bytes([low, high]));
+            self.carry = None;
+            rest = tail;
+        }
+        let mut pairs = rest.chunks_exact(2);
+        out.extend(pairs.by_ref().map(|p| i16::from_le_bytes([p[0], p[1]])));
+        if let [odd] = pairs.remainder() {
+            self.carry = Some(*odd);
+        }
+        out
+    }
+}
+
 pub fn parse_bot_message(text: &str) -> Result<BotMessage, BotMessageError> {
     let env: Envelope =
         serde_json::from_str(text).map_err(|e| BotMessageError::NotJson(e.to_string()))?;
@@ -403,6 +439,25 @@ impl PendingMarks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ontime_rtp::FRAME_BYTES;
+
+    #[test]
+    fn l16_media_reads_across_odd_message_boundaries() {
+        let pcm: Vec<i16> = vec![1, -2, 300, -32768, 32767, 0x1234];
+        let bytes: Vec<u8> = pcm.iter().flat_map(|s| s.to_le_bytes()).collect();
+        let mut r = L16Reader::default();
+        let mut got = r.samples(&bytes[..3]);
+        got.extend(r.samples(&bytes[3..8]));
+        got.extend(r.samples(&bytes[8..]));
+        assert_eq!(got, pcm);
+        let mut e = TwilioEncoder::new(StreamIds::for_call("CA1", "AC1"), Vec::new())
+            .with_audio(StreamAudio::L16At16k);
+        let start: Value = serde_json::from_str(&e.start()).unwrap();
+        assert_eq!(
+            start["start"]["mediaFormat"],
+            json!({"encoding":"audio/l16","sampleRate":16000,"channels":1})
+        );
+    }
     use proptest::prelude::*;
 
     fn ids() -> StreamIds {
