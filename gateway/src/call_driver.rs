@@ -178,7 +178,7 @@ pub async fn run(
         }
     };
     let mut recording = services.record_dir.as_ref().and_then(|dir| {
-        CallRecording::create(dir, &info.call_id)
+        CallRecording::create(dir, &info.call_id, negotiated.codec.is_wideband())
             .map_err(|e| warn!(error = %e, "recording disabled for this call"))
             .ok()
     });
@@ -342,9 +342,14 @@ pub async fn run(
                     }
                 }
                 CallOutput::Agent(notice) => agent.on_event(notice.as_event()),
-                CallOutput::Record { track, at, pcm } => {
+                CallOutput::Record {
+                    track,
+                    at,
+                    pcm,
+                    wide,
+                } => {
                     if let Some(r) = recording.as_mut() {
-                        r.write_at(track, at, &pcm[..]);
+                        r.write_frame(track, at, &pcm[..], wide.as_deref().map(|w| &w[..]));
                     }
                 }
                 CallOutput::Interim(record) => record.log(),

@@ -324,6 +324,8 @@ pub enum CallOutput {
         at: u64,
         /// One frame.
         pcm: Box<[i16; SAMPLES_PER_FRAME]>,
+        /// The same frame at 16 kHz, when the codec is wideband.
+        wide: Option<Box<[i16; WIDEBAND_SAMPLES_PER_FRAME]>>,
     },
     /// Ask SIP to do something.
     Sip(SipRequest),
@@ -1890,6 +1892,7 @@ impl CallCore {
                     track: Track::Caller,
                     at,
                     pcm: Box::new(frame),
+                    wide: wide.clone(),
                 });
             }
             match self.agent_wideband.as_mut() {
@@ -1979,7 +1982,7 @@ impl CallCore {
         for f in sent {
             let mut pcm = [0i16; SAMPLES_PER_FRAME];
             let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
-            self.sent_decoder.decode(&f.payload, &mut pcm, &mut wide);
+            let wideband = self.sent_decoder.decode(&f.payload, &mut pcm, &mut wide);
             let at = self.samples_since_answer(origin + f.scheduled);
             if let Some(echo) = self.echo.as_mut() {
                 echo.push_reference(at, &pcm);
@@ -1989,6 +1992,7 @@ impl CallCore {
                     track: Track::Agent,
                     at,
                     pcm: Box::new(pcm),
+                    wide: wideband.then(|| Box::new(wide)),
                 });
             }
         }

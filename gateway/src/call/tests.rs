@@ -250,7 +250,7 @@ impl Sim {
                         self.notices.push(n);
                     }
                 }
-                CallOutput::Record { track, at, pcm } => {
+                CallOutput::Record { track, at, pcm, .. } => {
                     let t = match track {
                         Track::Caller => &mut self.caller_track,
                         Track::Agent => &mut self.agent_track,
