@@ -173,6 +173,7 @@ impl CallRecording {
     }
 
     /// Write `pcm` to `track` starting at sample `at` of the files (at their rate).
+    #[cfg(test)]
     pub fn write_at(&mut self, track: Track, at: u64, pcm: &[i16]) {
         match track {
             Track::Caller => self.caller.write_at(at, pcm),
