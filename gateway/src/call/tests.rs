@@ -548,6 +548,38 @@ fn per_call_counters_add_up_across_hold_resume_and_codec_change() {
     assert_eq!(cdr.late_ticks, 0, "simulated time is never late");
 }
 
+/// A re-INVITE that moves a call from PCMU to G.722 mid-call: a new stream on payload type 9,
+/// and the caller's G.722 decoded from then on (the recording's caller track holds the voice),
+/// with the CDR naming the codec the call ended on.
+#[test]
+fn a_reinvite_moves_a_call_from_pcmu_to_g722() {
+    let mut sim = Sim::new(|o| CallSettings {
+        record: true,
+        rtp_timeout: None,
+        ..settings(o)
+    });
+    sim.echo = true;
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(0.5));
+    sim.caller_stops();
+    sim.dialog(DialogEvent::Media(media(Direction::SendRecv, PT_G722)));
+    sim.caller = Packetizer::with_initial(PT_G722, 0xCA11E6, 500, 0);
+    sim.caller_payloads = wideband_voice().1;
+    sim.caller_byte = ontime_rtp::g722::SILENCE_BYTE;
+    sim.caller_talks(ontime_rtp::g722::SILENCE_BYTE);
+    sim.run_for(seconds(1.5));
+    sim.dialog(DialogEvent::Ended(EndCause::CallerBye));
+    assert_eq!(sim.streams_started, 2, "a new stream for the new codec");
+    assert_eq!(sim.cdr().codec, Some("G722"));
+    // The 440 Hz partial of the voice, as the 8 kHz caller track has it.
+    let low: Vec<i16> = (0..4800)
+        .map(|n| (5000.0 * (2.0 * std::f32::consts::PI * 440.0 * n as f32 / 8000.0).sin()) as i16)
+        .collect();
+    let (caller, lag) =
+        best_correlation(&low[800..4000], &sim.caller_track, sim.caller_track.len());
+    assert!(caller > 0.95, "caller track {caller:.4} at {lag}");
+}
+
 #[test]
 fn marks_come_back_once_when_played_and_never_when_cleared_by_barge_in() {
     let mut sim = Sim::new(settings);
