@@ -20,6 +20,10 @@ Turn-taking, either:
 ``--interruptions off`` keeps pipecat from interrupting its reply when the caller talks (then
 only the gateway's local barge-in cuts it).
 
+``--audio l16_16k`` (``BOT_AUDIO``) takes the gateway's 16 kHz PCM (``--ws-content-type
+"audio/l16;rate=16000"``) instead of µ-law, with ``OntimeFrameSerializer(audio_format=…)`` for
+either ``--turn``; the default ``mulaw_8k`` is Twilio's.
+
 ``--reply-text`` gives the reply words: a ``TTSTextFrame`` per word, one every
 ``--reply-word-ms`` of its audio (as a word-timestamp TTS releases them), so the assistant
 aggregator writes them into the context. With ontime's events, ``HeardReplyTrimmer`` (off with
@@ -88,6 +92,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))  # ontime_pipecat without installing it
 from ontime_pipecat import (  # noqa: E402
     HeardReplyTrimmer,
+    OntimeAudioFormat,
     OntimeBargeInFrame,
     OntimeFrameSerializer,
     ontime_user_turn_strategies,
@@ -117,6 +122,7 @@ class CallRecord:
     def __init__(self, args):
         self.data = {
             "turn": args.turn,
+            "audio_format": args.audio,
             "interruptions_enabled": args.interruptions == "on",
             "goodbye_mode": args.goodbye,
             "connected_unix": time.time(),
@@ -284,14 +290,14 @@ def make_app(args) -> FastAPI:
         record.data["stream_sid"] = call_data.stream_id
         interruptions = args.interruptions == "on"
 
-        if args.turn == "ontime":
+        audio_format = OntimeAudioFormat(args.audio)
+        if args.turn == "ontime" or audio_format is not OntimeAudioFormat.MULAW_8K:
+            # Twilio's serializer speaks µ-law only; with no ontime events the gateway sends,
+            # OntimeFrameSerializer is TwilioFrameSerializer with a choice of audio format.
             serializer = OntimeFrameSerializer(
-                stream_sid=call_data.stream_id, call_sid=call_data.call_id
-            )
-            user_params = LLMUserAggregatorParams(
-                user_turn_strategies=ontime_user_turn_strategies(
-                    enable_interruptions=interruptions, wait_for_transcript=False
-                ),
+                stream_sid=call_data.stream_id,
+                call_sid=call_data.call_id,
+                params=OntimeFrameSerializer.InputParams(audio_format=audio_format),
             )
         else:
             serializer = TwilioFrameSerializer(
@@ -300,6 +306,13 @@ def make_app(args) -> FastAPI:
                 # No Twilio REST API behind ontime: hanging up is closing the WebSocket.
                 params=TwilioFrameSerializer.InputParams(auto_hang_up=False),
             )
+        if args.turn == "ontime":
+            user_params = LLMUserAggregatorParams(
+                user_turn_strategies=ontime_user_turn_strategies(
+                    enable_interruptions=interruptions, wait_for_transcript=False
+                ),
+            )
+        else:
             user_params = LLMUserAggregatorParams(
                 vad_analyzer=SileroVADAnalyzer(),
                 user_turn_strategies=UserTurnStrategies(
@@ -395,6 +408,10 @@ def main():
                    help="own: Silero VAD + Smart Turn v3 in the bot; ontime: the gateway's events")
     p.add_argument("--interruptions", choices=["on", "off"],
                    default=os.environ.get("BOT_INTERRUPTIONS", "on"))
+    p.add_argument("--audio", choices=[f.value for f in OntimeAudioFormat],
+                   default=os.environ.get("BOT_AUDIO", OntimeAudioFormat.MULAW_8K.value),
+                   help="the media format the gateway streams: mulaw_8k (Twilio's) or l16_16k "
+                        '(--ws-content-type "audio/l16;rate=16000")')
     p.add_argument("--goodbye", action="store_true", default=os.environ.get("BOT_GOODBYE") == "1",
                    help="after the first reply, say goodbye and close the WebSocket (1000)")
     p.add_argument("--reply", default=str(REPO / "gateway/assets/stub_reply.wav"))

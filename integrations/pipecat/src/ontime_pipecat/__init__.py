@@ -8,10 +8,13 @@ model off; :func:`ontime_user_turn_strategies` is the matching turn configuratio
 :class:`HeardReplyTrimmer` uses ``ontime.barge_in``'s ``heardMs`` to keep only the heard part
 of a cut reply in the LLM context. :class:`OntimeTranscriptForwarder`, placed after the STT
 service, sends its results back as ``ontime.transcript`` for the gateway's reply hold-back.
+``OntimeFrameSerializer.InputParams(audio_format=OntimeAudioFormat.L16_16K)`` speaks the
+gateway's 16 kHz PCM (``--ws-content-type "audio/l16;rate=16000"``) instead of µ-law.
 """
 
 from ontime_pipecat.heard import HeardReplyTrimmer, SpokenText, trim_to_heard
 from ontime_pipecat.serializer import (
+    OntimeAudioFormat,
     OntimeBargeInFrame,
     OntimeFrameSerializer,
     OntimeTurnResumedFrame,
@@ -22,6 +25,7 @@ from ontime_pipecat.transcript import OntimeTranscriptForwarder, ontime_transcri
 
 __all__ = [
     "HeardReplyTrimmer",
+    "OntimeAudioFormat",
     "OntimeBargeInFrame",
     "OntimeFrameSerializer",
     "OntimeTranscriptForwarder",
