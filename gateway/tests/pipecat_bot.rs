@@ -295,6 +295,49 @@ fn ontime_events_take_the_turn_with_the_bots_vad_off() {
     c.finish(|| call.context.clone());
 }
 
+/// (b') The same at 16 kHz: the gateway streams `audio/l16;rate=16000` both ways and the bot's
+/// `OntimeFrameSerializer` takes it (`--audio l16_16k`): pipecat hears the caller at its
+/// pipeline's 16 kHz, ontime's events end the turn, and the caller hears the reply whole.
+#[test]
+fn a_bot_at_16k_takes_the_turn_and_its_reply_is_heard_whole() {
+    if !tools() {
+        return;
+    }
+    let _one = one_at_a_time();
+    let call = one_utterance_call(
+        "l16",
+        "I would like to check the status of my order please.",
+        &["--turn", "ontime", "--audio", "l16_16k"],
+        &[
+            "--ws-ontime-events",
+            "true",
+            "--ws-content-type",
+            "audio/l16;rate=16000",
+        ],
+    );
+    let rec = call.record();
+    let mut c = Checks::default();
+    c.check(
+        rec["audio_format"] == "l16_16k",
+        format!(
+            "the bot ran at 16 kHz (audio_format {})",
+            rec["audio_format"]
+        ),
+    );
+    let turns = rec["ontime_events"]["ontime.turn_ended"].as_u64();
+    c.check(
+        turns == Some(1)
+            && rec["user_turns_ended"].as_u64() == turns
+            && rec["replies"].as_u64() == turns,
+        format!(
+            "each ontime.turn_ended ({turns:?}) ended a user turn ({}) and got a reply ({})",
+            rec["user_turns_ended"], rec["replies"]
+        ),
+    );
+    check_reply_whole_after_the_turn(&mut c, &call);
+    c.finish(|| call.context.clone());
+}
+
 /// (c) After its reply the bot says a 3 s goodbye and closes the WebSocket with 1000: the caller
 /// hears the goodbye whole, and the gateway's BYE (Reason cause 16, agent hung up) within
 /// 300 ms of its last packet.
