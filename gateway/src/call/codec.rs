@@ -156,6 +156,12 @@ impl LineDecoder {
         }
     }
 
+    /// Whether what it decodes depends on every earlier payload (G.722's ADPCM), so a payload
+    /// skipped puts it out of step with the caller's encoder.
+    pub(crate) fn is_stateful(&self) -> bool {
+        matches!(self, LineDecoder::G722 { .. })
+    }
+
     /// Decodes one frame's payload into `out`; a short payload leaves the rest silent, bytes
     /// beyond one frame are ignored. On a wideband codec the 16 kHz frame is left in `wide`,
     /// and the answer is `true`.

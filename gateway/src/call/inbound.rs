@@ -21,7 +21,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use ontime_jitter::{JitterBuffer, JitterConfig, Playout, RtpPacketInfo};
+use ontime_jitter::{JitterBuffer, JitterConfig, Playout, PushOutcome, RtpPacketInfo};
 use ontime_rtp::dtmf::DtmfTracker;
 use ontime_rtp::stats::ReceiverStats;
 use ontime_rtp::{
@@ -86,10 +86,15 @@ pub struct InboundMedia {
     stats: Option<(u32, ReceiverStats)>,
     dtmf: DtmfTracker,
     decoder: LineDecoder,
+    /// The sequence number after the last frame decoded: a late packet with it can still be
+    /// decoded (unheard) to keep a stateful decoder in step with the caller's encoder.
+    decode_next: Option<u16>,
     last_frame: [i16; SAMPLES_PER_FRAME],
     concealed_run: u32,
     received: u64,
     dropped: u64,
+    /// Late packets decoded unheard to keep a stateful decoder in step.
+    late_decoded: u64,
     published: Published,
 }
 
@@ -131,10 +136,12 @@ impl InboundMedia {
             stats: None,
             dtmf: DtmfTracker::new(),
             decoder: LineDecoder::new(media.codec),
+            decode_next: None,
             last_frame: [0; SAMPLES_PER_FRAME],
             concealed_run: 0,
             received: 0,
             dropped: 0,
+            late_decoded: 0,
             published: Published::default(),
         }
     }
@@ -169,6 +176,7 @@ impl InboundMedia {
         }
         if media.codec != self.media.codec {
             self.decoder = LineDecoder::new(media.codec);
+            self.decode_next = None;
         }
         self.media = media;
     }
@@ -320,9 +328,26 @@ impl InboundMedia {
             payload_type: pkt.payload_type,
             payload: pkt.payload,
         };
-        if let Err(_e) = self.jitter.push(&info, arrival) {
-            self.dropped += 1;
-            return InboundOutcome::Dropped("payload_size");
+        match self.jitter.push(&info, arrival) {
+            Err(_e) => {
+                self.dropped += 1;
+                return InboundOutcome::Dropped("payload_size");
+            }
+            // Its frame was concealed, and the next one is not decoded yet: G.722 is ADPCM, and
+            // a decoder that skips a packet disagrees with the caller's encoder for the next
+            // 100-300 ms of what it hears. Decoded now, unheard, it stays in step.
+            Ok(PushOutcome::Late)
+                if self.decoder.is_stateful()
+                    && pkt.payload_type == self.media.payload_type
+                    && self.decode_next == Some(pkt.sequence_number) =>
+            {
+                let mut narrow = [0i16; SAMPLES_PER_FRAME];
+                let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+                self.decoder.decode(pkt.payload, &mut narrow, &mut wide);
+                self.decode_next = Some(pkt.sequence_number.wrapping_add(1));
+                self.late_decoded += 1;
+            }
+            Ok(_) => {}
         }
         self.received += 1;
         if self.first_audio.is_none() {
@@ -364,6 +389,7 @@ impl InboundMedia {
                     timestamp = Some(f.timestamp);
                     if f.payload_type == self.media.payload_type {
                         wideband = self.decoder.decode(f.payload, &mut out, &mut wide);
+                        self.decode_next = Some(f.sequence_number.wrapping_add(1));
                     } else {
                         out.fill(0); // comfort noise: play silence
                     }
@@ -484,6 +510,88 @@ mod tests {
             local_direction: Direction::SendRecv,
             srtp: false,
         }
+    }
+
+    /// A G.722 caller whose packet 40 comes after its slot: the slot is concealed, and the
+    /// packet, decoded unheard, keeps the decoder in step, so every frame after the concealed
+    /// one is exactly what an undisturbed decoder plays. Without the catch-up the frames after it
+    /// differ for hundreds of milliseconds (checked on a decoder that skips the packet).
+    #[test]
+    fn a_late_g722_packet_is_decoded_unheard_and_the_decoder_stays_in_step() {
+        let sdp: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        let g722 = NegotiatedMedia {
+            codec: Codec::G722,
+            payload_type: ontime_rtp::PT_G722,
+            ..media(sdp)
+        };
+        // 2 s of a two-tone voice, G.722 from the silence state, one payload per frame.
+        let wide: Vec<i16> = (0..32000)
+            .map(|n| {
+                let t = n as f32 / 16000.0;
+                (6000.0 * (2.0 * std::f32::consts::PI * 300.0 * t).sin()
+                    + 3000.0 * (2.0 * std::f32::consts::PI * 2100.0 * t).sin())
+                    as i16
+            })
+            .collect();
+        let mut coded = vec![0u8; 16000];
+        ontime_rtp::g722::Encoder::after_silence().encode(&wide, &mut coded);
+        let payloads: Vec<&[u8]> = coded.chunks(160).collect();
+        let late = 40usize;
+        // Every frame played, by RTP timestamp, for one caller; the late packet 25 ms after it
+        // was sent (one frame of buffer: after its due time, before the next frame's).
+        let run = |late_by: Option<Duration>| {
+            let t0 = Instant::now();
+            let mut m = InboundMedia::new(g722, Some(sdp.ip()), t0);
+            let mut p = Packetizer::with_initial(ontime_rtp::PT_G722, 7, 100, 0);
+            let mut buf = [0u8; 200];
+            let mut played: Vec<(Option<u32>, [i16; SAMPLES_PER_FRAME])> = Vec::new();
+            let mut held = None;
+            for (i, payload) in payloads.iter().enumerate() {
+                let n = p.write_frame(payload, &mut buf).unwrap();
+                let at = t0 + FRAME * i as u32;
+                if let (true, Some(by)) = (i == late, late_by) {
+                    held = Some((buf[..n].to_vec(), at + by));
+                } else {
+                    m.handle_datagram(&buf[..n], sdp, at);
+                }
+                for step in [Duration::ZERO, Duration::from_millis(10)] {
+                    if let Some((b, due)) = held.as_ref() {
+                        if *due <= at + step {
+                            m.handle_datagram(b, sdp, *due);
+                            held = None;
+                        }
+                    }
+                    m.pop(at + step, |f, _, ts| played.push((ts, *f)));
+                }
+            }
+            (played, m.late_decoded)
+        };
+        let (clean, none) = run(None);
+        let (disturbed, decoded) = run(Some(Duration::from_millis(25)));
+        assert_eq!((none, decoded), (0, 1), "the late packet was decoded once");
+        let by_ts = |v: &[(Option<u32>, [i16; SAMPLES_PER_FRAME])]| -> std::collections::HashMap<u32, [i16; SAMPLES_PER_FRAME]> {
+            v.iter().filter_map(|(ts, f)| ts.map(|t| (t, *f))).collect()
+        };
+        let (clean, disturbed) = (by_ts(&clean), by_ts(&disturbed));
+        let late_ts = 160 * late as u32;
+        assert!(!disturbed.contains_key(&late_ts), "its slot was concealed");
+        let after: Vec<u32> = (late as u32 + 1..late as u32 + 41)
+            .map(|k| 160 * k)
+            .collect();
+        let same = after
+            .iter()
+            .filter(|ts| clean.get(ts).is_some() && clean.get(ts) == disturbed.get(ts))
+            .count();
+        let differ: Vec<u32> = after
+            .iter()
+            .filter(|ts| clean.get(ts) != disturbed.get(ts))
+            .map(|ts| ts / 160)
+            .collect();
+        assert_eq!(
+            same,
+            after.len(),
+            "every frame after the concealed one as undisturbed; differ: {differ:?}"
+        );
     }
 
     #[test]
