@@ -580,7 +580,7 @@ mod tests {
             .collect();
         let same = after
             .iter()
-            .filter(|ts| clean.get(ts).is_some() && clean.get(ts) == disturbed.get(ts))
+            .filter(|ts| clean.contains_key(ts) && clean.get(ts) == disturbed.get(ts))
             .count();
         let differ: Vec<u32> = after
             .iter()
