@@ -156,6 +156,16 @@ impl LineDecoder {
         }
     }
 
+    /// Whether `payload` is the sender's silence fill for this codec (every byte its silence
+    /// byte).
+    pub(crate) fn is_fill(&self, payload: &[u8]) -> bool {
+        let silence = match self {
+            LineDecoder::G711(law) => law.silence(),
+            LineDecoder::G722 { .. } => g722::SILENCE_BYTE,
+        };
+        payload.iter().all(|b| *b == silence)
+    }
+
     /// Whether what it decodes depends on every earlier payload (G.722's ADPCM), so a payload
     /// skipped puts it out of step with the caller's encoder.
     pub(crate) fn is_stateful(&self) -> bool {
@@ -262,6 +272,39 @@ mod tests {
         let half: Vec<i16> = wide.iter().step_by(2).copied().collect();
         let (corr, lag) = best_correlation(&half[800..7000], &narrow[800..], 100);
         assert!(corr > 0.99, "PCMU: {corr} at {lag}");
+    }
+
+    /// The sender's fill is told from audio: on G.722 it decodes to what the last reply left
+    /// in the ADPCM state, a DC offset (here 26; up to 52 after speech-like replies, over the
+    /// echo canceller's reply floor at about 33), which is no reply to echo.
+    #[test]
+    fn the_senders_silence_fill_is_told_from_audio() {
+        let mut enc = LineEncoder::new(Codec::G722);
+        let mut dec = LineDecoder::new(Codec::G722);
+        let reply: Vec<i16> = (0..8000)
+            .map(|n| {
+                (12000.0 * (2.0 * std::f32::consts::PI * 300.0 * n as f32 / 8000.0).sin()) as i16
+            })
+            .collect();
+        let mut bytes = Vec::new();
+        enc.encode(&reply, &mut bytes);
+        let (mut pcm, mut wide) = (
+            [0i16; SAMPLES_PER_FRAME],
+            [0i16; WIDEBAND_SAMPLES_PER_FRAME],
+        );
+        for frame in bytes.chunks(FRAME_BYTES) {
+            assert!(!dec.is_fill(frame));
+            dec.decode(frame, &mut pcm, &mut wide);
+        }
+        let fill = [g722::SILENCE_BYTE; FRAME_BYTES];
+        assert!(dec.is_fill(&fill));
+        for _ in 0..50 {
+            dec.decode(&fill, &mut pcm, &mut wide);
+        }
+        let peak = pcm.iter().map(|s| s.unsigned_abs()).max().unwrap();
+        assert_eq!(peak, 26, "the fill decodes to a DC offset");
+        let pcmu = LineDecoder::new(Codec::Pcmu);
+        assert!(pcmu.is_fill(&[0xFF; FRAME_BYTES]) && !pcmu.is_fill(&[0xFE; FRAME_BYTES]));
     }
 
     #[test]

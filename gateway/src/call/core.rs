@@ -536,6 +536,9 @@ pub struct CallCore {
     rng: StdRng,
 }
 
+/// A frame of digital silence.
+const SILENT_FRAME: [i16; SAMPLES_PER_FRAME] = [0; SAMPLES_PER_FRAME];
+
 /// One frame of the caller's audio as the jitter buffer played it: at 8 kHz, at 16 kHz when
 /// the codec is wideband, and its RTP timestamp (`None` for concealment).
 type Popped = (
@@ -1985,7 +1988,12 @@ impl CallCore {
             let wideband = self.sent_decoder.decode(&f.payload, &mut pcm, &mut wide);
             let at = self.samples_since_answer(origin + f.scheduled);
             if let Some(echo) = self.echo.as_mut() {
-                echo.push_reference(at, &pcm);
+                // The sender's silence fill is no reply to echo. On G.722 it decodes to what
+                // the last reply left in the ADPCM state, a DC offset of up to −56 dBFS, which
+                // is above the canceller's reply floor: taken as the reference, every silence
+                // after the first reply looked like a reply playing.
+                let fill = self.sent_decoder.is_fill(&f.payload);
+                echo.push_reference(at, if fill { &SILENT_FRAME } else { &pcm });
             }
             if self.settings.record {
                 self.outputs.push_back(CallOutput::Record {
