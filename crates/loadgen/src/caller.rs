@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ontime_rtp::{Packetizer, PT_PCMU};
+use ontime_rtp::{g722, Packetizer};
 use ontime_sender::{Controller, PacketInfo, PacketSink, StreamConfig, StreamEvent, StreamOutput};
 use ontime_sip::sdp::{self, Codec, LocalMedia};
 use ontime_sip::{CallParams, EndReason, SessionDescription, Transport};
@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
-use crate::audio::{is_silent_payload, Utterance};
+use crate::audio::{is_silent_payload, Ear, G722Speech, Utterance};
 use crate::listen::{AgentListener, AgentUtterance, Heard};
 use crate::os;
 use crate::sip::{CallEvent, SipClient};
@@ -85,7 +85,77 @@ pub fn parse_media_list(s: &str) -> Result<Vec<Media>, String> {
     Ok(kinds)
 }
 
-/// A caller's offer for `local` (PCMU only): for [`Media::Srtp`] on `RTP/SAVP` with one
+/// What callers speak: G.711 µ-law as recorded, or G.722 encoded ahead of time.
+#[derive(Debug, Clone, Default)]
+pub enum CallerCodec {
+    /// Offer PCMU only, send the recordings' µ-law bytes.
+    #[default]
+    Pcmu,
+    /// Offer G722 only, send [`G722Speech`]: one per utterance, in the order of
+    /// [`CallerSetup::utterances`].
+    G722(Arc<[G722Speech]>),
+}
+
+impl CallerCodec {
+    /// Callers of `codec` (PCMU or G722) saying `utterances` (encoded here, once, for G.722).
+    pub fn new(codec: Codec, utterances: &[Utterance]) -> Result<CallerCodec, String> {
+        match codec {
+            Codec::Pcmu => Ok(CallerCodec::Pcmu),
+            Codec::G722 => Ok(CallerCodec::G722(
+                utterances.iter().map(G722Speech::new).collect(),
+            )),
+            other => Err(format!("callers speak PCMU or G722, not {other}")),
+        }
+    }
+
+    /// The one codec the callers offer.
+    pub fn codec(&self) -> Codec {
+        match self {
+            CallerCodec::Pcmu => Codec::Pcmu,
+            CallerCodec::G722(_) => Codec::G722,
+        }
+    }
+
+    /// The byte the caller's sender fills silence with, and the caller's mid-sentence pause.
+    pub fn silence_byte(&self) -> u8 {
+        match self {
+            // µ-law 0xFF decodes to 0.
+            CallerCodec::Pcmu => 0xFF,
+            CallerCodec::G722(_) => g722::SILENCE_BYTE,
+        }
+    }
+
+    /// Utterance `index` (of `utterances`) as this caller pushes it: the piece before the
+    /// mid-sentence pause at `pause_at` (if any), and the piece from there (or from the start) to
+    /// the end. Byte `i` of a piece is the same instant as µ-law byte `i` of the recording.
+    fn pieces<'a>(
+        &'a self,
+        utterances: &'a [Utterance],
+        index: usize,
+        pause_at: Option<usize>,
+    ) -> (&'a [u8], &'a [u8]) {
+        let ulaw = &utterances[index].ulaw[..];
+        match (self, pause_at) {
+            (CallerCodec::Pcmu, None) => (&[], ulaw),
+            (CallerCodec::Pcmu, Some(at)) => ulaw.split_at(at),
+            (CallerCodec::G722(speech), None) => (&[], &speech[index].whole[..]),
+            (CallerCodec::G722(speech), Some(_)) => match &speech[index].split {
+                Some(split) => (&split.head[..], &split.tail[..]),
+                None => (&[], &speech[index].whole[..]),
+            },
+        }
+    }
+}
+
+/// `--codec`: PCMU or G722 (any case).
+pub fn parse_codec(s: &str) -> Result<Codec, String> {
+    match Codec::from_name(s.trim()) {
+        Some(c @ (Codec::Pcmu | Codec::G722)) => Ok(c),
+        _ => Err(format!("codec {s:?}: expected PCMU or G722")),
+    }
+}
+
+/// A caller's offer for `local` (its one codec): for [`Media::Srtp`] on `RTP/SAVP` with one
 /// `a=crypto` line per supported suite, each a fresh key, returned too so the answer's line can
 /// be matched against them ([`answer_keys`]).
 pub fn caller_offer(
@@ -159,6 +229,8 @@ pub struct CallerSetup {
     /// The share of those utterances (0–1, seeded per turn) that get the pause; the rest are
     /// said in one go, so a caller who pauses by habit also ends sentences without one.
     pub mid_pause_share: f64,
+    /// What callers offer and send: PCMU, or G.722 encoded from [`CallerSetup::utterances`].
+    pub codec: CallerCodec,
 }
 
 /// Something a caller observed.
@@ -220,12 +292,15 @@ pub enum RecordKind {
     },
 }
 
-/// Room for one protected packet: the caller sends 12-byte headers and 160-byte PCMU frames.
+/// Room for one protected packet: the caller sends 12-byte headers and 160-byte PCMU or G.722
+/// frames.
 const SRTP_SCRATCH: usize = 12 + 160 + MAX_SRTP_TAG_LEN;
 
 /// Sends the caller's packets and notes when the last packet carrying speech (a non-silent
 /// payload) left: the turn's start. Runs on the sender's tick, so only a non-blocking `sendto`,
-/// an atomic store and, for SRTP, protecting a copy in a buffer allocated with the sink.
+/// an atomic store, for SRTP protecting a copy in a buffer allocated with the sink, and for
+/// G.722 decoding the frame into a stack buffer (every frame, silence included: the decoder
+/// follows the stream as the gateway's does).
 struct SpeechSink {
     socket: Arc<std::net::UdpSocket>,
     remote: SocketAddr,
@@ -236,6 +311,8 @@ struct SpeechSink {
     srtp: Option<(SrtpContext, Box<[u8; SRTP_SCRATCH]>)>,
     /// Packets SRTP refused to protect (not sent).
     srtp_errors: Arc<AtomicU64>,
+    /// Judges what is sent as the gateway hears it.
+    ear: Ear,
 }
 
 impl PacketSink for SpeechSink {
@@ -265,10 +342,17 @@ impl PacketSink for SpeechSink {
             }
         };
         // Speech, not just an utterance's frame: a file's leading and trailing quiet frames do
-        // not end the caller's speech (a 160-byte table decode, no allocation).
-        let voiced = !info.silence
-            && ontime_rtp::parse_rtp(packet)
-                .is_ok_and(|p| !is_silent_payload(p.payload, p.payload_type));
+        // not end the caller's speech (a 160-byte table decode, no allocation; G.722: a decode
+        // of every frame, in order, into a stack buffer).
+        let voiced = if self.ear.is_stateful() {
+            let heard = ontime_rtp::parse_rtp(packet)
+                .is_ok_and(|p| !self.ear.is_silent(p.payload, p.payload_type));
+            !info.silence && heard
+        } else {
+            !info.silence
+                && ontime_rtp::parse_rtp(packet)
+                    .is_ok_and(|p| !is_silent_payload(p.payload, p.payload_type))
+        };
         if voiced {
             let ns = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
             self.last_speech_ns.store(ns, Relaxed);
@@ -375,8 +459,9 @@ pub async fn run_caller(
     if let Err(e) = os::enable_receive_timestamps(socket.as_raw_fd()) {
         tracing::warn!(error = %e, "no kernel receive timestamps: arrival times carry the harness's lag");
     }
+    let codec = setup.codec.codec();
     let mut local = LocalMedia::new(local_rtp, id as u64 + 1);
-    local.codecs = vec![Codec::Pcmu];
+    local.codecs = vec![codec];
     local.telephone_event = false;
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let invited = Instant::now();
@@ -426,9 +511,12 @@ pub async fn run_caller(
             return fail("200 OK without SDP".into());
         }
     };
-    let Some(remote) = media.remote_rtp.filter(|_| media.payload_type == PT_PCMU) else {
+    let Some(remote) = media
+        .remote_rtp
+        .filter(|_| media.payload_type == codec.payload_type())
+    else {
         setup.sip.hangup(call);
-        return fail(format!("answer has no PCMU RTP address: {media:?}"));
+        return fail(format!("answer has no {codec} RTP address: {media:?}"));
     };
     let keys = match (setup.media, &answer) {
         (Media::Srtp, Some(answer)) => match answer_keys(answer, &offered_crypto) {
@@ -457,9 +545,10 @@ pub async fn run_caller(
             .as_ref()
             .map(|k| (k.outbound(), Box::new([0u8; SRTP_SCRATCH]))),
         srtp_errors: Arc::clone(&srtp_errors),
+        ear: Ear::new(codec),
     };
     let mut producer = match setup.sender.add_stream(StreamConfig::new(
-        Packetizer::new(PT_PCMU),
+        Packetizer::new(codec.payload_type()),
         StreamOutput::Sink(Box::new(sink)),
     )) {
         Ok(p) => p,
@@ -471,6 +560,8 @@ pub async fn run_caller(
 
     let mut rng = StdRng::seed_from_u64(seed);
     let mut listener = AgentListener::new();
+    // What the caller hears, decoded in arrival order (one G.722 decoder for the call).
+    let mut ear = Ear::new(codec);
     let mut phase = Phase::Pausing {
         until: Instant::now() + random_pause(&mut rng),
     };
@@ -507,7 +598,7 @@ pub async fn run_caller(
                     };
                     if let (true, Some(n)) = (from == remote, clear) {
                         if let Ok(p) = ontime_rtp::parse_rtp(&buf[..n]) {
-                            let silent = is_silent_payload(p.payload, p.payload_type);
+                            let silent = ear.is_silent(p.payload, p.payload_type);
                             heard = listener.on_packet(p.sequence_number, silent, arrival);
                         }
                     }
@@ -609,21 +700,26 @@ pub async fn run_caller(
                 });
                 let mut marked = true;
                 let mut from = 0;
+                let (head, rest) =
+                    setup
+                        .codec
+                        .pieces(&setup.utterances, index, split.map(|(at, _)| at));
                 if let Some((at, quiet)) = split {
                     // The pause replaces the quietest frame between two words with line
-                    // silence (µ-law 0xFF decodes to 0), as a caller who stops to think.
-                    producer.push(&utterance.ulaw[..at]);
+                    // silence (µ-law 0xFF decodes to 0; G.722's silence byte, which the piece
+                    // after it is encoded to follow), as a caller who stops to think.
+                    producer.push(head);
                     marked &= producer.mark(pause_mark(turn)).is_ok();
-                    producer.push(&vec![0xFF; quiet]);
+                    producer.push(&vec![setup.codec.silence_byte(); quiet]);
                     marked &= producer.mark(resume_mark(turn)).is_ok();
                     from = at;
                 }
-                producer.push(&utterance.ulaw[from..voiced_end]);
+                producer.push(&rest[..voiced_end - from]);
                 marked &= producer.mark(end_mark(turn)).is_ok();
                 if !marked {
                     break Some("harness mark queue full".into());
                 }
-                producer.push(&utterance.ulaw[voiced_end..]);
+                producer.push(&rest[voiced_end - from..]);
                 producer.end_utterance();
                 phase = Phase::Speaking {
                     turn,
@@ -753,6 +849,65 @@ mod tests {
         assert!(answer_keys(&plain, &crypto)
             .unwrap_err()
             .contains("answered on RTP/AVP"));
+    }
+
+    #[test]
+    fn a_g722_caller_offers_g722_only_and_the_gateways_default_answers_it() {
+        let mut ours = local();
+        ours.codecs = vec![Codec::G722];
+        let (offer, _) = caller_offer(&ours, Media::Rtp).unwrap();
+        let (text, offer) = on_the_wire(&offer);
+        assert!(text.contains("m=audio 40000 RTP/AVP 9\r\n"), "{text}");
+        assert!(text.contains("a=rtpmap:9 G722/8000\r\n"), "{text}");
+        assert!(!text.contains("PCMU"), "{text}");
+        // The gateway's default `--codecs PCMU,PCMA,G722` answers it with G.722 on type 9.
+        let gateway = LocalMedia::new("127.0.0.1:50000".parse().unwrap(), 2);
+        let (answer, negotiated) = sdp::answer_offer(&offer, &gateway).unwrap();
+        assert_eq!(
+            (negotiated.codec, negotiated.payload_type),
+            (Codec::G722, 9)
+        );
+        let heard = sdp::read_answer(&on_the_wire(&answer).1, &ours).unwrap();
+        assert_eq!(heard.payload_type, Codec::G722.payload_type());
+        // A gateway with G.711 only (`--codecs PCMU,PCMA`) has nothing in common with it.
+        let mut g711 = gateway.clone();
+        g711.codecs = vec![Codec::Pcmu, Codec::Pcma];
+        assert!(sdp::answer_offer(&offer, &g711).is_err());
+    }
+
+    #[test]
+    fn codecs_and_the_pieces_callers_push() {
+        assert_eq!(parse_codec("PCMU"), Ok(Codec::Pcmu));
+        assert_eq!(parse_codec("g722"), Ok(Codec::G722));
+        assert!(parse_codec("PCMA").is_err());
+        assert!(parse_codec("opus").is_err());
+        let speech = vec![0x10u8; 160 * 100];
+        let utterances = [Utterance::new("s", speech.clone())];
+        let at = utterances[0].pause_point().unwrap();
+        // PCMU: the recording's own bytes, cut at the pause point.
+        let pcmu = CallerCodec::new(Codec::Pcmu, &utterances).unwrap();
+        assert_eq!((pcmu.codec(), pcmu.silence_byte()), (Codec::Pcmu, 0xFF));
+        assert_eq!(pcmu.pieces(&utterances, 0, None), (&[][..], &speech[..]));
+        assert_eq!(
+            pcmu.pieces(&utterances, 0, Some(at)),
+            (&speech[..at], &speech[at..])
+        );
+        // G.722: the encoded pieces, as long as the µ-law ones.
+        let g722 = CallerCodec::new(Codec::G722, &utterances).unwrap();
+        assert_eq!(
+            (g722.codec(), g722.silence_byte()),
+            (Codec::G722, g722::SILENCE_BYTE)
+        );
+        let CallerCodec::G722(encoded) = &g722 else {
+            unreachable!()
+        };
+        let (head, tail) = g722.pieces(&utterances, 0, Some(at));
+        let split = encoded[0].split.as_ref().unwrap();
+        assert_eq!((head, tail), (&split.head[..], &split.tail[..]));
+        assert_eq!((head.len(), tail.len()), (at, speech.len() - at));
+        let (none, whole) = g722.pieces(&utterances, 0, None);
+        assert_eq!((none.len(), whole), (0, &encoded[0].whole[..]));
+        assert!(CallerCodec::new(Codec::Pcma, &utterances).is_err());
     }
 
     #[test]

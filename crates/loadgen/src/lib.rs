@@ -9,7 +9,8 @@
 //! 20 ms late; capacity is the most calls admitted in a step with every step up to it ok
 //! ([`stats`]).
 //!
-//! - [`audio`]: the callers' µ-law fixtures and the silence test for received frames;
+//! - [`audio`]: the callers' µ-law fixtures, the same speech G.722-encoded for `--codec G722`,
+//!   and the silence test for received frames (G.722 through one decoder per stream);
 //! - [`listen`]: sans-IO, what one caller hears (agent utterances, underruns) — unit- and
 //!   property-tested on simulated time;
 //! - [`sip`], [`caller`]: the callers (one `ontime-sip` endpoint, RTP paced by `ontime-sender`);

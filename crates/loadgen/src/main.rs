@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use ontime_loadgen::caller::{self, CallerSetup, Media};
+use ontime_loadgen::caller::{self, CallerCodec, CallerSetup, Media};
 use ontime_loadgen::gateway::{self, Placement, SpawnedGateway};
 use ontime_loadgen::http::MetricsUrl;
 use ontime_loadgen::report::{self, JsonReport, Machine};
@@ -54,6 +54,11 @@ struct Args {
     /// twice back to back, plain then SRTP; or name the order: srtp,rtp).
     #[arg(long, default_value = "rtp", value_parser = caller::parse_media_list)]
     media: std::vec::Vec<Media>,
+    /// The callers' codec, the only one they offer: PCMU (the recordings' µ-law) or G722 (the
+    /// recordings upsampled to 16 kHz and G.722-encoded before the run; what callers hear is
+    /// decoded, in order, one decoder per call).
+    #[arg(long, default_value = "PCMU", value_parser = caller::parse_codec)]
+    codec: ontime_rtp::Codec,
     /// Seconds over which a step's calls are started.
     #[arg(long, default_value_t = 10.0)]
     ramp: f64,
@@ -206,6 +211,7 @@ fn main() -> anyhow::Result<()> {
     let utterances: Arc<[audio::Utterance]> = audio::load_callers_dir(&args.callers)
         .with_context(|| "loading caller speech (run from the workspace root or pass --callers)")?
         .into();
+    let caller_codec = CallerCodec::new(args.codec, &utterances).map_err(anyhow::Error::msg)?;
     let max_calls = args.steps.iter().copied().max().unwrap_or(1);
     if args.soak && args.calls == 0 {
         bail!("--calls must be above 0");
@@ -298,6 +304,7 @@ fn main() -> anyhow::Result<()> {
             media: args.media.first().copied().unwrap_or_default(),
             mid_pause,
             mid_pause_share: args.mid_pause_share,
+            codec: caller_codec,
         });
         let view = GatewayView {
             metrics,
@@ -339,8 +346,13 @@ fn main() -> anyhow::Result<()> {
         let bar = ProgressBar::new_spinner();
         bar.set_style(ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
         bar.enable_steady_tick(Duration::from_millis(200));
+        // PCMU, the default, is not named: the line reads as it always has.
+        let codec_text = match args.codec {
+            ontime_rtp::Codec::Pcmu => String::new(),
+            other => format!(", codec {other}"),
+        };
         eprintln!(
-            "ontime-load: {} steps {:?}, media {}, gateway {destination} ({placement_text}), windows {}+{}+{} s",
+            "ontime-load: {} steps {:?}, media {}{codec_text}, gateway {destination} ({placement_text}), windows {}+{}+{} s",
             plan.steps.len(),
             plan.steps,
             plan.media.iter().map(|m| m.name()).collect::<Vec<_>>().join(" then "),
@@ -422,6 +434,7 @@ fn main() -> anyhow::Result<()> {
                 idle_rss_mb: results.idle_rss_mb,
                 rss_per_call_mb: results.rss_per_call_mb,
                 placement: placement_text.clone(),
+                codec: (args.codec != ontime_rtp::Codec::Pcmu).then(|| args.codec.encoding_name()),
                 windows: plan.windows,
                 command: command.clone(),
                 started_utc: started_utc.clone(),

@@ -146,6 +146,10 @@ pub struct JsonReport<'a> {
     pub rss_per_call_mb: Option<f64>,
     /// Where the gateway ran.
     pub placement: String,
+    /// The callers' codec when it is not PCMU (`G722`); absent for PCMU, so a PCMU run's JSON
+    /// reads as before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub codec: Option<&'static str>,
     /// Step windows.
     pub windows: Windows,
     /// The command line.

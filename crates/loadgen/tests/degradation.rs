@@ -18,12 +18,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use ontime_loadgen::audio::{self, is_silent_payload};
-use ontime_loadgen::caller::{CallerSetup, Media};
+use ontime_loadgen::audio::{self, Ear, G722Speech};
+use ontime_loadgen::caller::{CallerCodec, CallerSetup, Media};
 use ontime_loadgen::http::MetricsUrl;
 use ontime_loadgen::run::{self, GatewayView, RunPlan, RunResults, Windows};
 use ontime_loadgen::sip::SipClient;
-use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, PT_PCMU};
+use ontime_rtp::{g722, Codec, Packetizer, FRAME, FRAME_BYTES};
 use ontime_sender::{EngineConfig, Sender, SenderConfig};
 use ontime_sip::sdp::{self, LocalMedia};
 use ontime_sip::{Config, Endpoint, Event, SrtpPolicy};
@@ -50,6 +50,10 @@ struct Behaviour {
     /// Answer at most this many calls at once; refuse the rest with 503 + Retry-After and
     /// serve `ontime_admission_headroom_calls` (the limit minus the calls up) on /metrics.
     admit_limit: Option<usize>,
+    /// The codec the fake speaks (it answers an offer with the first of PCMU, PCMA, G722 in it,
+    /// like the gateway's default, but sends only this one): PCMU, or G.722 encoded from the
+    /// after-silence state, as the gateway does after a run of line silence.
+    codec: Codec,
 }
 
 impl Behaviour {
@@ -61,11 +65,12 @@ impl Behaviour {
             stall_every: None,
             forge_first: 0,
             admit_limit: None,
+            codec: Codec::Pcmu,
         }
     }
 }
 
-/// What the fake saw of the callers' SRTP, over all calls.
+/// What the fake saw of the callers' SRTP and codecs, over all calls.
 #[derive(Default)]
 struct SrtpSeen {
     /// Calls answered with SRTP.
@@ -76,6 +81,10 @@ struct SrtpSeen {
     refused: AtomicU64,
     /// Reply packets the fake forged.
     forged: AtomicU64,
+    /// Caller packets whose payload type was not the call's codec's.
+    foreign_payload_types: AtomicU64,
+    /// Calls answered with G.722.
+    g722_calls: AtomicUsize,
 }
 
 struct FakeGateway {
@@ -139,12 +148,24 @@ fn media(
     active: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     srtp: Option<(SdesKeys, Arc<SrtpSeen>)>,
+    seen: Arc<SrtpSeen>,
 ) {
     let mut contexts: Option<(SrtpContext, SrtpContext)> =
         srtp.as_ref().map(|(k, _)| (k.outbound(), k.inbound()));
     let mut forged = 0u64;
     socket.set_nonblocking(true).unwrap();
-    let mut packetizer = Packetizer::new(PT_PCMU);
+    let (reply, silence_byte): (Arc<[u8]>, u8) = match b.codec {
+        Codec::G722 => (
+            G722Speech::new(&audio::Utterance::new("reply", Arc::clone(&b.reply)))
+                .whole
+                .clone(),
+            g722::SILENCE_BYTE,
+        ),
+        _ => (Arc::clone(&b.reply), 0xFF),
+    };
+    // What the fake hears of the caller: G.722 through one decoder, in order.
+    let mut ear = Ear::new(b.codec);
+    let mut packetizer = Packetizer::new(b.codec.payload_type());
     let start = Instant::now();
     let mut slot = 0u32;
     let mut heard_speech = false;
@@ -171,7 +192,10 @@ fn media(
                 }
             }
             if let Ok(p) = ontime_rtp::parse_rtp(&buf[..n]) {
-                if !is_silent_payload(p.payload, p.payload_type) {
+                if p.payload_type != b.codec.payload_type() {
+                    seen.foreign_payload_types.fetch_add(1, AcqRel);
+                }
+                if !ear.is_silent(p.payload, p.payload_type) {
                     heard_speech = true;
                     last_voice = now;
                 }
@@ -198,11 +222,11 @@ fn media(
         }
         stalled_until = None;
         while start + FRAME * (slot + 1) <= Instant::now() {
-            let mut payload = [0xFFu8; FRAME_BYTES];
+            let mut payload = [silence_byte; FRAME_BYTES];
             if let Some(at) = playing {
-                let end = (at + FRAME_BYTES).min(b.reply.len());
-                payload[..end - at].copy_from_slice(&b.reply[at..end]);
-                playing = (end < b.reply.len()).then_some(end);
+                let end = (at + FRAME_BYTES).min(reply.len());
+                payload[..end - at].copy_from_slice(&reply[at..end]);
+                playing = (end < reply.len()).then_some(end);
                 played_frames += 1;
             }
             let mut len = packetizer.write_frame(&payload, &mut packet).unwrap();
@@ -297,6 +321,10 @@ fn start_fake(b: Behaviour) -> FakeGateway {
                             srtp2.calls.fetch_add(1, AcqRel);
                             (k, Arc::clone(&srtp2))
                         });
+                        if media_info.codec == Codec::G722 {
+                            srtp2.g722_calls.fetch_add(1, AcqRel);
+                        }
+                        let seen = Arc::clone(&srtp2);
                         ep.answer(c.call, &answer, Instant::now()).unwrap();
                         active.fetch_add(1, AcqRel);
                         let call_stop = Arc::new(AtomicBool::new(false));
@@ -305,7 +333,7 @@ fn start_fake(b: Behaviour) -> FakeGateway {
                         calls.push((
                             c.call,
                             call_stop,
-                            std::thread::spawn(move || media(rtp, remote, b, a, s, srtp)),
+                            std::thread::spawn(move || media(rtp, remote, b, a, s, srtp, seen)),
                         ));
                     }
                     Event::Ended { call, .. } => {
@@ -343,6 +371,16 @@ fn start_fake(b: Behaviour) -> FakeGateway {
 static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn run_against(fake: &FakeGateway, steps: &[usize], media: &[Media], measure_s: f64) -> RunResults {
+    run_against_codec(fake, steps, media, measure_s, Codec::Pcmu)
+}
+
+fn run_against_codec(
+    fake: &FakeGateway,
+    steps: &[usize],
+    media: &[Media],
+    measure_s: f64,
+    codec: Codec,
+) -> RunResults {
     let _turn = ONE_RUN_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -365,15 +403,17 @@ fn run_against(fake: &FakeGateway, steps: &[usize], media: &[Media], measure_s: 
         let sip = SipClient::start("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
+        // "Yes." (0.7 s): many turns in a short window.
+        let utterances: Arc<[audio::Utterance]> = vec![audio::Utterance {
+            name: "utterance_3".into(),
+            ulaw: fixture("utterance_3.ulaw.wav"),
+        }]
+        .into();
         let setup = Arc::new(CallerSetup {
             sip,
             sender: controller,
-            // "Yes." (0.7 s): many turns in a short window.
-            utterances: vec![audio::Utterance {
-                name: "utterance_3".into(),
-                ulaw: fixture("utterance_3.ulaw.wav"),
-            }]
-            .into(),
+            codec: CallerCodec::new(codec, &utterances).unwrap(),
+            utterances,
             target_uri: format!("sip:bot@{destination}"),
             destination,
             local_ip: "127.0.0.1".parse().unwrap(),
@@ -421,6 +461,7 @@ fn a_prompt_gateway_is_ok_and_one_that_slows_with_load_is_not() {
         stall_every: None,
         forge_first: 0,
         admit_limit: None,
+        codec: Codec::Pcmu,
     });
     let r = run_against(&fake, &[1, 3], &[Media::Rtp], 12.0);
     let (one, three) = (&r.steps[0], &r.steps[1]);
@@ -452,6 +493,7 @@ fn a_gateway_whose_sender_stalls_mid_reply_has_underruns() {
         stall_every: Some((30, Duration::from_millis(150))),
         forge_first: 0,
         admit_limit: None,
+        codec: Codec::Pcmu,
     });
     let r = run_against(&fake, &[2], &[Media::Rtp], 12.0);
     let s = &r.steps[0];
@@ -468,6 +510,33 @@ fn a_gateway_whose_sender_stalls_mid_reply_has_underruns() {
         "{s:?}"
     );
     assert_eq!(r.capacity, 0);
+}
+
+#[test]
+fn g722_callers_are_heard_and_answered_in_g722() {
+    // A prompt fake that speaks G.722 only: it hears the caller through its own decoder and
+    // replies with G.722 encoded from the after-silence state, as the gateway does.
+    let fake = start_fake(Behaviour {
+        codec: Codec::G722,
+        ..Behaviour::prompt("utterance_3.ulaw.wav")
+    });
+    let r = run_against_codec(&fake, &[1], &[Media::Rtp], 8.0, Codec::G722);
+    let s = &r.steps[0];
+    assert!(s.ok, "{:?}", s.reasons);
+    assert_eq!(
+        (s.offered, s.admitted, s.refused, s.failed_calls),
+        (1, 1, 0, 0),
+        "{s:?}"
+    );
+    assert_eq!((s.unanswered_turns, s.underruns), (0, 0), "{s:?}");
+    assert!(s.turns >= 2, "{s:?}");
+    // As with PCMU: the caller stops → 300 ms of silence → 100 ms delay → first frame.
+    let p50 = s.lat_p50_ms.unwrap();
+    assert!((350.0..800.0).contains(&p50), "p50 {p50}");
+    // The one call was G.722, and every packet the caller sent was payload type 9.
+    assert_eq!(fake.srtp.g722_calls.load(Acquire), 1);
+    assert_eq!(fake.srtp.foreign_payload_types.load(Acquire), 0);
+    assert_eq!(r.capacity, 1);
 }
 
 #[test]
