@@ -15,7 +15,8 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 
 use ontime_twilio::twiml::{
-    parse, DialTarget, LegTwiml, TwimlError, Verb, DIAL_TIME_LIMIT_MAX, MAX_DIAL_NOUNS, MAX_PAUSE_SECS, MAX_TWIML_BYTES,
+    parse, DialTarget, LegTwiml, TwimlError, Verb, DIAL_TIME_LIMIT_MAX, MAX_DIAL_NOUNS,
+    MAX_PAUSE_SECS, MAX_TWIML_BYTES,
 };
 
 /// `MAX_ELEMENTS` and `MAX_DIGITS` of twiml.rs (private there): elements per document, digits
@@ -100,8 +101,17 @@ fn write(verbs: &[Verb]) -> (String, usize) {
                 }
                 xml.push_str("</Dial>");
             }
-            Verb::ConnectStream { url, parameters } => {
-                let _ = write!(xml, "<Connect><Stream url=\"{}\">", esc(url));
+            Verb::ConnectStream {
+                url,
+                parameters,
+                audio,
+            } => {
+                // The content type only when not the default: the canonical form of both.
+                let content_type = match audio {
+                    ontime_twilio::StreamAudio::Mulaw8k => String::new(),
+                    other => format!(" contentType=\"{}\"", other.content_type()),
+                };
+                let _ = write!(xml, "<Connect><Stream url=\"{}\"{content_type}>", esc(url));
                 for (name, value) in parameters {
                     let _ = write!(
                         xml,
@@ -172,7 +182,15 @@ fn check_verb(v: &Verb) {
                 }
             }
         }
-        Verb::ConnectStream { url, parameters } => {
+        Verb::ConnectStream {
+            url,
+            parameters,
+            audio,
+        } => {
+            assert!(
+                ontime_twilio::StreamAudio::ALL.contains(audio),
+                "stream audio {audio:?}"
+            );
             assert!(
                 (url.starts_with("ws://") || url.starts_with("wss://")) && url.len() >= 7,
                 "stream URL {url:?}"
