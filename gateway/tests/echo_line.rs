@@ -63,6 +63,8 @@ struct Done {
     call: EchoCall,
     cdr: Value,
     metrics: String,
+    /// The gateway's log lines about barge-ins (each with what the canceller knew then).
+    barge_in_log: String,
 }
 
 impl Done {
@@ -79,7 +81,7 @@ impl Done {
     fn context(&self) -> String {
         let voiced = self.call.voiced();
         format!(
-            "onsets {:?}, ends {:?}; {} packets received, {} voiced ({:?} .. {:?}); {} sent, {} late; CDR {}",
+            "onsets {:?}, ends {:?}; {} packets received, {} voiced ({:?} .. {:?}); {} sent, {} late; CDR {}\ngateway: {}",
             self.call.onsets,
             self.call.ends,
             self.call.received.len(),
@@ -88,7 +90,8 @@ impl Done {
             voiced.last(),
             self.call.sent,
             self.call.late_sends,
-            self.cdr
+            self.cdr,
+            self.barge_in_log
         )
     }
 }
@@ -108,7 +111,18 @@ fn run(gw: &Gateway, line: &EchoLine) -> Done {
     let cdr = cdr_end(gw, &call.ids.call_id, Duration::from_secs(10))
         .unwrap_or_else(|| panic!("no end record for {}:\n{}", call.ids.call_id, gw.stdout()));
     let metrics = gw.metrics_text();
-    Done { call, cdr, metrics }
+    let barge_in_log = gw
+        .stdout()
+        .lines()
+        .filter(|l| l.contains("barge-in"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    Done {
+        call,
+        cdr,
+        metrics,
+        barge_in_log,
+    }
 }
 
 /// The stub's reply: how many of its frames are voiced.

@@ -128,6 +128,9 @@ const ONSET_OVER_NOISE: f32 = 100.0;
 /// Frames in a row that could not be the caller which the walk back to the onset crosses
 /// (120 ms: a gap between words, or a quiet stretch of speech the gate held back whole).
 const ONSET_GAP_FRAMES: u32 = 6;
+/// Frames of adaptation between checkpoints of a converged filter's taps (40 ms): the older of
+/// the two kept is what double talk goes back to, 40-80 ms before it was noticed.
+const CHECKPOINT_FRAMES: u32 = 2;
 
 /// What the canceller may assume about a line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,6 +235,8 @@ pub struct EchoCanceller {
     finely_placed: bool,
     /// Frames the filter adapted since it was last placed or looked at.
     adapted_since_placed: u32,
+    /// Frames the converged filter adapted since its taps were last kept.
+    adapted_since_checkpoint: u32,
     /// Looks at the alignment since the filter was placed that left it where it was.
     realign_backoff: u32,
     /// The caller's recent samples, written twice (`i` and `i + MIC_RING`) like the reference.
@@ -298,6 +303,7 @@ impl EchoCanceller {
             path_delay: 0,
             finely_placed: false,
             adapted_since_placed: 0,
+            adapted_since_checkpoint: 0,
             realign_backoff: 0,
             mic: vec![0.0; 2 * MIC_RING],
             mic_from: 0,
@@ -717,7 +723,16 @@ impl EchoCanceller {
         // away from the path).
         // Speech has quiet stretches between its loud ones: the freeze holds DOUBT_HANGOVER
         // frames past the last frame that showed the caller.
+        // The freeze comes a frame or more late: the caller's first, quieter syllable over the
+        // reply stands out of neither the level nor the residual, and the taps learn from it
+        // meanwhile (pulled off the path, the filter then missed the start of the next reply's
+        // echo, and that barged in). A converged filter goes back to its taps of a checkpoint
+        // or two before.
         if loud || residual_is_caller {
+            if self.double_talk_hold == 0 && converged {
+                self.filter.restore();
+                self.adapted_since_checkpoint = 0;
+            }
             self.double_talk_hold = DOUBT_HANGOVER;
         }
         let double_talk = self.double_talk_hold > 0;
@@ -730,6 +745,13 @@ impl EchoCanceller {
         {
             self.adapt(at, &mic, offset);
             self.adapted_since_placed += 1;
+            if converged {
+                self.adapted_since_checkpoint += 1;
+                if self.adapted_since_checkpoint >= CHECKPOINT_FRAMES {
+                    self.adapted_since_checkpoint = 0;
+                    self.filter.checkpoint();
+                }
+            }
             // A filter that adapts for a second without converging is in the wrong place (the
             // fine alignment failed or the path moved within the envelope's lag): look again.
             if self.adapted_since_placed >= REALIGN_FRAMES << self.realign_backoff && !converged {

@@ -14,13 +14,37 @@ const REGULARISATION_PER_TAP: f32 = 1e-6;
 #[derive(Debug)]
 pub(crate) struct Nlms {
     weights: Vec<f32>,
+    /// The taps at the last two checkpoints, newest first, and how many of them are held.
+    checkpoints: [Vec<f32>; 2],
+    held: usize,
 }
 
 impl Nlms {
     pub(crate) fn new(taps: usize) -> Nlms {
         Nlms {
             weights: vec![0.0; taps],
+            checkpoints: [vec![0.0; taps], vec![0.0; taps]],
+            held: 0,
         }
+    }
+
+    /// Keep the taps as they are now; the older of the two kept before is dropped.
+    pub(crate) fn checkpoint(&mut self) {
+        self.checkpoints.swap(0, 1);
+        self.checkpoints[0].copy_from_slice(&self.weights);
+        self.held = (self.held + 1).min(2);
+    }
+
+    /// Go back to the older checkpoint (the newer may already hold what corrupted the taps),
+    /// if there is one; it is kept as the only checkpoint.
+    pub(crate) fn restore(&mut self) -> bool {
+        let Some(i) = self.held.checked_sub(1) else {
+            return false;
+        };
+        self.weights.copy_from_slice(&self.checkpoints[i]);
+        self.checkpoints.swap(0, i);
+        self.held = 1;
+        true
     }
 
     pub(crate) fn taps(&self) -> usize {
@@ -30,21 +54,15 @@ impl Nlms {
     /// Start again from no echo (the path moved).
     pub(crate) fn reset(&mut self) {
         self.weights.fill(0.0);
+        self.held = 0;
     }
 
     /// Move the window `by` samples further into the past (negative: nearer the present),
     /// keeping what was learnt about each lag still inside it; lags new to it start at zero.
     pub(crate) fn shift(&mut self, by: isize) {
-        let n = self.weights.len();
-        let d = by.unsigned_abs().min(n);
-        // Tap `i` multiplies the sample `offset + n − 1 − i` back: the same lag is tap `i + by`
-        // once the window's offset grows by `by`.
-        if by > 0 {
-            self.weights.copy_within(0..n - d, d);
-            self.weights[..d].fill(0.0);
-        } else {
-            self.weights.copy_within(d..n, 0);
-            self.weights[n - d..].fill(0.0);
+        let [a, b] = &mut self.checkpoints;
+        for weights in [&mut self.weights, a, b] {
+            shift_taps(weights, by);
         }
     }
 
@@ -60,6 +78,21 @@ impl Nlms {
         for (w, xi) in self.weights.iter_mut().zip(x) {
             *w += g * xi;
         }
+    }
+}
+
+/// [`Nlms::shift`] on one set of taps.
+fn shift_taps(weights: &mut [f32], by: isize) {
+    let n = weights.len();
+    let d = by.unsigned_abs().min(n);
+    // Tap `i` multiplies the sample `offset + n − 1 − i` back: the same lag is tap `i + by`
+    // once the window's offset grows by `by`.
+    if by > 0 {
+        weights.copy_within(0..n - d, d);
+        weights[..d].fill(0.0);
+    } else {
+        weights.copy_within(d..n, 0);
+        weights[n - d..].fill(0.0);
     }
 }
 
@@ -91,6 +124,26 @@ mod tests {
         assert_eq!(f.weights, [2.0, 3.0, 4.0, 0.0, 0.0, 0.0]);
         f.shift(9);
         assert_eq!(f.weights, [0.0; 6]);
+    }
+
+    #[test]
+    fn restore_goes_back_to_the_older_checkpoint_and_follows_shifts() {
+        let mut f = Nlms::new(4);
+        assert!(!f.restore(), "nothing kept yet");
+        f.weights.copy_from_slice(&[1.0, 2.0, 3.0, 4.0]);
+        f.checkpoint();
+        f.weights.copy_from_slice(&[5.0, 6.0, 7.0, 8.0]);
+        f.checkpoint();
+        f.weights.copy_from_slice(&[9.0; 4]);
+        f.shift(1);
+        assert!(f.restore());
+        assert_eq!(f.weights, [0.0, 1.0, 2.0, 3.0]);
+        // The one checkpoint left is what was restored.
+        f.weights.fill(0.5);
+        assert!(f.restore());
+        assert_eq!(f.weights, [0.0, 1.0, 2.0, 3.0]);
+        f.reset();
+        assert!(!f.restore(), "a reset forgets the checkpoints");
     }
 
     #[test]
