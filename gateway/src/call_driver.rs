@@ -338,7 +338,10 @@ pub async fn run(
                 }
                 CallOutput::Inference(frame) => {
                     if let Some(c) = inference.as_ref() {
-                        let _ = c.push_pcm(&frame[..]);
+                        let _ = match &frame.wide {
+                            Some(wide) => c.push_pcm_wide(&frame.narrow, wide),
+                            None => c.push_pcm(&frame.narrow),
+                        };
                     }
                 }
                 CallOutput::Agent(notice) => agent.on_event(notice.as_event()),

@@ -432,6 +432,14 @@ fn assert_completed_g722_call(gw: &Gateway, who: &str) {
         "{who}:\n{body}"
     );
     assert_eq!(value("ontime_turns_total"), 1.0, "{who}:\n{body}");
+    // Smart Turn judged the caller's own 16 kHz audio, every run (speculative ones too).
+    let turn_runs = value("ontime_inference_jobs_total{model=\"smart_turn\"}");
+    assert!(turn_runs >= 1.0, "{who}: no Smart Turn run:\n{body}");
+    assert_eq!(
+        value("ontime_inference_turn_wideband_total"),
+        turn_runs,
+        "{who}:\n{body}"
+    );
     assert_eq!(
         value("ontime_calls_rejected_total{reason=\"no_common_codec\"}"),
         0.0,

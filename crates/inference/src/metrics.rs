@@ -17,6 +17,9 @@ pub const QUEUE_FULL_TOTAL: &str = "ontime_inference_queue_full_total";
 pub const TURN_SPECULATIVE_TOTAL: &str = "ontime_inference_turn_speculative_total";
 /// Turns ended early by a confident speculative verdict, before the full stop duration (counter).
 pub const TURN_EARLY_END_TOTAL: &str = "ontime_inference_turn_early_end_total";
+/// Smart Turn inferences on a wideband call's own 16 kHz audio (the others judge 8 kHz audio
+/// upsampled) (counter).
+pub const TURN_WIDEBAND_TOTAL: &str = "ontime_inference_turn_wideband_total";
 
 /// The `model` label of Silero VAD.
 pub const MODEL_VAD: &str = "silero_vad";
@@ -55,6 +58,11 @@ pub fn describe_metrics() {
         let _ = histogram!(QUEUE_WAIT_SECONDS, "model" => model);
         let _ = histogram!(RUN_SECONDS, "model" => model);
     }
+    describe_counter!(
+        TURN_WIDEBAND_TOTAL,
+        "Smart Turn inferences on a wideband call's own 16 kHz audio"
+    );
+    counter!(TURN_WIDEBAND_TOTAL).increment(0);
     describe_counter!(
         TURN_SPECULATIVE_TOTAL,
         "Speculative Smart Turn verdicts, by outcome (used, discarded, skipped)"

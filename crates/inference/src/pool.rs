@@ -29,6 +29,7 @@ use crate::config::{PoolConfig, TurnParams};
 use crate::metrics::{
     describe_metrics, BUDGET_DEFERRALS_TOTAL, JOBS_TOTAL, MODEL_TURN, MODEL_VAD, QUEUE_FULL_TOTAL,
     QUEUE_WAIT_SECONDS, RUN_SECONDS, TURN_EARLY_END_TOTAL, TURN_SPECULATIVE_TOTAL,
+    TURN_WIDEBAND_TOTAL,
 };
 use crate::speculative::{AudioSpan, DeadlineQueue, OnStop, OnVerdict, Outcome, Speculation};
 use crate::speech::{
@@ -98,8 +99,15 @@ enum Control {
 struct AudioJob {
     id: u64,
     samples: Vec<i16>,
+    /// The same audio at 16 kHz from a wideband call (twice as many samples), else empty.
+    wide: Vec<i16>,
     pushed_at: Instant,
 }
+
+/// Smart Turn is a 16 kHz model: a wideband call's turn goes to it as the call carried it.
+const WIDE_RATE_HZ: u32 = crate::features::TURN_SAMPLE_RATE_HZ;
+/// 16 kHz samples per 8 kHz stream sample.
+const WIDE_FACTOR: usize = (WIDE_RATE_HZ / ontime_rtp::SAMPLE_RATE_HZ) as usize;
 
 /// Counters shared between the pool thread and handles.
 #[derive(Debug, Default)]
@@ -111,6 +119,7 @@ struct Shared {
     vad_guarded: AtomicU64,
     vad_replayed: AtomicU64,
     turn_runs: AtomicU64,
+    turn_runs_wideband: AtomicU64,
     dropped_samples: AtomicU64,
     errors: AtomicU64,
     calls: AtomicU64,
@@ -146,6 +155,8 @@ pub struct PoolStats {
     pub vad_replayed: u64,
     /// Smart Turn inferences.
     pub turn_runs: u64,
+    /// Of them, on a wideband call's own 16 kHz audio (the others on 8 kHz audio upsampled).
+    pub turn_runs_wideband: u64,
     /// Samples dropped because a call's backlog exceeded 8 s (the thread could not keep up).
     pub dropped_samples: u64,
     /// Model runs that failed (logged).
@@ -201,6 +212,7 @@ impl Shared {
             vad_guarded: self.vad_guarded.load(Ordering::Relaxed),
             vad_replayed: self.vad_replayed.load(Ordering::Relaxed),
             turn_runs: self.turn_runs.load(Ordering::Relaxed),
+            turn_runs_wideband: self.turn_runs_wideband.load(Ordering::Relaxed),
             dropped_samples: self.dropped_samples.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             calls: self.calls.load(Ordering::Relaxed),
@@ -365,12 +377,33 @@ impl CallInference {
     /// Queues decoded 8 kHz 16-bit PCM (any length; the pool chunks it). Never blocks: a full
     /// queue returns [`Error::QueueFull`] and counts it (`ontime_inference_queue_full_total`).
     pub fn push_pcm(&self, pcm: &[i16]) -> Result<()> {
+        self.push(pcm, &[])
+    }
+
+    /// Queues a wideband call's audio: the 8 kHz PCM the VAD hears and the same audio at
+    /// 16 kHz (`wide`, twice as many samples), which Smart Turn then judges instead of the
+    /// 8 kHz upsampled. A call is wideband when its first push is; a later push without 16 kHz
+    /// audio (a codec change to G.711) makes it narrowband for good. Errors as
+    /// [`CallInference::push_pcm`], and [`Error::UnsupportedAudio`] when the lengths disagree.
+    pub fn push_pcm_wide(&self, pcm: &[i16], wide: &[i16]) -> Result<()> {
+        if wide.len() != WIDE_FACTOR * pcm.len() {
+            return Err(Error::UnsupportedAudio(format!(
+                "{} samples at 16 kHz for {} at 8 kHz",
+                wide.len(),
+                pcm.len()
+            )));
+        }
+        self.push(pcm, wide)
+    }
+
+    fn push(&self, pcm: &[i16], wide: &[i16]) -> Result<()> {
         if pcm.is_empty() {
             return Ok(());
         }
         let job = AudioJob {
             id: self.id.0,
             samples: pcm.to_vec(),
+            wide: wide.to_vec(),
             pushed_at: Instant::now(),
         };
         match self.audio.try_send(job) {
@@ -407,6 +440,13 @@ pub const VAD_STATE_RESET_CHUNKS: u64 =
 const MAX_QUIET_BACKLOG_SAMPLES: usize =
     (VAD_STATE_RESET_CHUNKS as usize + 1) * crate::speech::VAD_CHUNK_SAMPLES;
 
+/// A wideband call's 16 kHz audio, in step with the 8 kHz stream: `pending` holds twice the
+/// samples of the slot's, drained with it; `turn` gets each chunk as the 8 kHz turn does.
+struct WideTurn {
+    pending: VecDeque<i16>,
+    turn: TurnAudioBuffer,
+}
+
 struct CallSlot {
     sink: Sink,
     pending: VecDeque<i16>,
@@ -426,6 +466,10 @@ struct CallSlot {
     /// the 5 s state reset drops them (and bounds them to that many chunks).
     quiet_backlog: VecDeque<i16>,
     turn: TurnAudioBuffer,
+    /// A wideband call's 16 kHz audio, `None` for a narrowband one (decided by its first push).
+    wide: Option<WideTurn>,
+    /// Whether the first push has decided `wide`.
+    rate_decided: bool,
     incomplete_since: Option<(u64, f32)>,
     speculation: Speculation,
     /// Samples the current speculative run judges (its audio plus any padding).
@@ -458,6 +502,8 @@ impl CallSlot {
             last_vad_reset_chunk: 0,
             quiet_backlog: VecDeque::new(),
             turn: TurnAudioBuffer::new(turn.pre_speech, vad.start + VAD_CHUNK * 2, turn.max_audio),
+            wide: None,
+            rate_decided: false,
             incomplete_since: None,
             speculation: Speculation::new(),
             speculative_samples: 0,
@@ -468,6 +514,64 @@ impl CallSlot {
 
     fn ready(&self) -> bool {
         self.pending.len() >= VAD_CHUNK_SAMPLES
+    }
+
+    /// Takes a push's audio: the first decides whether the call is wideband, and a push without
+    /// 16 kHz audio ends that for good (what is held at 16 kHz can no longer stay in step).
+    fn take_audio(&mut self, job: &AudioJob, vad: &VadParams, turn: &TurnParams) {
+        if !self.rate_decided {
+            self.rate_decided = true;
+            if !job.wide.is_empty() {
+                let confirm = vad.start + VAD_CHUNK * 2;
+                self.wide = Some(WideTurn {
+                    pending: VecDeque::new(),
+                    turn: TurnAudioBuffer::at_rate(
+                        WIDE_RATE_HZ,
+                        turn.pre_speech,
+                        confirm,
+                        turn.max_audio,
+                    ),
+                });
+            }
+        }
+        if job.wide.is_empty() {
+            self.wide = None;
+        }
+        self.pending.extend(job.samples.iter().copied());
+        if let Some(w) = self.wide.as_mut() {
+            w.pending.extend(job.wide.iter().copied());
+        }
+    }
+
+    /// Drops `n` samples of 8 kHz audio not yet consumed, and their 16 kHz twins.
+    fn drop_pending(&mut self, n: usize) {
+        self.pending.drain(..n.min(self.pending.len()));
+        if let Some(w) = self.wide.as_mut() {
+            let n = (WIDE_FACTOR * n).min(w.pending.len());
+            w.pending.drain(..n);
+        }
+    }
+
+    /// The turn's audio for Smart Turn into `out` (16 kHz on a wideband call), and its rate.
+    fn copy_turn(&self, out: &mut Vec<i16>) -> u32 {
+        match self.wide.as_ref() {
+            Some(w) => {
+                w.turn.copy_turn(out);
+                WIDE_RATE_HZ
+            }
+            None => {
+                self.turn.copy_turn(out);
+                ontime_rtp::SAMPLE_RATE_HZ
+            }
+        }
+    }
+
+    /// The turn ended: both buffers back to keeping the recent past.
+    fn end_turn(&mut self) {
+        self.turn.end_turn();
+        if let Some(w) = self.wide.as_mut() {
+            w.turn.end_turn();
+        }
     }
 
     fn oldest_arrival(&self) -> Option<Instant> {
@@ -487,6 +591,8 @@ impl CallSlot {
 struct TurnJob {
     id: u64,
     audio: Vec<i16>,
+    /// `audio`'s sample rate.
+    rate_hz: u32,
     queued_at: Instant,
     /// The stop detection's stream time and chunk (a speculative job: the chunk that started it).
     at: Duration,
@@ -504,7 +610,7 @@ fn conclude(slot: &mut CallSlot, params: &TurnParams, verdict: Verdict) {
         .then(|| slot.turn.final_pitch_level())
         .flatten();
     if complete {
-        slot.turn.end_turn();
+        slot.end_turn();
         slot.incomplete_since = None;
     } else {
         slot.incomplete_since = Some((verdict.at_chunk, verdict.probability));
@@ -540,19 +646,25 @@ fn queue_confirmed(
     slot: &CallSlot,
     stop: StopDetection,
 ) {
-    let mut audio = Vec::with_capacity(slot.turn.len());
-    slot.turn.copy_turn(&mut audio);
+    let mut audio = Vec::new();
+    let rate_hz = slot.copy_turn(&mut audio);
     jobs.push(
         stop.seen.saturating_duration_since(origin),
         TurnJob {
             id,
             audio,
+            rate_hz,
             queued_at: stop.seen,
             at: stop.at,
             at_chunk: stop.at_chunk,
             speculative: None,
         },
     );
+}
+
+/// Samples at `rate_hz` per 8 kHz stream sample (1 or 2).
+fn stream_samples_per(rate_hz: u32) -> usize {
+    (rate_hz / ontime_rtp::SAMPLE_RATE_HZ).max(1) as usize
 }
 
 /// Drops a call's queued speculative job `generation`.
@@ -648,6 +760,8 @@ struct Worker {
     replays: Vec<(u64, usize)>,
     chunk_f32: Vec<f32>,
     chunk_i16: Vec<i16>,
+    /// The 16 kHz twin of `chunk_i16` for a wideband call's turn audio.
+    wide_chunk: Vec<i16>,
     deferred_until: Option<Instant>,
     running: bool,
 }
@@ -688,6 +802,7 @@ impl Worker {
             replays: Vec::with_capacity(config.max_vad_batch),
             chunk_f32: vec![0.0; VAD_CHUNK_SAMPLES * config.max_vad_batch],
             chunk_i16: vec![0; VAD_CHUNK_SAMPLES],
+            wide_chunk: Vec::with_capacity(WIDE_FACTOR * VAD_CHUNK_SAMPLES),
             deferred_until: None,
             running: true,
             config,
@@ -785,7 +900,7 @@ impl Worker {
             return; // Unregistered: the call ended.
         };
         slot.last_push = Some(job.pushed_at);
-        slot.pending.extend(job.samples.iter().copied());
+        slot.take_audio(&job, &self.config.vad, &self.config.turn);
         slot.pushed_samples += job.samples.len() as u64;
         slot.arrivals
             .push_back((slot.pushed_samples, job.pushed_at));
@@ -794,7 +909,7 @@ impl Worker {
             // Overload: drop whole chunks of the oldest audio, keep stream time right.
             let drop = excess.div_ceil(VAD_CHUNK_SAMPLES) * VAD_CHUNK_SAMPLES;
             let drop = drop.min(slot.pending.len());
-            slot.pending.drain(..drop);
+            slot.drop_pending(drop);
             slot.consumed_samples += drop as u64;
             slot.skipped_chunks += (drop / VAD_CHUNK_SAMPLES) as u64;
             while slot
@@ -929,7 +1044,7 @@ impl Worker {
                     continue;
                 }
                 if let Some(slot) = self.calls.get_mut(id) {
-                    slot.pending.drain(..VAD_CHUNK_SAMPLES);
+                    slot.drop_pending(VAD_CHUNK_SAMPLES);
                     slot.consumed_samples += VAD_CHUNK_SAMPLES as u64;
                 }
             }
@@ -1071,6 +1186,12 @@ impl Worker {
                 slot.arrivals.pop_front();
             }
             slot.turn.push(&self.chunk_i16);
+            if let Some(w) = slot.wide.as_mut() {
+                let n = (WIDE_FACTOR * VAD_CHUNK_SAMPLES).min(w.pending.len());
+                self.wide_chunk.clear();
+                self.wide_chunk.extend(w.pending.drain(..n));
+                w.turn.push(&self.wide_chunk);
+            }
             let chunk_index = slot.detector.chunks_seen() + slot.skipped_chunks;
             let was = slot.detector.state();
             let transition = slot.detector.push(p);
@@ -1078,8 +1199,11 @@ impl Worker {
             match transition {
                 Some(SpeechTransition::Started { onset_chunk }) => {
                     let onset_chunk = onset_chunk + slot.skipped_chunks;
-                    slot.turn
-                        .speech_started(onset_chunk * VAD_CHUNK_SAMPLES as u64);
+                    let onset = onset_chunk * VAD_CHUNK_SAMPLES as u64;
+                    slot.turn.speech_started(onset);
+                    if let Some(w) = slot.wide.as_mut() {
+                        w.turn.speech_started(WIDE_FACTOR as u64 * onset);
+                    }
                     slot.incomplete_since = None;
                     (slot.sink)(InferenceEvent::SpeechStarted {
                         onset: chunk_time(onset_chunk),
@@ -1167,11 +1291,12 @@ impl Worker {
                             } else {
                                 0
                             };
-                            let mut audio = Vec::with_capacity(slot.turn.len() + pad);
-                            slot.turn.copy_turn(&mut audio);
+                            let mut audio = Vec::new();
+                            let rate_hz = slot.copy_turn(&mut audio);
+                            let per_sample = stream_samples_per(rate_hz);
                             // The quiet still to come before the confirmation, as silence.
-                            audio.resize(audio.len() + pad, 0);
-                            slot.speculative_samples = audio.len() as u64;
+                            audio.resize(audio.len() + pad * per_sample, 0);
+                            slot.speculative_samples = (audio.len() / per_sample) as u64;
                             // Due when the stop would be confirmed.
                             let due = self.origin.elapsed() + VAD_CHUNK * to_confirm;
                             self.turn_jobs.push(
@@ -1179,6 +1304,7 @@ impl Worker {
                                 TurnJob {
                                     id,
                                     audio,
+                                    rate_hz,
                                     queued_at: Instant::now(),
                                     at: detected,
                                     at_chunk: chunk_index + 1,
@@ -1207,7 +1333,7 @@ impl Worker {
                     && silent >= self.config.turn.incomplete_timeout
                 {
                     slot.incomplete_since = None;
-                    slot.turn.end_turn();
+                    slot.end_turn();
                     (slot.sink)(InferenceEvent::TurnEnded {
                         probability,
                         complete: true,
@@ -1265,9 +1391,7 @@ impl Worker {
                 .saturating_duration_since(job.queued_at)
                 .as_secs_f64(),
         );
-        let result = self
-            .turn
-            .predict_pcm(&job.audio, ontime_rtp::SAMPLE_RATE_HZ);
+        let result = self.turn.predict_pcm(&job.audio, job.rate_hz);
         let run_wall = started.elapsed();
         let cpu = thread_cpu_time().saturating_sub(cpu_before);
         self.shared
@@ -1276,6 +1400,12 @@ impl Worker {
         histogram!(RUN_SECONDS, "model" => MODEL_TURN).record(run_wall.as_secs_f64());
         counter!(JOBS_TOTAL, "model" => MODEL_TURN).increment(1);
         self.shared.turn_runs.fetch_add(1, Ordering::Relaxed);
+        if job.rate_hz == WIDE_RATE_HZ {
+            self.shared
+                .turn_runs_wideband
+                .fetch_add(1, Ordering::Relaxed);
+            counter!(TURN_WIDEBAND_TOTAL).increment(1);
+        }
         self.shared
             .turn_cpu_ns
             .fetch_add(cpu.as_nanos() as u64, Ordering::Relaxed);
@@ -1295,7 +1425,8 @@ impl Worker {
         let Some(slot) = self.calls.get_mut(&job.id) else {
             return;
         };
-        let audio_samples = job.audio.len() as u64;
+        // In stream samples (8 kHz), as every position the verdict is compared with.
+        let audio_samples = (job.audio.len() / stream_samples_per(job.rate_hz)) as u64;
         let Some(generation) = job.speculative else {
             conclude(
                 slot,

@@ -100,9 +100,10 @@ impl SmartTurn {
     }
 }
 
-/// One call's turn audio at 8 kHz, like pipecat's turn analyzer: while quiet it keeps only the
-/// recent past (enough to reach 500 ms before a speech onset that the VAD confirms later); from
-/// the onset it keeps the turn, at most the last 8 s. Stream positions are absolute sample indices.
+/// One call's turn audio (8 kHz, or 16 kHz from a wideband call), like pipecat's turn analyzer:
+/// while quiet it keeps only the recent past (enough to reach 500 ms before a speech onset that
+/// the VAD confirms later); from the onset it keeps the turn, at most the last 8 s. Stream
+/// positions are absolute sample indices at the buffer's rate.
 #[derive(Debug, Clone)]
 pub struct TurnAudioBuffer {
     samples: VecDeque<i16>,
@@ -114,14 +115,30 @@ pub struct TurnAudioBuffer {
     max_samples: usize,
 }
 
-fn samples_in(d: Duration) -> u64 {
-    d.as_micros() as u64 * u64::from(ontime_rtp::SAMPLE_RATE_HZ) / 1_000_000
+fn samples_in(d: Duration, rate_hz: u32) -> u64 {
+    d.as_micros() as u64 * u64::from(rate_hz) / 1_000_000
 }
 
 impl TurnAudioBuffer {
     /// `pre_speech` kept before an onset, `confirm_delay` the longest the VAD takes to confirm an
-    /// onset (its start duration plus one chunk), `max_audio` the most kept in a turn.
+    /// onset (its start duration plus one chunk), `max_audio` the most kept in a turn; 8 kHz.
     pub fn new(pre_speech: Duration, confirm_delay: Duration, max_audio: Duration) -> Self {
+        Self::at_rate(
+            ontime_rtp::SAMPLE_RATE_HZ,
+            pre_speech,
+            confirm_delay,
+            max_audio,
+        )
+    }
+
+    /// [`TurnAudioBuffer::new`] for audio at `rate_hz`.
+    pub fn at_rate(
+        rate_hz: u32,
+        pre_speech: Duration,
+        confirm_delay: Duration,
+        max_audio: Duration,
+    ) -> Self {
+        let samples_in = |d| samples_in(d, rate_hz);
         let pre = samples_in(pre_speech);
         let max_samples = samples_in(max_audio) as usize;
         Self {

@@ -125,6 +125,72 @@ fn events_match_offline_analysis() {
     });
 }
 
+/// A wideband call pushes its 16 kHz audio beside the 8 kHz the VAD hears: Smart Turn judges
+/// the turn on the 16 kHz audio as pushed (the same probability as offline on that audio, which
+/// carries a 6 kHz tone the 8 kHz stream cannot), while a narrowband call's turn is its 8 kHz
+/// audio upsampled; both turns span the same stream time.
+#[test]
+fn a_wideband_calls_turn_is_judged_on_its_16k_audio() {
+    let Some(paths) = model_paths() else { return };
+    let (_, pcm) = read_wav(&fixture("book_table_8k.wav"));
+    let mut up = ontime_rtp::resample::Upsampler::new();
+    let mut wide = vec![0i16; 2 * pcm.len()];
+    up.process(&pcm, &mut wide);
+    for (n, w) in wide.iter_mut().enumerate() {
+        let tone = 600.0 * (2.0 * std::f32::consts::PI * 6000.0 * n as f32 / 16000.0).sin();
+        *w = w.saturating_add(tone as i16);
+    }
+
+    let env = runtime::load_runtime(&paths.ort_dylib).expect("runtime");
+    let (start, end) = one_segment(&env, &paths, &pcm);
+    let stop_detected = end + VAD_CHUNK * 6;
+    let sample = |d: Duration| (d.as_micros() as u64 * 8 / 1000) as usize;
+    let (from, to) = (sample(start).saturating_sub(4000), sample(stop_detected));
+    let mut turn = SmartTurn::load(&env, &paths.smart_turn).expect("turn");
+    let want_narrow = turn.predict_pcm(&pcm[from..to], 8000).expect("8 kHz");
+    let want_wide = turn
+        .predict_pcm(&wide[2 * from..2 * to], 16000)
+        .expect("16 kHz");
+    assert!(
+        (want_wide - want_narrow).abs() > 1e-4,
+        "the tone changes the verdict: {want_wide} vs {want_narrow}"
+    );
+
+    let mut config = PoolConfig::new(paths);
+    config.turn.speculate_after = None;
+    let pool = InferencePool::start(config).expect("pool");
+    let (wideband, wide_rx) = pool.register_call().expect("register");
+    let (narrowband, narrow_rx) = pool.register_call().expect("register");
+    assert!(matches!(
+        wideband.push_pcm_wide(&pcm[..160], &wide[..160]),
+        Err(Error::UnsupportedAudio(_))
+    ));
+    for (n, w) in pcm.chunks(160).zip(wide.chunks(320)) {
+        wideband.push_pcm_wide(n, w).expect("push");
+        narrowband.push_pcm(n).expect("push");
+    }
+    let verdict = |rx| match collect_until_turn(rx, Duration::from_secs(60)).last() {
+        Some(InferenceEvent::TurnEnded {
+            probability, audio, ..
+        }) => (*probability, *audio),
+        other => panic!("no verdict: {other:?}"),
+    };
+    let (p_wide, audio_wide) = verdict(&wide_rx);
+    let (p_narrow, audio_narrow) = verdict(&narrow_rx);
+    assert!(
+        (p_wide - want_wide).abs() < 1e-5,
+        "wideband: pool {p_wide}, offline at 16 kHz {want_wide}"
+    );
+    assert!(
+        (p_narrow - want_narrow).abs() < 1e-5,
+        "narrowband: pool {p_narrow}, offline at 8 kHz {want_narrow}"
+    );
+    let want_audio = Duration::from_micros((to - from) as u64 * 125);
+    assert_eq!((audio_wide, audio_narrow), (want_audio, want_audio));
+    let stats = pool.stats();
+    assert_eq!((stats.turn_runs, stats.turn_runs_wideband), (2, 1));
+}
+
 #[test]
 fn full_queue_rejects_without_blocking() {
     let Some(paths) = model_paths() else { return };

@@ -198,6 +198,56 @@ impl LineDecoder {
     }
 }
 
+/// A wideband call's 16 kHz audio for Smart Turn (a 16 kHz model), frame by frame. The echo
+/// canceller works on the 8 kHz line: where it changed a frame (silenced the echo, or took its
+/// estimate out), the frame goes to the model as it left the canceller, upsampled; elsewhere
+/// as the codec decoded it. The decoded audio is held back by the upsampler's 4 ms so the two
+/// line up, and a frame without 16 kHz audio (concealment, a change to G.711) is upsampled too.
+#[derive(Debug, Clone)]
+pub(crate) struct WideForModels {
+    up: Upsampler,
+    /// The decoded audio's last 4 ms, due in the next frame.
+    held: [i16; Upsampler::DELAY_16K],
+}
+
+impl WideForModels {
+    pub(crate) fn new() -> WideForModels {
+        WideForModels {
+            up: Upsampler::new(),
+            held: [0; Upsampler::DELAY_16K],
+        }
+    }
+
+    /// The 16 kHz frame for the models: `decoded` the codec's 16 kHz audio (if any), `line` the
+    /// 8 kHz frame as decoded, `heard` as the echo canceller left it.
+    pub(crate) fn frame(
+        &mut self,
+        decoded: Option<&[i16; WIDEBAND_SAMPLES_PER_FRAME]>,
+        line: &[i16; SAMPLES_PER_FRAME],
+        heard: &[i16; SAMPLES_PER_FRAME],
+    ) -> [i16; WIDEBAND_SAMPLES_PER_FRAME] {
+        const HELD: usize = Upsampler::DELAY_16K;
+        let mut upsampled = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+        self.up.process(heard, &mut upsampled);
+        let Some(decoded) = decoded else {
+            // What the next decoded frame continues from is lost: the nearest there is.
+            self.held
+                .copy_from_slice(&upsampled[WIDEBAND_SAMPLES_PER_FRAME - HELD..]);
+            return upsampled;
+        };
+        let mut native = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+        native[..HELD].copy_from_slice(&self.held);
+        native[HELD..].copy_from_slice(&decoded[..WIDEBAND_SAMPLES_PER_FRAME - HELD]);
+        self.held
+            .copy_from_slice(&decoded[WIDEBAND_SAMPLES_PER_FRAME - HELD..]);
+        if heard == line {
+            native
+        } else {
+            upsampled
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,5 +369,32 @@ mod tests {
         assert_eq!(out, want);
         assert_eq!(enc.law(), Some(Law::Alaw));
         assert_eq!(LineEncoder::new(Codec::G722).law(), None);
+    }
+
+    #[test]
+    fn models_get_the_decoded_16k_audio_unless_the_canceller_changed_the_frame() {
+        const HELD: usize = Upsampler::DELAY_16K;
+        let ramp = |from: i16| std::array::from_fn(|i| from + i as i16);
+        let (first, second): ([i16; WIDEBAND_SAMPLES_PER_FRAME], _) = (ramp(0), ramp(1000));
+        let line = [100i16; SAMPLES_PER_FRAME];
+        let mut wide = WideForModels::new();
+        // Untouched: the decoded audio, 4 ms late (silence before the first frame).
+        let out = wide.frame(Some(&first), &line, &line);
+        assert_eq!(out[..HELD], [0; HELD]);
+        assert_eq!(out[HELD..], first[..WIDEBAND_SAMPLES_PER_FRAME - HELD]);
+        let out = wide.frame(Some(&second), &line, &line);
+        assert_eq!(out[..HELD], first[WIDEBAND_SAMPLES_PER_FRAME - HELD..]);
+        assert_eq!(out[HELD..], second[..WIDEBAND_SAMPLES_PER_FRAME - HELD]);
+        // Silenced as echo: what the canceller left (silence), upsampled on the same stream.
+        let mut twin = Upsampler::new();
+        let mut want = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+        for heard in [&line, &line, &[0i16; SAMPLES_PER_FRAME]] {
+            twin.process(heard, &mut want);
+        }
+        let silenced = wide.frame(Some(&first), &line, &[0; SAMPLES_PER_FRAME]);
+        assert_eq!(silenced, want);
+        // No 16 kHz audio (concealment): upsampled too.
+        twin.process(&line, &mut want);
+        assert_eq!(wide.frame(None, &line, &line), want);
     }
 }

@@ -29,7 +29,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tracing::{info, warn};
 
-use super::codec::LineDecoder;
+use super::codec::{LineDecoder, WideForModels};
 use super::dial::{ringback_cycle, DialEnd, DialLeg, RINGBACK_LOW_WATER};
 use super::hold_back::{HoldBack, HoldBackConfig, RESUME_HEARD, RESUME_WINDOW};
 use super::inbound::{InboundMedia, InboundOutcome};
@@ -284,6 +284,16 @@ impl AgentNotice {
     }
 }
 
+/// A frame of the caller's audio for the models: 8 kHz for the VAD, and on a wideband call the
+/// same 20 ms at 16 kHz for Smart Turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelFrame {
+    /// The 8 kHz frame, as the echo canceller left it.
+    pub narrow: [i16; SAMPLES_PER_FRAME],
+    /// Its 16 kHz twin on a wideband call.
+    pub wide: Option<[i16; WIDEBAND_SAMPLES_PER_FRAME]>,
+}
+
 /// Something for the driver to do.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -313,7 +323,7 @@ pub enum CallOutput {
         destination: SocketAddr,
     },
     /// A frame of caller audio for the VAD and Smart Turn.
-    Inference(Box<[i16; SAMPLES_PER_FRAME]>),
+    Inference(Box<ModelFrame>),
     /// An event for the agent.
     Agent(AgentNotice),
     /// Audio for the recording, at a sample position of the call's timeline (0 = answer).
@@ -457,6 +467,8 @@ pub struct CallCore {
     out: Outbound,
     /// The agent takes the caller's audio at 16 kHz; what upsamples a narrowband codec's.
     agent_wideband: Option<Box<Upsampler>>,
+    /// Smart Turn's 16 kHz audio, from the first wideband frame of the caller's on.
+    wide_for_models: Option<Box<WideForModels>>,
     /// Decodes what the sender sent, as the caller's decoder does (the echo canceller's
     /// reference and the recording's agent track).
     sent_decoder: LineDecoder,
@@ -596,6 +608,7 @@ impl CallCore {
             out: Outbound::new(negotiated.codec, max_buffered_bytes),
             sent_decoder: LineDecoder::new(negotiated.codec),
             agent_wideband: None,
+            wide_for_models: None,
             rtcp,
             settings,
             info,
@@ -1882,8 +1895,18 @@ impl CallCore {
                     let verdict = amd.push_frame(now, &heard);
                     self.amd_decided(verdict);
                 }
+                if wide.is_some() && self.wide_for_models.is_none() {
+                    self.wide_for_models = Some(Box::new(WideForModels::new()));
+                }
+                let wide_heard = self
+                    .wide_for_models
+                    .as_mut()
+                    .map(|w| w.frame(wide.as_deref(), &frame, &heard));
                 self.outputs
-                    .push_back(CallOutput::Inference(Box::new(heard)));
+                    .push_back(CallOutput::Inference(Box::new(ModelFrame {
+                        narrow: heard,
+                        wide: wide_heard,
+                    })));
                 self.vad_stream = (self.vad_stream.0 + SAMPLES_PER_FRAME as u64, Some(now));
             }
             if record {
