@@ -20,7 +20,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -401,50 +400,29 @@ fn linphonec_over_tls_with_srtp_mandatory_hears_the_reply() {
     let _one = one_call_at_a_time();
     let t = tls_gateway("optional");
     let dir = t.dir.join("linphone");
-    let home = dir.join("home");
-    std::fs::create_dir_all(home.join(".local/share/linphone")).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
     let (speech, speech_end) = caller_wav(
         &dir,
         "I would like to change the date of my flight to Friday.",
     );
     let heard = dir.join("heard.wav");
-    let (rtp_lo, rtp_hi) = free_port_range(10);
-    let cap = capture(&(rtp_lo..=rtp_hi).collect::<Vec<_>>());
+    let rtp = free_port_range(10);
+    let cap = capture(&(rtp.0..=rtp.1).collect::<Vec<_>>());
     // tshark says it captures a moment before it does; linphone's first STUN is at once.
     std::thread::sleep(Duration::from_secs(1));
     // No UDP or TCP listener, TLS on a free port; the test CA as the only root, with the name
-    // checked. IPv4 only (`ipv6_migration_done` keeps liblinphone from turning IPv6 back on),
-    // media bound to and advertised on loopback.
-    let rc = dir.join("linphonerc");
-    std::fs::write(
-        &rc,
-        format!(
-            "[sip]\nuse_ipv6=0\nipv6_migration_done=1\nsip_port=0\nsip_tcp_port=0\nsip_tls_port=-1\n\
+    // checked.
+    let mut lp = linphone::Linphonec::start(
+        &dir,
+        &format!(
+            "sip_port=0\nsip_tcp_port=0\nsip_tls_port=-1\n\
              contact=\"linphone\" <sip:linphone@127.0.0.1>\nroot_ca={}\nverify_server_certs=1\n\
-             verify_server_cn=1\nmedia_encryption=srtp\nmedia_encryption_mandatory=1\n\n\
-             [rtp]\naudio_rtp_port={rtp_lo}-{rtp_hi}\nrtcp_mux=0\nbind_address=127.0.0.1\n\n\
-             [sound]\nechocancellation=0\n",
+             verify_server_cn=1\nmedia_encryption=srtp\nmedia_encryption_mandatory=1",
             t.pki.ca.display()
         ),
-    )
-    .unwrap();
-    let log_file = dir.join("linphonec.log");
-    let child = Command::new("linphonec")
-        .arg("-c")
-        .arg(&rc)
-        .args(["-d", "6", "-l"])
-        .arg(&log_file)
-        .env("HOME", &home)
-        .stdin(Stdio::piped())
-        .stdout(std::fs::File::create(dir.join("linphonec.out")).unwrap())
-        .stderr(std::fs::File::create(dir.join("linphonec.err")).unwrap())
-        .spawn()
-        .expect("spawn linphonec");
-    let mut lp = Proc {
-        child,
-        name: "linphonec".into(),
-    };
-    let mut stdin = lp.child.stdin.take().unwrap();
+        rtp,
+        "",
+    );
     // The certificate names localhost (and 127.0.0.1 as an IP SAN, which this linphone's TLS
     // library does not match): dial the name.
     for cmd in [
@@ -453,35 +431,21 @@ fn linphonec_over_tls_with_srtp_mandatory_hears_the_reply() {
         format!("record {}", heard.display()),
         format!("call sip:bot@localhost:{};transport=tls", t.tls_port),
     ] {
-        writeln!(stdin, "{cmd}").unwrap();
+        lp.send(&cmd);
     }
     let answered = wait_until(Duration::from_secs(20), || {
         t.gw.metric("ontime_calls_active") == Some(1.0)
     });
-    let read_logs = || {
-        [
-            std::fs::read_to_string(dir.join("linphonec.out")).unwrap_or_default(),
-            std::fs::read_to_string(&log_file).unwrap_or_default(),
-        ]
-        .join("\n")
-    };
     assert!(
         answered,
         "linphonec's call was not answered:\n{}\n{}",
-        read_logs(),
+        lp.logs(),
         t.gw.stderr()
     );
     // Let the WAV play out (speech, then the reply heard over its trailing silence), hang up.
     std::thread::sleep(Duration::from_secs_f64(speech_end + LISTEN_SECS - 1.0));
-    writeln!(stdin, "terminate").unwrap();
-    let ended = wait_until(Duration::from_secs(10), || {
-        t.gw.metric("ontime_calls_active") == Some(0.0)
-    });
-    writeln!(stdin, "quit").unwrap();
-    drop(stdin);
-    let _ = lp.wait_timeout(Duration::from_secs(10));
+    let (ended, log) = lp.hang_up(|| t.gw.metric("ontime_calls_active") == Some(0.0));
     let pcap = cap.finish();
-    let log = read_logs();
     assert!(ended, "linphonec's call did not end:\n{log}");
     assert!(
         log.contains("Media streams established"),

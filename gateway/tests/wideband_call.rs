@@ -26,7 +26,6 @@
 mod bot;
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -563,14 +562,9 @@ fn linphonec_offering_only_g722_hears_the_reply() {
     }
     let gw = start_gateway(&[]);
     let dir = run_dir("linphone");
-    let home = dir.join("home");
-    std::fs::create_dir_all(home.join(".local/share/linphone")).unwrap();
     let caller = caller_wav(&dir, 16000);
     let heard = dir.join("heard.wav");
-    let (rtp_lo, rtp_hi) = free_port_range(10);
-    // UDP on a random port, no TCP or TLS listener; IPv4 only (`ipv6_migration_done` keeps
-    // liblinphone from turning IPv6 back on), media bound to and advertised on loopback; G722
-    // the only codec enabled.
+    // UDP on a random port, no TCP or TLS listener; G722 the only codec enabled.
     let codecs: String = LINPHONE_CODECS
         .iter()
         .enumerate()
@@ -581,34 +575,13 @@ fn linphonec_offering_only_g722_hears_the_reply() {
             )
         })
         .collect();
-    let rc = dir.join("linphonerc");
-    std::fs::write(
-        &rc,
-        format!(
-            "[sip]\nuse_ipv6=0\nipv6_migration_done=1\nsip_port=-1\nsip_tcp_port=0\nsip_tls_port=0\n\
-             contact=\"linphone\" <sip:linphone@127.0.0.1>\nmedia_encryption=none\n\n\
-             [rtp]\naudio_rtp_port={rtp_lo}-{rtp_hi}\nrtcp_mux=0\nbind_address=127.0.0.1\n\n\
-             [sound]\nechocancellation=0\n\n{codecs}"
-        ),
-    )
-    .unwrap();
-    let log_file = dir.join("linphonec.log");
-    let child = Command::new("linphonec")
-        .arg("-c")
-        .arg(&rc)
-        .args(["-d", "6", "-l"])
-        .arg(&log_file)
-        .env("HOME", &home)
-        .stdin(Stdio::piped())
-        .stdout(std::fs::File::create(dir.join("linphonec.out")).unwrap())
-        .stderr(std::fs::File::create(dir.join("linphonec.err")).unwrap())
-        .spawn()
-        .expect("spawn linphonec");
-    let mut lp = Proc {
-        child,
-        name: "linphonec".into(),
-    };
-    let mut stdin = lp.child.stdin.take().unwrap();
+    let mut lp = linphone::Linphonec::start(
+        &dir,
+        "sip_port=-1\nsip_tcp_port=0\nsip_tls_port=0\n\
+         contact=\"linphone\" <sip:linphone@127.0.0.1>\nmedia_encryption=none",
+        free_port_range(10),
+        &codecs,
+    );
     for cmd in [
         "codec list".to_string(),
         "soundcard use files".to_string(),
@@ -616,15 +589,8 @@ fn linphonec_offering_only_g722_hears_the_reply() {
         format!("record {}", heard.display()),
         format!("call sip:bot@{}", gw.sip),
     ] {
-        writeln!(stdin, "{cmd}").unwrap();
+        lp.send(&cmd);
     }
-    let read_logs = || {
-        [
-            std::fs::read_to_string(dir.join("linphonec.out")).unwrap_or_default(),
-            std::fs::read_to_string(&log_file).unwrap_or_default(),
-        ]
-        .join("\n")
-    };
     // Answered, or refused (then the assertion says so at once).
     let answered = wait_until(Duration::from_secs(20), || {
         gw.metric("ontime_calls_active") == Some(1.0)
@@ -637,22 +603,15 @@ fn linphonec_offering_only_g722_hears_the_reply() {
             .lines()
             .find(|l| l.starts_with("ontime_calls_rejected_total{reason=\"no_common_codec\"}"))
             .unwrap_or("no rejection metric"),
-        read_logs(),
+        lp.logs(),
         gw.stderr()
     );
     // Let the WAV play out (speech, then the reply heard over its trailing silence), hang up.
     std::thread::sleep(Duration::from_secs_f64(caller.secs));
-    writeln!(stdin, "terminate").unwrap();
-    let ended = wait_until(Duration::from_secs(10), || {
-        gw.metric("ontime_calls_active") == Some(0.0)
-    });
-    writeln!(stdin, "quit").unwrap();
-    drop(stdin);
-    let _ = lp.wait_timeout(Duration::from_secs(10));
-    let log = read_logs();
+    let out = lp.output();
+    let (ended, log) = lp.hang_up(|| gw.metric("ontime_calls_active") == Some(0.0));
     assert!(ended, "linphonec's call did not end:\n{log}");
     // Its codec list had G722 alone enabled, it offered G722 alone, the gateway answered with it.
-    let out = std::fs::read_to_string(dir.join("linphonec.out")).unwrap_or_default();
     let enabled: Vec<&str> = out
         .lines()
         .filter(|l| l.trim_end().ends_with(" enabled"))

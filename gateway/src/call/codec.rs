@@ -15,10 +15,14 @@ pub(crate) enum LineEncoder {
         law: Law,
         /// Halves a bot's 16 kHz audio.
         down: Box<Downsampler>,
+        /// `down` holds the tail of 16 kHz audio (fed since it was last flushed).
+        down_fed: bool,
     },
     G722 {
         encoder: Box<g722::Encoder>,
         up: Box<Upsampler>,
+        /// `up` holds the tail of 8 kHz audio (fed since it was last flushed).
+        up_fed: bool,
         /// The odd last sample of 16 kHz audio, waiting for its pair.
         odd: Option<i16>,
     },
@@ -34,10 +38,12 @@ impl LineEncoder {
                     Law::Alaw
                 },
                 down: Box::default(),
+                down_fed: false,
             },
             Codec::G722 => LineEncoder::G722 {
                 encoder: Box::new(g722::Encoder::after_silence()),
                 up: Box::new(Upsampler::new()),
+                up_fed: false,
                 odd: None,
             },
         }
@@ -59,10 +65,19 @@ impl LineEncoder {
     /// the two differ for a moment and converge.
     pub(crate) fn restart(&mut self) {
         match self {
-            LineEncoder::G711 { down, .. } => down.reset(),
-            LineEncoder::G722 { encoder, up, odd } => {
+            LineEncoder::G711 { down, down_fed, .. } => {
+                down.reset();
+                *down_fed = false;
+            }
+            LineEncoder::G722 {
+                encoder,
+                up,
+                up_fed,
+                odd,
+            } => {
                 encoder.settle_into_silence();
                 up.reset();
+                *up_fed = false;
                 *odd = None;
             }
         }
@@ -72,12 +87,21 @@ impl LineEncoder {
     /// codec (64 kbit/s), so queue positions count the same whatever the codec.
     pub(crate) fn encode(&mut self, pcm: &[i16], out: &mut Vec<u8>) {
         match self {
-            LineEncoder::G711 { law, .. } => {
+            LineEncoder::G711 { .. } => {
+                // 16 kHz audio before it leaves its tail first.
+                self.flush(out);
+                let Some(law) = self.law() else { return };
                 let start = out.len();
                 out.resize(start + pcm.len(), 0);
                 law.encode_slice(pcm, &mut out[start..]);
             }
-            LineEncoder::G722 { encoder, up, .. } => {
+            LineEncoder::G722 {
+                encoder,
+                up,
+                up_fed,
+                ..
+            } => {
+                *up_fed = true;
                 let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
                 for chunk in pcm.chunks(SAMPLES_PER_FRAME) {
                     let n = up.process(chunk, &mut wide);
@@ -91,7 +115,12 @@ impl LineEncoder {
     /// as it is for G.722, halved for G.711.
     pub(crate) fn encode_wide(&mut self, pcm: &[i16], out: &mut Vec<u8>) {
         match self {
-            LineEncoder::G711 { law, down } => {
+            LineEncoder::G711 {
+                law,
+                down,
+                down_fed,
+            } => {
+                *down_fed = true;
                 let mut narrow = [0i16; SAMPLES_PER_FRAME];
                 for chunk in pcm.chunks(WIDEBAND_SAMPLES_PER_FRAME) {
                     let n = down.process(chunk, &mut narrow);
@@ -100,7 +129,12 @@ impl LineEncoder {
                     law.encode_slice(&narrow[..n], &mut out[start..]);
                 }
             }
-            LineEncoder::G722 { encoder, odd, .. } => {
+            LineEncoder::G722 { .. } => {
+                // 8 kHz audio before it leaves its tail first.
+                self.flush(out);
+                let LineEncoder::G722 { encoder, odd, .. } = self else {
+                    return;
+                };
                 let mut pcm = pcm;
                 if let (Some(first), Some((&second, rest))) = (*odd, pcm.split_first()) {
                     encode_wide(encoder, &[first, second], out);
@@ -116,13 +150,35 @@ impl LineEncoder {
         }
     }
 
-    /// The end of an utterance: appends what the resampler still holds (4 ms of G.722), so
-    /// the utterance's tail is not lost.
+    /// The end of an utterance, or of audio at the rate that needs the resampler before audio
+    /// that does not: appends what the resampler still holds (4 ms), so the audio's tail is not
+    /// lost and goes before what follows. Nothing when the resampler holds nothing.
     pub(crate) fn flush(&mut self, out: &mut Vec<u8>) {
-        if let LineEncoder::G722 { encoder, up, .. } = self {
-            let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
-            let n = up.flush(&mut wide);
-            encode_wide(encoder, &wide[..n], out);
+        match self {
+            LineEncoder::G711 {
+                law,
+                down,
+                down_fed,
+            } if *down_fed => {
+                *down_fed = false;
+                let mut narrow = [0i16; SAMPLES_PER_FRAME];
+                let n = down.flush(&mut narrow);
+                let start = out.len();
+                out.resize(start + n, 0);
+                law.encode_slice(&narrow[..n], &mut out[start..]);
+            }
+            LineEncoder::G722 {
+                encoder,
+                up,
+                up_fed,
+                ..
+            } if *up_fed => {
+                *up_fed = false;
+                let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+                let n = up.flush(&mut wide);
+                encode_wide(encoder, &wide[..n], out);
+            }
+            _ => {}
         }
     }
 }
@@ -322,6 +378,56 @@ mod tests {
         let half: Vec<i16> = wide.iter().step_by(2).copied().collect();
         let (corr, lag) = best_correlation(&half[800..7000], &narrow[800..], 100);
         assert!(corr > 0.99, "PCMU: {corr} at {lag}");
+    }
+
+    /// A bot mixing 8 kHz and 16 kHz audio in one reply: what a resampler holds of the first
+    /// goes out before the second, on G.722 (the 8 kHz audio's last 4 ms) and on G.711 (the
+    /// 16 kHz audio's).
+    #[test]
+    fn audio_at_two_rates_goes_out_in_order() {
+        let mut g722 = LineEncoder::new(Codec::G722);
+        let mut payload = Vec::new();
+        g722.encode(&tone(1000.0, 1600), &mut payload);
+        g722.encode_wide(&[0; 3200], &mut payload);
+        g722.flush(&mut payload);
+        // More of the reply after the flush, for whatever a flush emits to be heard.
+        g722.encode_wide(&[0; 1600], &mut payload);
+        let tail = Upsampler::DELAY_16K / 2;
+        assert_eq!(payload.len(), 1600 + tail + 1600 + 800);
+        let mut dec = LineDecoder::new(Codec::G722);
+        let mut back = Vec::new();
+        for frame in payload.chunks(FRAME_BYTES) {
+            let mut pcm = [0i16; SAMPLES_PER_FRAME];
+            let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+            dec.decode(frame, &mut pcm, &mut wide);
+            back.extend_from_slice(&pcm[..frame.len().min(SAMPLES_PER_FRAME)]);
+        }
+        let peak = |x: &[i16]| x.iter().map(|s| s.unsigned_abs()).max().unwrap_or(0);
+        // The silence after the tone (and the codec's delays) stays silent to the end: the
+        // tone's last 4 ms used to go out at the flush, 200 ms after the tone.
+        assert!(peak(&back[1500..1600]) > 2000, "the tone");
+        assert!(peak(&back[2400..]) < 100, "silence after it");
+
+        let mut pcmu = LineEncoder::new(Codec::Pcmu);
+        let wide: Vec<i16> = (0..3200)
+            .map(|n| {
+                (8000.0 * (2.0 * std::f32::consts::PI * 1000.0 * n as f32 / 16000.0).sin()) as i16
+            })
+            .collect();
+        let mut bytes = Vec::new();
+        pcmu.encode_wide(&wide, &mut bytes);
+        pcmu.encode(&[0; 1600], &mut bytes);
+        pcmu.flush(&mut bytes);
+        let tail = Downsampler::DELAY_8K;
+        assert_eq!(
+            bytes.len(),
+            1600 + tail + 1600,
+            "the 16 kHz tail is not lost"
+        );
+        let mut narrow = vec![0i16; bytes.len()];
+        Law::Ulaw.decode_slice(&bytes, &mut narrow);
+        assert!(peak(&narrow[1600..1600 + tail]) > 2000, "tail in place");
+        assert_eq!(peak(&narrow[1600 + tail..]), 0, "then the 8 kHz silence");
     }
 
     /// The sender's fill is told from audio: on G.722 it decodes to what the last reply left

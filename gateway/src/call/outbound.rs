@@ -139,7 +139,11 @@ impl Outbound {
     /// else transcoded through PCM. Returns the bytes dropped beyond `max_buffered_bytes`.
     pub(crate) fn play_g711(&mut self, law: Law, audio: &[u8]) -> usize {
         if Some(law) == self.encoder.law() {
-            self.queue.push_back(Queued::Audio(audio.to_vec(), 0));
+            // A bot's 16 kHz audio before it leaves its tail first.
+            let mut bytes = Vec::with_capacity(audio.len());
+            self.encoder.flush(&mut bytes);
+            bytes.extend_from_slice(audio);
+            self.queue.push_back(Queued::Audio(bytes, 0));
             return self.drop_oldest_beyond_max();
         }
         let mut pcm = vec![0i16; audio.len()];

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod echo_line;
+pub mod linphone;
 pub mod pipecat;
 pub mod pki;
 pub mod uac;
