@@ -2,8 +2,9 @@
 //! gateway carries, besides its own scripted speech, the gateway's audio it received earlier,
 //! delayed, attenuated and filtered like a PSTN 2-wire hybrid's reflection, plus line noise.
 //!
-//! The echo is placed on the caller's timeline by arrival time, then µ-law coded once more on
-//! the way back, so the gateway hears its own voice G.711-coded twice, as over a real trunk.
+//! The echo is placed on the caller's timeline as a phone plays it (by RTP timestamp, from the
+//! first packet's arrival), then µ-law coded once more on the way back, so the gateway hears its
+//! own voice G.711-coded twice, as over a real trunk.
 //! The caller records every packet it received and when each of its utterances began, on its
 //! own clock, so a test can say what the caller heard of a reply and when it was cut.
 
@@ -56,7 +57,7 @@ pub struct Utterance {
 /// The line and what the caller says on it.
 #[derive(Debug, Clone)]
 pub struct EchoLine {
-    /// From the gateway's audio arriving at the caller to its echo in the caller's audio
+    /// From the gateway's audio playing at the caller to its echo in the caller's audio
     /// (0-500 ms).
     pub delay_ms: u32,
     /// Echo return loss: how far the echo is below the audio that caused it (6-30 dB).
@@ -338,11 +339,17 @@ struct Sent {
 struct Heard {
     packets: Vec<Received>,
     timeline: Vec<f32>,
-    /// Where the previous packet's audio ended on the timeline.
-    next: Option<usize>,
+    /// The playout clock: an RTP timestamp and where on the timeline it plays.
+    anchor: Option<(u32, usize)>,
 }
 
-/// The receiving side: every RTP packet until `stop`, its audio on the timeline at its arrival.
+/// The receiving side: every RTP packet until `stop`, its audio on the timeline where a phone's
+/// jitter buffer plays it: by its RTP timestamp, from the first packet's arrival.
+///
+/// A phone plays what it receives on its own clock, so its echo stays at one delay from the
+/// gateway's timestamps whenever a packet arrives. (Placed by arrival, the echo moved with this
+/// thread's and the gateway's scheduling: a packet 10 ms late moved it for the rest of the call,
+/// and on a loaded machine the echo path the canceller must learn changed under it.)
 fn receive(socket: &UdpSocket, origin: Instant, heard: &Mutex<Heard>, stop: &AtomicBool) {
     let mut buf = [0u8; 2048];
     while !stop.load(Ordering::Relaxed) {
@@ -350,7 +357,7 @@ fn receive(socket: &UdpSocket, origin: Instant, heard: &Mutex<Heard>, stop: &Ato
             continue;
         };
         let at = origin.elapsed();
-        let Some((seq, payload)) = pcmu_payload(&buf[..len]) else {
+        let Some((seq, timestamp, payload)) = pcmu_payload(&buf[..len]) else {
             continue;
         };
         let mut h = heard.lock().unwrap();
@@ -359,13 +366,18 @@ fn receive(socket: &UdpSocket, origin: Instant, heard: &Mutex<Heard>, stop: &Ato
             seq,
             silent: ulaw_is_silent(payload),
         });
-        // Arrival times jitter by a fraction of a frame even on loopback: a packet arriving
-        // within half a frame of where the previous one ended continues it, so the echo has no
-        // clicks of a few samples; a later one (a gap, a new talkspurt) starts where it arrived.
         let arrival = at.as_millis() as usize * PER_MS;
-        let pos = match h.next {
-            Some(n) if n.abs_diff(arrival) < FRAME / 2 => n,
-            _ => arrival,
+        let played = |(ts0, pos0): (u32, usize)| {
+            usize::try_from(pos0 as i64 + i64::from(timestamp.wrapping_sub(ts0) as i32)).ok()
+        };
+        // A timestamp far from the arrival is a new stream (or one the sender restarted): the
+        // phone plays it from its arrival.
+        let pos = match h.anchor.and_then(played) {
+            Some(pos) if pos.abs_diff(arrival) < RESYNC => pos,
+            _ => {
+                h.anchor = Some((timestamp, arrival));
+                arrival
+            }
         };
         let end = pos + payload.len();
         if h.timeline.len() < end {
@@ -374,12 +386,15 @@ fn receive(socket: &UdpSocket, origin: Instant, heard: &Mutex<Heard>, stop: &Ato
         for (slot, &c) in h.timeline[pos..end].iter_mut().zip(payload) {
             *slot = f32::from(ulaw_decode(c));
         }
-        h.next = Some(end);
     }
 }
 
-/// The sequence number and payload of an RTP packet of PCMU (payload type 0).
-fn pcmu_payload(pkt: &[u8]) -> Option<(u16, &[u8])> {
+/// How far (samples, 250 ms) a packet's timestamp may put it from its arrival before the
+/// playout clock starts again from it.
+const RESYNC: usize = 250 * PER_MS;
+
+/// The sequence number, timestamp and payload of an RTP packet of PCMU (payload type 0).
+fn pcmu_payload(pkt: &[u8]) -> Option<(u16, u32, &[u8])> {
     if pkt.len() < 12 || pkt[0] >> 6 != 2 || pkt[1] & 0x7f != 0 {
         return None;
     }
@@ -388,7 +403,11 @@ fn pcmu_payload(pkt: &[u8]) -> Option<(u16, &[u8])> {
         let words = u16::from_be_bytes([*pkt.get(start + 2)?, *pkt.get(start + 3)?]);
         start += 4 + 4 * usize::from(words);
     }
-    Some((u16::from_be_bytes([pkt[2], pkt[3]]), pkt.get(start..)?))
+    Some((
+        u16::from_be_bytes([pkt[2], pkt[3]]),
+        u32::from_be_bytes([pkt[4], pkt[5], pkt[6], pkt[7]]),
+        pkt.get(start..)?,
+    ))
 }
 
 /// Taps scaled to unit energy: white audio through them keeps its power.
