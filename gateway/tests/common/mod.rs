@@ -162,7 +162,38 @@ pub fn start_program_env(program: &Path, extra: &[&str], env: &[(&str, &str)]) -
     start_until(program, extra, env, "/readyz")
 }
 
+/// Whether a gateway's standard error says it could not bind an address another process took.
+pub fn lost_a_port(stderr: &str) -> bool {
+    stderr.contains("Address already in use") || stderr.contains("os error 98")
+}
+
+/// Starts to try when a port probed free is taken before the gateway binds it.
+const PORT_RACE_ATTEMPTS: u32 = 3;
+
 fn start_until(program: &Path, extra: &[&str], env: &[(&str, &str)], until_200: &str) -> Gateway {
+    // The ports are probed free and released before the gateway binds them: another test's
+    // client may take one in between (the SIP and metrics ports come from the ephemeral range
+    // every client socket draws from). Then the gateway exits saying so, and it starts again on
+    // other ports; any other early exit fails the test.
+    for attempt in 1..=PORT_RACE_ATTEMPTS {
+        match try_start(program, extra, env, until_200) {
+            Ok(gw) => return gw,
+            Err(stderr) if lost_a_port(&stderr) && attempt < PORT_RACE_ATTEMPTS => {
+                eprintln!("gateway start {attempt}: a port was taken, again on others: {stderr}");
+            }
+            Err(stderr) => panic!("gateway exited early: {stderr}"),
+        }
+    }
+    unreachable!("the last attempt returns or panics")
+}
+
+/// One start: the gateway once ready, or its standard error if it exited first.
+fn try_start(
+    program: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    until_200: &str,
+) -> Result<Gateway, String> {
     let sip: SocketAddr = format!("127.0.0.1:{}", free_udp_port()).parse().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_tcp_port()).parse().unwrap();
     let rtp_ports = free_port_range(80);
@@ -213,10 +244,10 @@ fn start_until(program: &Path, extra: &[&str], env: &[(&str, &str)], until_200: 
     let until = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some((200, _)) = http_get(metrics, until_200) {
-            break;
+            return Ok(gw);
         }
         if let Ok(Some(status)) = gw.proc.child.try_wait() {
-            panic!("gateway exited early with {status}: {}", gw.stderr());
+            return Err(format!("{status}: {}", gw.stderr()));
         }
         assert!(
             Instant::now() < until,
@@ -225,7 +256,6 @@ fn start_until(program: &Path, extra: &[&str], env: &[(&str, &str)], until_200: 
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    gw
 }
 
 impl Gateway {
