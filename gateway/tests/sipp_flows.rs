@@ -147,11 +147,13 @@ fn sigterm_drains_then_hangs_up_and_exits_zero() {
             )
         })
     };
-    assert!(
-        wait_until(Duration::from_secs(10), || gw.metric("ontime_calls_active")
-            == Some(1.0)),
-        "call not up"
-    );
+    if !wait_until(Duration::from_secs(10), || {
+        gw.metric("ontime_calls_active") == Some(1.0)
+    }) {
+        // What sipp and the gateway said (sipp gives up within its own 40 s limit).
+        let (ok, log) = holder.join().unwrap();
+        panic!("call not up (sipp ok: {ok}):\n{log}\n{}", gw.stdout());
+    }
     gw.proc.signal("TERM");
     assert!(
         wait_until(Duration::from_secs(2), || http_get(gw.metrics, "/readyz")
