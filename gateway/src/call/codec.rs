@@ -86,11 +86,12 @@ impl LineEncoder {
     /// Appends the payload bytes of `pcm` (8 kHz) to `out`: one byte per sample for every
     /// codec (64 kbit/s), so queue positions count the same whatever the codec.
     pub(crate) fn encode(&mut self, pcm: &[i16], out: &mut Vec<u8>) {
+        // On G.711, 16 kHz audio before it leaves the downsampler's tail first.
+        if matches!(self, LineEncoder::G711 { .. }) {
+            self.flush(out);
+        }
         match self {
-            LineEncoder::G711 { .. } => {
-                // 16 kHz audio before it leaves its tail first.
-                self.flush(out);
-                let Some(law) = self.law() else { return };
+            LineEncoder::G711 { law, .. } => {
                 let start = out.len();
                 out.resize(start + pcm.len(), 0);
                 law.encode_slice(pcm, &mut out[start..]);
@@ -114,6 +115,10 @@ impl LineEncoder {
     /// Appends the payload bytes of `pcm` at 16 kHz (a wideband bot's audio) to `out`: encoded
     /// as it is for G.722, halved for G.711.
     pub(crate) fn encode_wide(&mut self, pcm: &[i16], out: &mut Vec<u8>) {
+        // On G.722, 8 kHz audio before it leaves the upsampler's tail first.
+        if matches!(self, LineEncoder::G722 { .. }) {
+            self.flush(out);
+        }
         match self {
             LineEncoder::G711 {
                 law,
@@ -129,12 +134,7 @@ impl LineEncoder {
                     law.encode_slice(&narrow[..n], &mut out[start..]);
                 }
             }
-            LineEncoder::G722 { .. } => {
-                // 8 kHz audio before it leaves its tail first.
-                self.flush(out);
-                let LineEncoder::G722 { encoder, odd, .. } = self else {
-                    return;
-                };
+            LineEncoder::G722 { encoder, odd, .. } => {
                 let mut pcm = pcm;
                 if let (Some(first), Some((&second, rest))) = (*odd, pcm.split_first()) {
                     encode_wide(encoder, &[first, second], out);
