@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the tests and the demo need, when missing: Debian packages (sipp, tshark, espeak-ng, sox,
-# baresip, linphone-cli, kamailio, libspandsp2), the ONNX Runtime library and models (scripts/fetch-models.sh), Python onnxruntime + numpy for
+# baresip, linphone-cli, kamailio, libspandsp2, cmake for libopus), the ONNX Runtime library and models (scripts/fetch-models.sh), Python onnxruntime + numpy for
 # the independent reference checks, and cargo-deny. Safe to run again; it skips what is there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +22,8 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
   || need_apt+=(libspandsp2)
 # scripts/fuzz.sh: libfuzzer-sys compiles libFuzzer from its C++ source.
 command -v c++ >/dev/null || need_apt+=(g++)
+# The build itself: the opus crate compiles its bundled libopus with CMake.
+command -v cmake >/dev/null || need_apt+=(cmake)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -311,6 +311,7 @@ pub async fn run(
                     packetizer,
                     remote,
                     srtp,
+                    silence_frame,
                 } => {
                     let socket = match admitted.rtp.try_clone() {
                         Ok(s) => Arc::new(s),
@@ -325,6 +326,7 @@ pub async fn run(
                         config.sent_tap_frames = SENT_TAP_FRAMES;
                     }
                     config.srtp = srtp.map(|c| *c);
+                    config.silence_frame = silence_frame;
                     match services.sender.add_stream(config) {
                         Ok(p) => core.attach_stream(p, &packetizer, Instant::now()),
                         Err(e) => warn!(error = %e, "sender refused the stream"),

@@ -387,10 +387,10 @@ pub struct Args {
     /// SRTP for call media: `off`, `optional` (the default: answer in kind) or `required`.
     #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_SRTP", value_enum))]
     pub srtp: Option<SrtpMode>,
-    /// Trunk codecs in order of preference, comma-separated, from `PCMU`, `PCMA` and `G722`
-    /// (default `PCMU,PCMA,G722`: G.711 first for the trunks that transcode anything else, and
-    /// G.722's 16 kHz for a caller who offers only that). Offers list them in this order; an
-    /// offer is answered with the first of them it carries.
+    /// Trunk codecs in order of preference, comma-separated, from `PCMU`, `PCMA`, `G722` and
+    /// `opus` (default `PCMU,PCMA,G722,opus`: G.711 first for the trunks that transcode
+    /// anything else, and 16 kHz G.722 or Opus for a caller who offers only those). Offers
+    /// list them in this order; an offer is answered with the first of them it carries.
     #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_CODECS"))]
     pub codecs: Option<String>,
     /// Symmetric RTP, `true` or `false` (the default): latch each call's media to the first
@@ -1725,13 +1725,15 @@ mod tests {
         use ontime_sip::Codec;
         assert_eq!(
             Config::resolve(args(&[])).unwrap().codecs,
-            vec![Codec::Pcmu, Codec::Pcma, Codec::G722]
+            vec![Codec::Pcmu, Codec::Pcma, Codec::G722, Codec::Opus]
         );
         let c = Config::resolve(args(&["--codecs", "g722, PCMA"])).unwrap();
         assert_eq!(c.codecs, vec![Codec::G722, Codec::Pcma]);
+        let c = Config::resolve(args(&["--codecs", "OPUS,pcmu"])).unwrap();
+        assert_eq!(c.codecs, vec![Codec::Opus, Codec::Pcmu]);
         assert_eq!(
-            err(&["--codecs", "PCMU,opus"]),
-            "config field `codecs`: `opus` is not a codec ontime speaks (PCMU, PCMA, G722)"
+            err(&["--codecs", "PCMU,speex"]),
+            "config field `codecs`: `speex` is not a codec ontime speaks (PCMU, PCMA, G722, opus)"
         );
         assert_eq!(
             err(&["--codecs", "PCMU,pcmu"]),
@@ -1739,7 +1741,7 @@ mod tests {
         );
         assert_eq!(
             err(&["--codecs", " , "]),
-            "config field `codecs`: no codec given (from PCMU, PCMA, G722)"
+            "config field `codecs`: no codec given (from PCMU, PCMA, G722, opus)"
         );
     }
 

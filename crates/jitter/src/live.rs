@@ -40,7 +40,7 @@
 
 use std::time::Duration;
 
-use ontime_rtp::{FRAME, PT_CN, PT_PCMA, PT_PCMU, SAMPLE_RATE_HZ, TIMESTAMP_STEP};
+use ontime_rtp::{FRAME, FRAME_MS, PT_CN, PT_PCMA, PT_PCMU, SAMPLE_RATE_HZ};
 
 use crate::burst_gap::{rfc3611_fraction, BurstGapCounter, BurstGapMetrics, GMIN_DEFAULT};
 use crate::error::{Error, Result};
@@ -50,8 +50,9 @@ use crate::seq::{SeqExtender, MAX_DROPOUT, MAX_MISORDER};
 /// configured: 40 ms (two frames), one default for every model so that reports compare.
 pub const DEFAULT_REPLAY_DEPTH: Duration = Duration::from_millis(40);
 
-/// Largest RTP payload a slot holds: 40 ms of G.711 (a peer may send ptime up to 40).
-pub const MAX_PAYLOAD_BYTES: usize = 2 * ontime_rtp::FRAME_BYTES;
+/// Largest RTP payload a slot holds: 40 ms of G.711 (a peer may send ptime up to 40), or a
+/// 20 ms Opus packet up to 256 kbit/s (a VoIP peer sends 20-64).
+pub const MAX_PAYLOAD_BYTES: usize = 4 * ontime_rtp::FRAME_BYTES;
 
 /// Consecutive underrun concealments at `max_depth` after which the buffer assumes the sender
 /// went silent without comfort noise (DTX) and reports silence instead of concealing.
@@ -88,6 +89,8 @@ pub struct JitterConfig {
     pub shrink_interval: Duration,
     /// Preallocated packet slots (bounds the buffered span; overflow drops the oldest).
     pub capacity_packets: usize,
+    /// The stream's RTP clock: 8000 Hz (G.711, G.722) unless set (48000 for Opus).
+    pub clock_rate_hz: u32,
 }
 
 impl Default for JitterConfig {
@@ -101,6 +104,7 @@ impl Default for JitterConfig {
             percentile: 97,
             shrink_interval: Duration::from_millis(500),
             capacity_packets: 32,
+            clock_rate_hz: SAMPLE_RATE_HZ,
         }
     }
 }
@@ -124,6 +128,11 @@ impl JitterConfig {
         }
         if self.capacity_packets < 2 {
             return Err(Error::InvalidConfig("capacity_packets must be at least 2"));
+        }
+        if self.clock_rate_hz < 1000 || !self.clock_rate_hz.is_multiple_of(1000) {
+            return Err(Error::InvalidConfig(
+                "clock_rate_hz must be a whole number of kHz",
+            ));
         }
         Ok(())
     }
@@ -312,11 +321,12 @@ impl Slot {
         bytes: [0; MAX_PAYLOAD_BYTES],
     };
 
-    /// Timestamp units the packet covers: G.711 has one sample per byte.
-    fn samples(&self) -> i64 {
+    /// Timestamp units the packet covers: G.711 has one sample per byte; anything else is
+    /// taken as one frame of `frame_step` units.
+    fn samples(&self, frame_step: i64) -> i64 {
         match self.payload_type {
             PT_PCMU | PT_PCMA if self.len > 0 => self.len as i64,
-            _ => i64::from(TIMESTAMP_STEP),
+            _ => frame_step,
         }
     }
 }
@@ -331,6 +341,8 @@ struct Stream {
     play_ts: i64,
     offset_us: i64,
     step: i64,
+    /// RTP clock in Hz.
+    clock_hz: i64,
     in_silence: bool,
     anchored: Option<u64>,
     /// Bit k set: index `next_index − 1 − k` arrived before or after it was passed.
@@ -353,12 +365,17 @@ impl Stream {
     }
 
     fn due_us(&self, ext_ts: i64) -> i64 {
-        ts_to_us(ext_ts) + self.offset_us
+        ts_to_us(ext_ts, self.clock_hz) + self.offset_us
+    }
+
+    /// Timestamp units in one 20 ms frame.
+    fn frame_step(&self) -> i64 {
+        self.clock_hz / 1000 * i64::from(FRAME_MS)
     }
 }
 
-fn ts_to_us(ext_ts: i64) -> i64 {
-    ext_ts * 1_000_000 / i64::from(SAMPLE_RATE_HZ)
+fn ts_to_us(ext_ts: i64, clock_hz: i64) -> i64 {
+    ext_ts * 1_000_000 / clock_hz
 }
 
 fn us(d: Duration) -> i64 {
@@ -441,6 +458,15 @@ impl JitterBuffer {
     /// Packets currently held.
     pub fn buffered(&self) -> usize {
         self.buffered
+    }
+
+    /// The payload of the packet that plays next, when it is already buffered: after a
+    /// [`Playout::Conceal`] for a missing packet, the one after it, whose forward error
+    /// correction (Opus in-band FEC) can rebuild the lost frame. `None` when it has not arrived.
+    pub fn next_payload(&self) -> Option<&[u8]> {
+        let st = self.stream.as_ref()?;
+        let slot = &self.slots[self.slot_of(st.next_index)];
+        (slot.occupied && slot.index == st.next_index).then(|| &slot.bytes[..slot.len])
     }
 
     /// Current playout depth (for the `ontime_jitter_depth_seconds` gauge); zero before the
@@ -578,7 +604,7 @@ impl JitterBuffer {
         st.bad_seq = None;
         let index = st.seq.extend(pkt.sequence_number);
         let ext_ts = st.extend_ts(pkt.timestamp);
-        let transit_us = arrival_us - ts_to_us(ext_ts);
+        let transit_us = arrival_us - ts_to_us(ext_ts, i64::from(self.cfg.clock_rate_hz));
         let resync = self
             .last_transit_us
             .is_some_and(|last| (transit_us - last).abs() > us(RESYNC_THRESHOLD));
@@ -653,7 +679,8 @@ impl JitterBuffer {
             next_index: first,
             play_ts: i64::from(ts),
             offset_us: 0,
-            step: i64::from(TIMESTAMP_STEP),
+            step: i64::from(self.cfg.clock_rate_hz / 1000 * FRAME_MS),
+            clock_hz: i64::from(self.cfg.clock_rate_hz),
             in_silence: false,
             anchored: None,
             arrived: 0,
@@ -711,7 +738,7 @@ impl JitterBuffer {
                 slot.occupied = false;
                 self.buffered -= 1;
                 self.counters.overflow += 1;
-                st.step = slot.samples();
+                st.step = slot.samples(st.frame_step());
                 if slot.resync {
                     // The discontinuity still has to be re-anchored: hand it to the next one.
                     slot.resync = false;
@@ -768,7 +795,7 @@ impl JitterBuffer {
                 // pop for a long time, or timestamps jumped): skip the empty slots at once rather
                 // than emitting one silence or concealment frame per 20 ms of backlog.
                 let st = self.stream.as_mut().expect("ok: checked above");
-                let step_us = ts_to_us(st.step).max(1);
+                let step_us = ts_to_us(st.step, st.clock_hz).max(1);
                 st.play_ts += (lag / step_us) * st.step;
                 self.counters.timeline_skips += 1;
                 continue;
@@ -798,7 +825,7 @@ impl JitterBuffer {
                 return self.pop_silence();
             }
             if front.arrival_us > st.due_us(ext_ts) {
-                let consumes_slot = ext_ts + front.samples() > st.play_ts;
+                let consumes_slot = ext_ts + front.samples(st.frame_step()) > st.play_ts;
                 self.pass_front(i, false);
                 self.counters.late += 1;
                 if consumes_slot {
@@ -883,7 +910,7 @@ impl JitterBuffer {
         self.burst_gap.record(played);
         st.arrived = (st.arrived << 1) | 1;
         st.next_index += 1;
-        st.step = slot.samples();
+        st.step = slot.samples(st.frame_step());
         st.play_ts = st.play_ts.max(slot.ext_ts + st.step);
     }
 

@@ -391,7 +391,7 @@ fn oversized_payload_is_a_typed_error() {
     let err = jb.push(&pkt, ms(0)).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "RTP payload of 321 bytes exceeds the jitter buffer slot size of 320 bytes"
+        "RTP payload of 641 bytes exceeds the jitter buffer slot size of 640 bytes"
     );
     assert_eq!(jb.counters().pushed, 0);
 }
@@ -490,4 +490,35 @@ fn consumer_popping_late_gets_late_packets_concealed_and_skips_backlog() {
     }
     assert!(s.jb.counters().timeline_skips >= 1);
     s.assert_accounted();
+}
+
+/// Opus runs a 48 kHz RTP clock: 960 units per 20 ms frame. The buffer plays it on the same
+/// 20 ms grid as G.711 and conceals a missing packet in its slot, when configured for the
+/// clock; the payload (not G.711) is taken as one frame whatever its length.
+#[test]
+fn opus_on_its_48k_clock_plays_every_20_ms_and_conceals_a_gap() {
+    let cfg = JitterConfig {
+        clock_rate_hz: ontime_rtp::OPUS_CLOCK_HZ,
+        ..JitterConfig::default()
+    };
+    let mut s = Sim::new(cfg);
+    s.pt = ontime_rtp::PT_OPUS_OFFER;
+    let step = ontime_rtp::Codec::Opus.timestamp_step();
+    for seq in [0u16, 1, 2, 4, 5] {
+        s.push_full(seq, u32::from(seq) * step, seq == 0, u64::from(seq) * 20);
+    }
+    s.run_until(300);
+    assert_eq!(s.frames(), vec![0, 1, 2, 4, 5]);
+    assert_eq!(s.log[0], (40, Out::F(0)));
+    assert_eq!(s.log[3], (100, Out::C(ConcealReason::Missing)));
+    assert_eq!(s.log[4], (120, Out::F(4)));
+    let m = s.jb.voip_metrics();
+    assert_eq!((m.lost, m.discarded, m.expected), (1, 0, 6));
+    s.assert_accounted();
+    // A clock that is not a whole number of kHz is refused.
+    let odd = JitterConfig {
+        clock_rate_hz: 44_100,
+        ..JitterConfig::default()
+    };
+    assert!(JitterBuffer::new(odd).is_err());
 }

@@ -27,6 +27,10 @@ pub enum Error {
         /// Bytes available.
         available: usize,
     },
+    /// libopus refused a packet or a setting (a malformed Opus packet: bad TOC, wrong
+    /// lengths; or one of a duration ontime does not take).
+    #[error("opus: {0}")]
+    Opus(&'static str),
     /// A value does not fit the field it is written into.
     #[error("{field} = {value} does not fit its wire field")]
     FieldOverflow {
@@ -46,6 +50,7 @@ impl Error {
             Error::TelephoneEventLength { .. } => "telephone_event",
             Error::BufferTooSmall { .. } => "buffer_too_small",
             Error::FieldOverflow { .. } => "field_overflow",
+            Error::Opus(_) => "opus",
         }
     }
 }

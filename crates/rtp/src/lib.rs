@@ -35,6 +35,7 @@ pub mod dtmf;
 pub mod error;
 pub mod g711;
 pub mod g722;
+pub mod opus;
 pub mod packet;
 pub mod resample;
 pub mod rtcp;

@@ -206,11 +206,13 @@ pub const fn timestamp_delta(from: u32, to: u32) -> i32 {
 }
 
 /// Builds the RTP packets of one outgoing stream: fixed SSRC, sequence +1 per packet (wrapping at
-/// 65535), timestamp +[`TIMESTAMP_STEP`] per 20 ms frame, marker on the first packet of each
-/// talkspurt. Writes into caller buffers and allocates nothing.
+/// 65535), timestamp +[`TIMESTAMP_STEP`] per 20 ms frame (or the codec's step, see
+/// [`Packetizer::with_timestamp_step`]), marker on the first packet of each talkspurt. Writes
+/// into caller buffers and allocates nothing.
 #[derive(Debug, Clone)]
 pub struct Packetizer {
     header: Header,
+    timestamp_step: u32,
     marker_pending: bool,
     packets_sent: u32,
     octets_sent: u32,
@@ -234,10 +236,23 @@ impl Packetizer {
                 ssrc,
                 ..Header::default()
             },
+            timestamp_step: TIMESTAMP_STEP,
             marker_pending: true,
             packets_sent: 0,
             octets_sent: 0,
         }
+    }
+
+    /// The same stream on a codec whose RTP clock is not 8000 Hz: `step` timestamp units per
+    /// 20 ms frame (960 for Opus; see `Codec::timestamp_step`).
+    pub fn with_timestamp_step(mut self, step: u32) -> Self {
+        self.timestamp_step = step;
+        self
+    }
+
+    /// RTP timestamp units per 20 ms frame.
+    pub fn timestamp_step(&self) -> u32 {
+        self.timestamp_step
     }
 
     /// Packets written so far, wrapping like the SR sender's packet count (RFC 3550 §6.4.1).
@@ -292,11 +307,11 @@ impl Packetizer {
         self.header.timestamp = self
             .header
             .timestamp
-            .wrapping_add(frames.wrapping_mul(TIMESTAMP_STEP));
+            .wrapping_add(frames.wrapping_mul(self.timestamp_step));
     }
 
     /// Writes one 20 ms media packet (header + `payload`) into `out` and returns its length.
-    /// Advances the sequence by one and the timestamp by [`TIMESTAMP_STEP`]. Allocates nothing.
+    /// Advances the sequence by one and the timestamp by one frame's step. Allocates nothing.
     pub fn write_frame(&mut self, payload: &[u8], out: &mut [u8]) -> Result<usize> {
         let marker = self.marker_pending;
         let len = self.write(
@@ -307,7 +322,7 @@ impl Packetizer {
             out,
         )?;
         self.marker_pending = false;
-        self.header.timestamp = self.header.timestamp.wrapping_add(TIMESTAMP_STEP);
+        self.header.timestamp = self.header.timestamp.wrapping_add(self.timestamp_step);
         Ok(len)
     }
 

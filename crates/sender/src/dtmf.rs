@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use ontime_rtp::dtmf::digit_event;
-use ontime_rtp::{TelephoneEvent, FRAME, TIMESTAMP_STEP};
+use ontime_rtp::{TelephoneEvent, FRAME};
 
 use crate::{Error, Result};
 
@@ -187,7 +187,9 @@ impl DtmfPlayer {
     /// What this slot carries, given the RTP timestamp the stream's next audio frame would have.
     /// The caller advances the media timestamp by one frame for every slot, events included
     /// (`Packetizer::skip_frames(1)`), so audio resumes on the clock after the sequence.
-    pub(crate) fn next_slot(&mut self, media_timestamp: u32) -> DtmfSlot {
+    /// `timestamp_step`: the stream's RTP timestamp units per 20 ms slot (160, or 960 for
+    /// Opus's 48 kHz clock), which event durations count in.
+    pub(crate) fn next_slot(&mut self, media_timestamp: u32, timestamp_step: u32) -> DtmfSlot {
         if self.pos >= self.len {
             return DtmfSlot::Audio;
         }
@@ -228,9 +230,9 @@ impl DtmfPlayer {
                 event,
                 end: played == TONE_FRAMES,
                 volume: VOLUME,
-                // RFC 4733 §2.3.5: duration so far in timestamp units, 160 per slot up to the
-                // tone's 800.
-                duration: (u32::from(played) * TIMESTAMP_STEP) as u16,
+                // RFC 4733 §2.3.5: duration so far in timestamp units, one step per slot up to
+                // the tone's 800 (4800 at 48 kHz).
+                duration: (u32::from(played) * timestamp_step) as u16,
             },
             completes_digit: frame == TONE_FRAMES + END_PACKETS - 2,
         })
@@ -240,6 +242,7 @@ impl DtmfPlayer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ontime_rtp::TIMESTAMP_STEP;
 
     #[test]
     fn parses_twilio_digits() {
@@ -298,7 +301,7 @@ mod tests {
         assert!(!p.enqueue(&one), "no room");
         // Play the first digit out: its room is given back.
         for _ in 0..TONE_FRAMES + GAP_FRAMES {
-            assert_ne!(p.next_slot(0), DtmfSlot::Audio);
+            assert_ne!(p.next_slot(0, TIMESTAMP_STEP), DtmfSlot::Audio);
         }
         assert!(p.enqueue(&one));
         assert!(!p.enqueue(&one));

@@ -111,6 +111,11 @@ pub struct StreamConfig {
     /// plaintext audio. A packet SRTP refuses (it cannot, short of a key worn out after 2^48
     /// packets) is not sent, and counted in [`StreamStats::srtp_errors`] and as a send error.
     pub srtp: Option<SrtpContext>,
+    /// The payload of one silent frame, for a codec without a silence byte (Opus: a whole
+    /// encoded frame, `ontime_rtp::opus::silence_frame`). `None` (the default) fills with the
+    /// payload type's silence byte ([`ontime_rtp::silence_byte`]). A stream whose silence is a
+    /// frame must be pushed whole frames only: the tick never pads a partial one.
+    pub silence_frame: Option<[u8; FRAME_BYTES]>,
 }
 
 impl StreamConfig {
@@ -127,6 +132,7 @@ impl StreamConfig {
             event_capacity: 256,
             sent_tap_frames: 0,
             srtp: None,
+            silence_frame: None,
         }
     }
 }
@@ -356,7 +362,7 @@ pub(crate) struct StreamState {
     sent: Option<HeapProd<SentFrame>>,
     packetizer: Packetizer,
     output: Output,
-    silence: u8,
+    silence: [u8; FRAME_BYTES],
     /// Bytes taken out of the audio ring so far (sent or cleared).
     popped: u64,
     /// Short frames mid-utterance not yet known to be holes (see `serve_slot`).
@@ -373,8 +379,11 @@ pub(crate) fn new_stream(
     config: StreamConfig,
 ) -> Result<(StreamState, StreamProducer)> {
     let payload_type = config.packetizer.payload_type();
-    let silence = ontime_rtp::silence_byte(payload_type)
-        .ok_or(Error::UnsupportedPayloadType(payload_type))?;
+    let silence = match (config.silence_frame, ontime_rtp::silence_byte(payload_type)) {
+        (Some(frame), _) => frame,
+        (None, Some(byte)) => [byte; FRAME_BYTES],
+        (None, None) => return Err(Error::UnsupportedPayloadType(payload_type)),
+    };
     if config.ring_capacity_bytes < FRAME_BYTES {
         return Err(Error::RingTooSmall {
             bytes: config.ring_capacity_bytes,
@@ -497,16 +506,19 @@ impl StreamState {
         // exactly one packet and moves the media timestamp on by one frame, so audio resumes
         // on the clock the caller has heard elapse.
         let mut telephone_event = None;
-        let silence = match self.dtmf.next_slot(self.packetizer.next_timestamp()) {
+        let silence = match self.dtmf.next_slot(
+            self.packetizer.next_timestamp(),
+            self.packetizer.timestamp_step(),
+        ) {
             DtmfSlot::Audio => self.take_audio(scratch, global),
             DtmfSlot::Silence => {
-                scratch.payload.fill(self.silence);
+                scratch.payload = self.silence;
                 true
             }
             DtmfSlot::Event(event) => {
                 // The tap gets silence for this slot: no audio went out, and a recorder keeps
                 // one frame per slot.
-                scratch.payload.fill(self.silence);
+                scratch.payload = self.silence;
                 telephone_event = Some(event);
                 false
             }
@@ -601,7 +613,7 @@ impl StreamState {
         }
         let utterance_end = self.shared.utterance_end.load(Acquire);
         if taken < FRAME_BYTES {
-            scratch.payload[taken..].fill(self.silence);
+            scratch.payload[taken..].copy_from_slice(&self.silence[taken..]);
             // Mid-utterance: audio beyond the last finished utterance has been queued and the
             // ring ran dry before the frame was full.
             if self.popped > utterance_end {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ontime_rtp::{Packetizer, PT_PCMU};
+use ontime_rtp::{Codec, Packetizer, PT_OPUS_OFFER, PT_PCMU};
 use ontime_sender::{
     EngineConfig, PacketInfo, PacketSink, Sender, SenderConfig, StreamConfig, StreamOutput,
     TickEngine,
@@ -123,10 +123,19 @@ fn engine_on_simulated_time() {
         } else {
             Box::new(CountingSink(Arc::clone(&bytes)))
         };
-        let mut config = StreamConfig::new(
-            Packetizer::with_initial(PT_PCMU, i as u32, 65_000, 0),
-            StreamOutput::Sink(output),
-        );
+        // Every fourth stream is shaped like an Opus call: its 48 kHz clock's timestamp step
+        // and a whole encoded frame for silence instead of a silence byte.
+        let opus = i % 4 == 2;
+        let packetizer = if opus {
+            Packetizer::with_initial(PT_OPUS_OFFER, i as u32, 65_000, 0)
+                .with_timestamp_step(Codec::Opus.timestamp_step())
+        } else {
+            Packetizer::with_initial(PT_PCMU, i as u32, 65_000, 0)
+        };
+        let mut config = StreamConfig::new(packetizer, StreamOutput::Sink(output));
+        if opus {
+            config.silence_frame = Some(ontime_rtp::opus::silence_frame());
+        }
         if srtp {
             config.srtp = Some(srtp_context(i));
         }

@@ -9,7 +9,9 @@
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
-use ontime_rtp::{FRAME_MS, PT_TELEPHONE_EVENT_OFFER, SAMPLE_RATE_HZ};
+use ontime_rtp::{
+    FRAME_MS, OPUS_CLOCK_HZ, PT_TELEPHONE_EVENT_48K_OFFER, PT_TELEPHONE_EVENT_OFFER, SAMPLE_RATE_HZ,
+};
 
 use crate::error::{Error, Result};
 
@@ -92,6 +94,8 @@ pub struct RtpMap {
     pub encoding: String,
     /// Clock rate in Hz.
     pub clock_rate_hz: u32,
+    /// Channels, when written (`opus/48000/2`).
+    pub channels: Option<u16>,
 }
 
 /// One `m=` section.
@@ -139,11 +143,12 @@ impl MediaDescription {
         }
         Codec::ALL
             .into_iter()
-            .find(|c| c.payload_type() == payload_type)
+            .find(|c| c.has_static_payload_type() && c.payload_type() == payload_type)
             .map(|c| RtpMap {
                 payload_type,
                 encoding: c.encoding_name().into(),
                 clock_rate_hz: c.rtp_clock_hz(),
+                channels: None,
             })
     }
     /// Payload types as numbers (formats that are not numbers are skipped).
@@ -384,9 +389,13 @@ impl SessionDescription {
             for r in &m.rtpmaps {
                 let _ = write!(
                     s,
-                    "a=rtpmap:{} {}/{}\r\n",
+                    "a=rtpmap:{} {}/{}",
                     r.payload_type, r.encoding, r.clock_rate_hz
                 );
+                if let Some(ch) = r.channels {
+                    let _ = write!(s, "/{ch}");
+                }
+                s.push_str("\r\n");
             }
             for (pt, p) in &m.fmtps {
                 let _ = write!(s, "a=fmtp:{pt} {p}\r\n");
@@ -414,10 +423,12 @@ fn parse_rtpmap(arg: &str) -> Option<RtpMap> {
     let mut parts = rest.trim().split('/');
     let encoding = parts.next().unwrap_or_default().to_string();
     let clock_rate_hz = parts.next().and_then(|r| r.parse::<u32>().ok())?;
+    let channels = parts.next().and_then(|c| c.parse::<u16>().ok());
     Some(RtpMap {
         payload_type,
         encoding,
         clock_rate_hz,
+        channels,
     })
 }
 
@@ -542,58 +553,65 @@ impl NegotiatedMedia {
     }
 }
 
-fn telephone_event_pt(m: &MediaDescription) -> Option<u8> {
+/// The offered telephone-event payload type on `clock_hz`, the chosen codec's RTP clock (RFC
+/// 4733 §2.1: events share the clock of the audio they replace).
+fn telephone_event_pt(m: &MediaDescription, clock_hz: u32) -> Option<u8> {
     m.rtpmaps
         .iter()
-        .find(|r| {
-            r.encoding.eq_ignore_ascii_case("telephone-event") && r.clock_rate_hz == SAMPLE_RATE_HZ
-        })
+        .find(|r| r.encoding.eq_ignore_ascii_case("telephone-event") && r.clock_rate_hz == clock_hz)
         .map(|r| r.payload_type)
         .filter(|pt| m.payload_types().any(|p| p == *pt))
 }
 
 /// The codec a payload type stands for, when its clock is the codec's: `G722/16000` (a
-/// common mistake for G.722's 8000 Hz RTP clock) is not G.722, and is not chosen.
+/// common mistake for G.722's 8000 Hz RTP clock) is not G.722, `opus/16000` is not Opus
+/// (RFC 7587 §7 fixes 48000/2), and neither is chosen.
 fn codec_of(m: &MediaDescription, pt: u8) -> Option<Codec> {
     let map = m.rtpmap(pt)?;
     let codec = Codec::from_name(&map.encoding)?;
     (map.clock_rate_hz == codec.rtp_clock_hz()).then_some(codec)
 }
 
+/// Our `a=fmtp` parameters for Opus (RFC 7587 §6.1): we play and capture 16 kHz, decode
+/// in-band FEC and send mono at a constant bitrate.
+pub const OPUS_FMTP: &str =
+    "maxplaybackrate=16000;sprop-maxcapturerate=16000;useinbandfec=1;cbr=1;stereo=0;sprop-stereo=0";
+
 fn is_unspecified(addr: Option<SocketAddr>) -> Option<SocketAddr> {
     // RFC 3264 §8.4: c=0.0.0.0 is the old way to hold.
     addr.filter(|a| !a.ip().is_unspecified())
 }
 
+/// One audio section: `codecs` with their payload types, then telephone-event at each
+/// `(payload type, clock)` of `events`.
 fn audio_section(
     local: &LocalMedia,
-    codec: Option<Codec>,
-    te_pt: Option<u8>,
+    codecs: &[(Codec, u8)],
+    events: &[(u8, u32)],
     direction: Direction,
 ) -> MediaDescription {
-    let codecs: Vec<Codec> = match codec {
-        Some(c) => vec![c],
-        None => local.codecs.clone(),
-    };
-    let mut formats: Vec<String> = codecs
-        .iter()
-        .map(|c| c.payload_type().to_string())
-        .collect();
+    let mut formats: Vec<String> = codecs.iter().map(|(_, pt)| pt.to_string()).collect();
     let mut rtpmaps: Vec<RtpMap> = codecs
         .iter()
-        .map(|c| RtpMap {
-            payload_type: c.payload_type(),
+        .map(|&(c, pt)| RtpMap {
+            payload_type: pt,
             encoding: c.encoding_name().into(),
             clock_rate_hz: c.rtp_clock_hz(),
+            channels: c.rtpmap_channels(),
         })
         .collect();
-    let mut fmtps = Vec::new();
-    if let Some(pt) = te_pt {
+    let mut fmtps: Vec<(u8, String)> = codecs
+        .iter()
+        .filter(|(c, _)| *c == Codec::Opus)
+        .map(|&(_, pt)| (pt, OPUS_FMTP.to_string()))
+        .collect();
+    for &(pt, clock_rate_hz) in events {
         formats.push(pt.to_string());
         rtpmaps.push(RtpMap {
             payload_type: pt,
             encoding: "telephone-event".into(),
-            clock_rate_hz: SAMPLE_RATE_HZ,
+            clock_rate_hz,
+            channels: None,
         });
         fmtps.push((pt, "0-16".to_string()));
     }
@@ -627,10 +645,29 @@ fn session(local: &LocalMedia, media: Vec<MediaDescription>) -> SessionDescripti
 }
 
 /// Builds an offer: one audio stream with our codecs, telephone-event at
-/// [`PT_TELEPHONE_EVENT_OFFER`], ptime 20, our direction.
+/// [`PT_TELEPHONE_EVENT_OFFER`] on 8000 Hz when a codec runs that clock and at
+/// [`PT_TELEPHONE_EVENT_48K_OFFER`] on 48000 Hz when Opus is offered, ptime 20, our direction.
 pub fn build_offer(local: &LocalMedia) -> SessionDescription {
-    let te = local.telephone_event.then_some(PT_TELEPHONE_EVENT_OFFER);
-    session(local, vec![audio_section(local, None, te, local.direction)])
+    let codecs: Vec<(Codec, u8)> = local
+        .codecs
+        .iter()
+        .map(|&c| (c, c.payload_type()))
+        .collect();
+    let mut events = Vec::new();
+    if local.telephone_event {
+        for (pt, clock) in [
+            (PT_TELEPHONE_EVENT_OFFER, SAMPLE_RATE_HZ),
+            (PT_TELEPHONE_EVENT_48K_OFFER, OPUS_CLOCK_HZ),
+        ] {
+            if local.codecs.iter().any(|c| c.rtp_clock_hz() == clock) {
+                events.push((pt, clock));
+            }
+        }
+    }
+    session(
+        local,
+        vec![audio_section(local, &codecs, &events, local.direction)],
+    )
 }
 
 /// Answers an offer (RFC 3264 §6): the first of our codecs the offer's audio stream carries,
@@ -712,7 +749,7 @@ pub fn answer_offer_srtp(
     };
     let offered = &offer.media[index];
     let te_pt = if local.telephone_event {
-        telephone_event_pt(offered)
+        telephone_event_pt(offered, codec.rtp_clock_hz())
     } else {
         None
     };
@@ -721,7 +758,12 @@ pub fn answer_offer_srtp(
     let mut media = Vec::with_capacity(offer.media.len());
     for (i, m) in offer.media.iter().enumerate() {
         if i == index {
-            let mut section = audio_section(local, Some(codec), te_pt, local_direction);
+            let events: Vec<(u8, u32)> = te_pt
+                .map(|pt| (pt, codec.rtp_clock_hz()))
+                .into_iter()
+                .collect();
+            let mut section =
+                audio_section(local, &[(codec, payload_type)], &events, local_direction);
             // The answer keeps the offer's profile (RFC 3264 §6); a best-effort SRTP offer on
             // RTP/AVP is answered on RTP/AVP with its crypto line.
             section.protocol = m.protocol.clone();
@@ -783,7 +825,7 @@ pub fn read_answer(answer: &SessionDescription, local: &LocalMedia) -> Result<Ne
         codec,
         payload_type,
         telephone_event_pt: if local.telephone_event {
-            telephone_event_pt(m)
+            telephone_event_pt(m, codec.rtp_clock_hz())
         } else {
             None
         },
@@ -881,18 +923,124 @@ m=audio 4000 RTP/AVP 8 0 96\r\na=rtpmap:96 telephone-event/8000\r\na=fmtp:96 0-1
                 (got, want) => panic!("case {i}: {got:?}, wanted {want:?}"),
             }
         }
-        // Our offer lists every codec with its rtpmap, G.722 on its 8000 Hz clock.
+        // Our offer lists every codec with its rtpmap, G.722 on its 8000 Hz clock, Opus on
+        // 48000/2 with its fmtp, and telephone-event on both clocks.
         let offer = build_offer(&default).to_sdp_string();
         assert!(
-            offer.contains("m=audio 20000 RTP/AVP 0 8 9 101\r\n"),
+            offer.contains("m=audio 20000 RTP/AVP 0 8 9 111 101 110\r\n"),
             "{offer}"
         );
         assert!(offer.contains("a=rtpmap:9 G722/8000\r\n"), "{offer}");
+        assert!(offer.contains("a=rtpmap:111 opus/48000/2\r\n"), "{offer}");
+        assert!(
+            offer.contains(&format!("a=fmtp:111 {OPUS_FMTP}\r\n")),
+            "{offer}"
+        );
+        assert!(
+            offer.contains("a=rtpmap:101 telephone-event/8000\r\n"),
+            "{offer}"
+        );
+        assert!(
+            offer.contains("a=rtpmap:110 telephone-event/48000\r\n"),
+            "{offer}"
+        );
+        // Without Opus, no 48 kHz events; with only Opus, no 8 kHz ones.
+        let offer = build_offer(&g711_only).to_sdp_string();
+        assert!(
+            offer.contains("m=audio 20000 RTP/AVP 0 8 101\r\n"),
+            "{offer}"
+        );
+        let mut opus_only = local();
+        opus_only.codecs = vec![Codec::Opus];
+        let offer = build_offer(&opus_only).to_sdp_string();
+        assert!(
+            offer.contains("m=audio 20000 RTP/AVP 111 110\r\n"),
+            "{offer}"
+        );
         // A peer answering our offer with G.722 only is read as G.722.
         let mut peer = LocalMedia::new("10.0.0.2:30000".parse().unwrap(), 9);
         peer.codecs = vec![Codec::G722];
         let (answer, _) = answer_offer(&build_offer(&default), &peer).unwrap();
         assert_eq!(read_answer(&answer, &default).unwrap().codec, Codec::G722);
+    }
+
+    /// Opus is found by name and clock whatever its dynamic payload type, answered with the
+    /// offer's payload type and telephone-event on the 48 kHz clock; a wrong clock is not Opus.
+    #[test]
+    fn opus_matrix_answers_with_the_offered_payload_type() {
+        let offer = |formats: &str, maps: &str| {
+            let sdp = format!(
+                "v=0\r\no=- 1 2 IN IP4 192.0.2.1\r\ns=-\r\nc=IN IP4 192.0.2.1\r\nt=0 0\r\n\
+                 m=audio 4000 RTP/AVP {formats}\r\n{maps}\
+                 a=rtpmap:101 telephone-event/8000\r\na=rtpmap:97 telephone-event/48000\r\n"
+            );
+            SessionDescription::parse(sdp.as_bytes()).unwrap()
+        };
+        let opus = "a=rtpmap:107 opus/48000/2\r\na=fmtp:107 useinbandfec=1\r\n";
+        let opus_only = offer("107 97", opus);
+        let opus_then_g711 = offer("107 0 101 97", opus);
+        let opus_wrong_clock = offer("107 97", "a=rtpmap:107 opus/16000\r\n");
+        let opus_no_map = offer("111 97", "");
+        let default = local();
+        let mut opus_first = local();
+        opus_first.codecs = vec![Codec::Opus, Codec::G722, Codec::Pcmu];
+        type Case<'a> = (
+            &'a SessionDescription,
+            &'a LocalMedia,
+            Option<(Codec, u8, Option<u8>)>,
+        );
+        let cases: [Case; 6] = [
+            (&opus_only, &default, Some((Codec::Opus, 107, Some(97)))),
+            (&opus_then_g711, &default, Some((Codec::Pcmu, 0, Some(101)))),
+            (
+                &opus_then_g711,
+                &opus_first,
+                Some((Codec::Opus, 107, Some(97))),
+            ),
+            (&opus_wrong_clock, &default, None),
+            // 111 is only our offer's choice: without an rtpmap it is nothing.
+            (&opus_no_map, &default, None),
+            (
+                &opus_only,
+                &{
+                    let mut l = local();
+                    l.codecs = vec![Codec::Pcmu, Codec::G722];
+                    l
+                },
+                None,
+            ),
+        ];
+        for (i, (offer, ours, want)) in cases.into_iter().enumerate() {
+            match (answer_offer(offer, ours), want) {
+                (Ok((answer, n)), Some((codec, pt, te))) => {
+                    assert_eq!(
+                        (n.codec, n.payload_type, n.telephone_event_pt),
+                        (codec, pt, te),
+                        "case {i}"
+                    );
+                    let text = answer.to_sdp_string();
+                    if codec == Codec::Opus {
+                        assert!(text.contains("a=rtpmap:107 opus/48000/2\r\n"), "{text}");
+                        assert!(
+                            text.contains("a=rtpmap:97 telephone-event/48000\r\n"),
+                            "{text}"
+                        );
+                        assert!(text.contains("m=audio 20000 RTP/AVP 107 97\r\n"), "{text}");
+                    }
+                }
+                (Err(Error::NoCommonCodec), None) => {}
+                (got, want) => panic!("case {i}: {got:?}, wanted {want:?}"),
+            }
+        }
+        // A peer answering our offer with Opus is read as Opus at the answer's payload type.
+        let mut peer = LocalMedia::new("10.0.0.2:30000".parse().unwrap(), 9);
+        peer.codecs = vec![Codec::Opus];
+        let (answer, _) = answer_offer(&build_offer(&default), &peer).unwrap();
+        let n = read_answer(&answer, &default).unwrap();
+        assert_eq!(
+            (n.codec, n.payload_type, n.telephone_event_pt),
+            (Codec::Opus, 111, Some(110))
+        );
     }
 
     #[test]

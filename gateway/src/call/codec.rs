@@ -2,14 +2,15 @@
 //! 20 ms frames (the echo canceller, the VAD's feed, the recording and the bots all take it);
 //! here that line becomes the negotiated codec's payload and back. G.711 is a table lookup;
 //! G.722 carries 16 kHz, so its frames are decoded and halved on the way in, doubled and
-//! encoded on the way out, with `ontime-rtp`'s half-band filters.
+//! encoded on the way out, with `ontime-rtp`'s half-band filters. Opus is handled at 16 kHz
+//! the same way, in whole 20 ms packets of constant size (see `ontime_rtp::opus`).
 
 use ontime_rtp::g711::Law;
 use ontime_rtp::resample::{Downsampler, Upsampler};
-use ontime_rtp::{g722, Codec, FRAME_BYTES, SAMPLES_PER_FRAME, WIDEBAND_SAMPLES_PER_FRAME};
+use ontime_rtp::{g722, opus, Codec, FRAME_BYTES, SAMPLES_PER_FRAME, WIDEBAND_SAMPLES_PER_FRAME};
 
 /// Line audio (8 kHz PCM) to the call's trunk payload, before the sender's ring.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum LineEncoder {
     G711 {
         law: Law,
@@ -25,6 +26,16 @@ pub(crate) enum LineEncoder {
         up_fed: bool,
         /// The odd last sample of 16 kHz audio, waiting for its pair.
         odd: Option<i16>,
+    },
+    Opus {
+        /// `None` when libopus could not start one (never seen): the call then sends the
+        /// silence frame, and says so once in the log.
+        encoder: Option<Box<opus::Encoder>>,
+        up: Box<Upsampler>,
+        up_fed: bool,
+        /// 16 kHz audio waiting for a whole 20 ms packet.
+        pending: Box<[i16; WIDEBAND_SAMPLES_PER_FRAME]>,
+        filled: usize,
     },
 }
 
@@ -46,14 +57,33 @@ impl LineEncoder {
                 up_fed: false,
                 odd: None,
             },
+            Codec::Opus => LineEncoder::Opus {
+                encoder: match opus::Encoder::new() {
+                    Ok(e) => Some(Box::new(e)),
+                    Err(e) => {
+                        tracing::error!(error = %e, "no Opus encoder: the call sends silence");
+                        None
+                    }
+                },
+                up: Box::new(Upsampler::new()),
+                up_fed: false,
+                pending: Box::new([0; WIDEBAND_SAMPLES_PER_FRAME]),
+                filled: 0,
+            },
         }
+    }
+
+    /// Whether every payload is whole 20 ms packets of [`FRAME_BYTES`] (Opus): the queue
+    /// before the sender's ring must then cut and drop only at frame boundaries.
+    pub(crate) fn is_framed(&self) -> bool {
+        matches!(self, LineEncoder::Opus { .. })
     }
 
     /// The G.711 law whose bytes go out as they are (a bot's µ-law on a PCMU call).
     pub(crate) fn law(&self) -> Option<Law> {
         match self {
             LineEncoder::G711 { law, .. } => Some(*law),
-            LineEncoder::G722 { .. } => None,
+            LineEncoder::G722 { .. } | LineEncoder::Opus { .. } => None,
         }
     }
 
@@ -79,6 +109,15 @@ impl LineEncoder {
                 up.reset();
                 *up_fed = false;
                 *odd = None;
+            }
+            // Opus packets decode on their own: the encoder keeps its state (no restart
+            // transient), only what was half-way through is dropped.
+            LineEncoder::Opus {
+                up, up_fed, filled, ..
+            } => {
+                up.reset();
+                *up_fed = false;
+                *filled = 0;
             }
         }
     }
@@ -109,15 +148,31 @@ impl LineEncoder {
                     encode_wide(encoder, &wide[..n], out);
                 }
             }
+            LineEncoder::Opus {
+                encoder,
+                up,
+                up_fed,
+                pending,
+                filled,
+            } => {
+                *up_fed = true;
+                let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+                for chunk in pcm.chunks(SAMPLES_PER_FRAME) {
+                    let n = up.process(chunk, &mut wide);
+                    encode_opus(encoder, pending, filled, &wide[..n], out);
+                }
+            }
         }
     }
 
     /// Appends the payload bytes of `pcm` at 16 kHz (a wideband bot's audio) to `out`: encoded
     /// as it is for G.722, halved for G.711.
     pub(crate) fn encode_wide(&mut self, pcm: &[i16], out: &mut Vec<u8>) {
-        // On G.722, 8 kHz audio before it leaves the upsampler's tail first.
-        if matches!(self, LineEncoder::G722 { .. }) {
-            self.flush(out);
+        // On G.722 and Opus, 8 kHz audio before it leaves the upsampler's tail first.
+        match self {
+            LineEncoder::G722 { .. } => self.flush(out),
+            LineEncoder::Opus { .. } => self.drain_upsampler(out),
+            LineEncoder::G711 { .. } => {}
         }
         match self {
             LineEncoder::G711 {
@@ -146,6 +201,32 @@ impl LineEncoder {
                 if even < pcm.len() {
                     *odd = Some(pcm[even]);
                 }
+            }
+            LineEncoder::Opus {
+                encoder,
+                pending,
+                filled,
+                ..
+            } => encode_opus(encoder, pending, filled, pcm, out),
+        }
+    }
+
+    /// Opus: moves what the upsampler holds of 8 kHz audio into the pending packet, without
+    /// ending the packet (the audio goes on at 16 kHz).
+    fn drain_upsampler(&mut self, out: &mut Vec<u8>) {
+        if let LineEncoder::Opus {
+            encoder,
+            up,
+            up_fed,
+            pending,
+            filled,
+        } = self
+        {
+            if *up_fed {
+                *up_fed = false;
+                let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+                let n = up.flush(&mut wide);
+                encode_opus(encoder, pending, filled, &wide[..n], out);
             }
         }
     }
@@ -178,6 +259,22 @@ impl LineEncoder {
                 let n = up.flush(&mut wide);
                 encode_wide(encoder, &wide[..n], out);
             }
+            LineEncoder::Opus { .. } => {
+                self.drain_upsampler(out);
+                // The utterance's last packet, padded with silence to its 20 ms.
+                if let LineEncoder::Opus {
+                    encoder,
+                    pending,
+                    filled,
+                    ..
+                } = self
+                {
+                    if *filled > 0 {
+                        let rest = WIDEBAND_SAMPLES_PER_FRAME - *filled;
+                        encode_opus(encoder, pending, filled, &vec![0; rest], out);
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -190,12 +287,46 @@ fn encode_wide(encoder: &mut g722::Encoder, wide: &[i16], out: &mut Vec<u8>) {
     out.truncate(start + n);
 }
 
+/// Appends 16 kHz `pcm` to the pending Opus packet, and every packet it completes to `out`.
+fn encode_opus(
+    encoder: &mut Option<Box<opus::Encoder>>,
+    pending: &mut [i16; WIDEBAND_SAMPLES_PER_FRAME],
+    filled: &mut usize,
+    mut pcm: &[i16],
+    out: &mut Vec<u8>,
+) {
+    while !pcm.is_empty() {
+        let n = pcm.len().min(WIDEBAND_SAMPLES_PER_FRAME - *filled);
+        pending[*filled..*filled + n].copy_from_slice(&pcm[..n]);
+        *filled += n;
+        pcm = &pcm[n..];
+        if *filled == WIDEBAND_SAMPLES_PER_FRAME {
+            *filled = 0;
+            let mut packet = opus::silence_frame();
+            if let Some(e) = encoder.as_mut() {
+                if let Err(err) = e.encode(pending, &mut packet) {
+                    // A packet libopus refused goes out as silence: the frame count, and so
+                    // every position in the queue, stays right.
+                    tracing::warn!(error = %err, "Opus encoding failed: 20 ms of silence sent");
+                    packet = opus::silence_frame();
+                }
+            }
+            out.extend_from_slice(&packet);
+        }
+    }
+}
+
 /// The caller's trunk payload to line audio (8 kHz PCM), one 20 ms frame at a time.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum LineDecoder {
     G711(Law),
     G722 {
         decoder: Box<g722::Decoder>,
+        down: Box<Downsampler>,
+    },
+    Opus {
+        /// `None` when libopus could not start one (never seen): the call hears silence.
+        decoder: Option<Box<opus::Decoder>>,
         down: Box<Downsampler>,
     },
 }
@@ -209,6 +340,16 @@ impl LineDecoder {
                 decoder: Box::default(),
                 down: Box::default(),
             },
+            Codec::Opus => LineDecoder::Opus {
+                decoder: match opus::Decoder::new() {
+                    Ok(d) => Some(Box::new(d)),
+                    Err(e) => {
+                        tracing::error!(error = %e, "no Opus decoder: the caller is not heard");
+                        None
+                    }
+                },
+                down: Box::default(),
+            },
         }
     }
 
@@ -218,6 +359,7 @@ impl LineDecoder {
         let silence = match self {
             LineDecoder::G711(law) => law.silence(),
             LineDecoder::G722 { .. } => g722::SILENCE_BYTE,
+            LineDecoder::Opus { .. } => return payload == opus::silence_frame(),
         };
         payload.iter().all(|b| *b == silence)
     }
@@ -238,19 +380,56 @@ impl LineDecoder {
         wide: &mut [i16; WIDEBAND_SAMPLES_PER_FRAME],
     ) -> bool {
         out.fill(0);
-        let payload = &payload[..payload.len().min(FRAME_BYTES)];
+        // One frame of the byte-per-sample codecs (an Opus packet is whole at any length).
+        let frame = &payload[..payload.len().min(FRAME_BYTES)];
         match self {
             LineDecoder::G711(law) => {
-                law.decode_slice(payload, out);
+                law.decode_slice(frame, out);
                 false
             }
             LineDecoder::G722 { decoder, down } => {
                 wide.fill(0);
-                let n = decoder.decode(payload, wide);
+                let n = decoder.decode(frame, wide);
                 down.process(&wide[..n], out);
                 true
             }
+            LineDecoder::Opus { decoder, down } => {
+                // Packets were checked on arrival; one libopus still refuses is concealed.
+                let decoded = decoder
+                    .as_mut()
+                    .is_some_and(|d| d.decode(payload, wide).is_ok());
+                if !decoded {
+                    wide.fill(0);
+                    if let Some(d) = decoder.as_mut() {
+                        let _ = d.conceal(None, wide);
+                    }
+                }
+                down.process(&wide[..], out);
+                true
+            }
         }
+    }
+
+    /// Conceals a lost frame where the codec can (Opus: from the next packet's in-band FEC
+    /// when `next` is at hand, else libopus's concealment), into `out` and `wide` like
+    /// [`LineDecoder::decode`]. `None` for codecs without their own concealment: the caller
+    /// conceals. `Some(true)` when FEC rebuilt the frame.
+    pub(crate) fn conceal(
+        &mut self,
+        next: Option<&[u8]>,
+        out: &mut [i16; SAMPLES_PER_FRAME],
+        wide: &mut [i16; WIDEBAND_SAMPLES_PER_FRAME],
+    ) -> Option<bool> {
+        let LineDecoder::Opus { decoder, down } = self else {
+            return None;
+        };
+        wide.fill(0);
+        let recovered = decoder
+            .as_mut()
+            .and_then(|d| d.conceal(next, wide).ok())
+            .unwrap_or(false);
+        down.process(&wide[..], out);
+        Some(recovered)
     }
 }
 

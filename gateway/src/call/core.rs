@@ -22,7 +22,7 @@ use ontime_rtp::{
     Packetizer, FRAME, FRAME_BYTES, SAMPLES_PER_FRAME, SAMPLE_RATE_HZ, WIDEBAND_SAMPLES_PER_FRAME,
 };
 use ontime_sender::{StreamEvent, StreamId, StreamProducer};
-use ontime_sip::{Direction, NegotiatedMedia};
+use ontime_sip::{Codec, Direction, NegotiatedMedia};
 use ontime_srtp::{SdesKeys, SrtpContext, SRTCP_TRAILER_LEN};
 use ontime_twilio::{CallStatus, Dial, DialTarget, SipTarget, Verb};
 use rand::rngs::StdRng;
@@ -307,6 +307,9 @@ pub enum CallOutput {
         remote: SocketAddr,
         /// The SRTP context the sender protects the stream's packets with (None: plain RTP).
         srtp: Option<Box<SrtpContext>>,
+        /// The codec's silent frame, when it has no silence byte (Opus): the sender's fill
+        /// (`StreamConfig::silence_frame`).
+        silence_frame: Option<[u8; FRAME_BYTES]>,
     },
     /// Send the stream's packets to a new address (latching, re-INVITE).
     SetStreamRemote {
@@ -737,6 +740,7 @@ impl CallCore {
             ssrc: packetizer.ssrc(),
             first_timestamp: packetizer.next_timestamp(),
             started: now,
+            clock_hz: self.negotiated.codec.rtp_clock_hz(),
         }));
         self.out.attach(producer);
     }
@@ -2043,17 +2047,20 @@ impl CallCore {
         // After the caller's first packet its real address is known (latching).
         let remote = self.inbound.latched().unwrap_or(remote);
         // Random SSRC, sequence and timestamp (RFC 3550 §5.1).
+        let codec = self.negotiated.codec;
         let packetizer = Packetizer::with_initial(
             self.negotiated.payload_type,
             self.rng.random(),
             self.rng.random(),
             self.rng.random(),
-        );
+        )
+        .with_timestamp_step(codec.timestamp_step());
         let srtp = self.srtp.as_ref().map(|s| Box::new(s.keys.outbound()));
         self.outputs.push_back(CallOutput::StartStream {
             packetizer,
             remote,
             srtp,
+            silence_frame: (codec == Codec::Opus).then(ontime_rtp::opus::silence_frame),
         });
     }
 
@@ -2198,6 +2205,7 @@ impl CallCore {
             echo_erl_db: echo.and_then(|r| r.erl_db),
             echo_erle_db: echo.and_then(|r| r.erle_db),
             echo_bursts_gated: echo.map_or(0, |r| r.bursts_gated),
+            fec_recovered: jitter.fec_recovered,
             dtmf: self.dtmf.clone(),
             direction: self.info.direction.as_str(),
             transport: self.info.transport.name(),

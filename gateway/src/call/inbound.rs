@@ -25,7 +25,7 @@ use ontime_jitter::{JitterBuffer, JitterConfig, Playout, PushOutcome, RtpPacketI
 use ontime_rtp::dtmf::DtmfTracker;
 use ontime_rtp::stats::ReceiverStats;
 use ontime_rtp::{
-    classify, parse_rtp, PacketKind, FRAME, PT_CN, SAMPLES_PER_FRAME, SAMPLE_RATE_HZ,
+    classify, parse_rtp, Codec, PacketKind, FRAME, PT_CN, SAMPLES_PER_FRAME,
     WIDEBAND_SAMPLES_PER_FRAME,
 };
 use ontime_sip::NegotiatedMedia;
@@ -66,6 +66,8 @@ pub struct InboundCounters {
     pub duplicates: u64,
     /// Dropped datagrams (invalid or wrong source).
     pub dropped: u64,
+    /// Lost Opus packets rebuilt from the next packet's in-band FEC.
+    pub fec_recovered: u64,
 }
 
 /// The caller's inbound media.
@@ -95,6 +97,8 @@ pub struct InboundMedia {
     dropped: u64,
     /// Late packets decoded unheard to keep a stateful decoder in step.
     late_decoded: u64,
+    /// Lost Opus packets rebuilt from the next packet's in-band FEC.
+    fec_recovered: u64,
     published: Published,
 }
 
@@ -110,11 +114,18 @@ struct Published {
 /// millisecond it holds is on the turn latency: with the default margin a clean path's target
 /// sits a hair above one frame (p97 spread + 20 ms), so the buffer never shrinks below two frames
 /// (40 ms); with 10 ms it runs at one frame (20 ms) until the path's jitter asks for more.
-fn inbound_jitter_config() -> JitterConfig {
+/// The buffer runs on the codec's RTP clock (48 kHz for Opus).
+fn inbound_jitter_config(codec: Codec) -> JitterConfig {
     JitterConfig {
         margin: Duration::from_millis(10),
+        clock_rate_hz: codec.rtp_clock_hz(),
         ..JitterConfig::default()
     }
+}
+
+fn jitter_buffer(codec: Codec) -> JitterBuffer {
+    // ok: the configuration is valid for every codec (`inbound_jitter_config` test).
+    JitterBuffer::new(inbound_jitter_config(codec)).expect("ok: inbound jitter config is valid")
 }
 
 impl InboundMedia {
@@ -130,9 +141,7 @@ impl InboundMedia {
             origin: now,
             first_audio: None,
             frames_played: 0,
-            // ok: the configuration is valid by construction (`inbound_jitter_config` test).
-            jitter: JitterBuffer::new(inbound_jitter_config())
-                .expect("ok: inbound jitter config is valid"),
+            jitter: jitter_buffer(media.codec),
             stats: None,
             dtmf: DtmfTracker::new(),
             decoder: LineDecoder::new(media.codec),
@@ -142,6 +151,7 @@ impl InboundMedia {
             received: 0,
             dropped: 0,
             late_decoded: 0,
+            fec_recovered: 0,
             published: Published::default(),
         }
     }
@@ -177,6 +187,13 @@ impl InboundMedia {
         if media.codec != self.media.codec {
             self.decoder = LineDecoder::new(media.codec);
             self.decode_next = None;
+            if media.codec.rtp_clock_hz() != self.media.codec.rtp_clock_hz() {
+                // Timestamps on another clock: a new buffer (and new RTCP statistics). Its
+                // counters start again, so what this call published restarts with them.
+                self.jitter = jitter_buffer(media.codec);
+                self.published = Published::default();
+                self.stats = None;
+            }
         }
         self.media = media;
     }
@@ -300,7 +317,10 @@ impl InboundMedia {
             Some((ssrc, s)) if *ssrc == pkt.ssrc => s,
             slot => {
                 &mut slot
-                    .insert((pkt.ssrc, ReceiverStats::new(SAMPLE_RATE_HZ)))
+                    .insert((
+                        pkt.ssrc,
+                        ReceiverStats::new(self.media.codec.rtp_clock_hz()),
+                    ))
                     .1
             }
         };
@@ -319,6 +339,15 @@ impl InboundMedia {
         if pkt.payload_type != self.media.payload_type && pkt.payload_type != PT_CN {
             self.dropped += 1;
             return InboundOutcome::Dropped("unknown_payload_type");
+        }
+        // A malformed Opus packet (bad TOC, frame lengths past the end) or one that is not
+        // 20 ms is dropped here, counted, and concealed like a lost one.
+        if self.media.codec == Codec::Opus
+            && pkt.payload_type == self.media.payload_type
+            && ontime_rtp::opus::check_packet(pkt.payload).is_err()
+        {
+            self.dropped += 1;
+            return InboundOutcome::Dropped("opus");
         }
         let info = RtpPacketInfo {
             sequence_number: pkt.sequence_number,
@@ -396,10 +425,20 @@ impl InboundMedia {
                     self.concealed_run = 0;
                 }
                 Playout::Conceal(_) => {
-                    // Packet-loss concealment: repeat the last frame at half level once, then
-                    // silence (G.711 Appendix I does better; VAD only needs no burst of noise).
                     self.concealed_run += 1;
-                    if self.concealed_run == 1 {
+                    // Opus conceals itself, from the next packet's FEC when it is here.
+                    if let Some(recovered) =
+                        self.decoder
+                            .conceal(self.jitter.next_payload(), &mut out, &mut wide)
+                    {
+                        wideband = true;
+                        if recovered {
+                            self.fec_recovered += 1;
+                        }
+                    } else if self.concealed_run == 1 {
+                        // Packet-loss concealment: repeat the last frame at half level once,
+                        // then silence (G.711 Appendix I does better; VAD only needs no burst
+                        // of noise).
                         for (o, s) in out.iter_mut().zip(self.last_frame.iter()) {
                             *o = s / 2;
                         }
@@ -453,6 +492,7 @@ impl InboundMedia {
             lost: j.lost,
             duplicates: j.duplicates,
             dropped: self.dropped,
+            fec_recovered: self.fec_recovered,
         }
     }
 }
@@ -464,7 +504,9 @@ mod tests {
 
     #[test]
     fn inbound_jitter_config_is_valid_and_keeps_one_frame_on_a_clean_path() {
-        assert_eq!(inbound_jitter_config().validate(), Ok(()));
+        for codec in Codec::ALL {
+            assert_eq!(inbound_jitter_config(codec).validate(), Ok(()), "{codec}");
+        }
         // A caller on a clean path (transit varying by up to 0.9 ms), 5 s of one talkspurt,
         // played as the gateway plays it (on each arrival): the buffer settles at one frame.
         let sdp = "127.0.0.1:4000".parse().unwrap();
@@ -497,7 +539,8 @@ mod tests {
         assert_eq!(d.depth().as_millis(), 40);
     }
     use ontime_rtp::Packetizer;
-    use ontime_sip::{Codec, Direction};
+    use ontime_rtp::FRAME_BYTES;
+    use ontime_sip::Direction;
 
     fn media(remote: SocketAddr) -> NegotiatedMedia {
         NegotiatedMedia {
@@ -592,6 +635,73 @@ mod tests {
             after.len(),
             "every frame after the concealed one as undisturbed; differ: {differ:?}"
         );
+    }
+
+    /// An Opus caller on the 48 kHz clock: every 20 ms frame plays at 16 kHz; a lost packet is
+    /// rebuilt from the next one's FEC (counted); a malformed packet (a code 3 TOC with no
+    /// frames) and a 60 ms one are dropped on arrival, counted, and their slots concealed.
+    #[test]
+    fn an_opus_caller_plays_wideband_with_fec_and_malformed_packets_dropped() {
+        let sdp: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        let opus_media = NegotiatedMedia {
+            codec: Codec::Opus,
+            payload_type: 107,
+            ..media(sdp)
+        };
+        let mut enc = ontime_rtp::opus::Encoder::new().unwrap();
+        let frames = 50usize;
+        let payloads: Vec<Vec<u8>> = (0..frames)
+            .map(|k| {
+                let pcm: [i16; WIDEBAND_SAMPLES_PER_FRAME] = std::array::from_fn(|n| {
+                    let t = (k * WIDEBAND_SAMPLES_PER_FRAME + n) as f32 / 16000.0;
+                    (6000.0 * (2.0 * std::f32::consts::PI * 300.0 * t).sin()) as i16
+                });
+                let mut out = [0u8; FRAME_BYTES];
+                enc.encode(&pcm, &mut out).unwrap();
+                out.to_vec()
+            })
+            .collect();
+        let (lost, malformed, long) = (20usize, 30usize, 35usize);
+        let t0 = Instant::now();
+        let mut m = InboundMedia::new(opus_media, Some(sdp.ip()), t0);
+        let mut p = Packetizer::with_initial(107, 7, 100, 0)
+            .with_timestamp_step(Codec::Opus.timestamp_step());
+        let mut buf = [0u8; 400];
+        let (mut wide_frames, mut narrow_only, mut dropped_opus) = (0, 0, 0);
+        for (i, payload) in payloads.iter().enumerate() {
+            let payload: &[u8] = match i {
+                _ if i == malformed => &[(9 << 3) | 3, 0],
+                // TOC config 3: SILK narrowband, 60 ms.
+                _ if i == long => &[3 << 3, 0xAA, 0x55],
+                _ => payload,
+            };
+            let n = p.write_frame(payload, &mut buf).unwrap();
+            let at = t0 + FRAME * i as u32;
+            if i != lost {
+                if let InboundOutcome::Dropped("opus") = m.handle_datagram(&buf[..n], sdp, at) {
+                    dropped_opus += 1;
+                }
+            }
+            m.pop(at + Duration::from_millis(10), |_, wide, _| {
+                if wide.is_some() {
+                    wide_frames += 1;
+                } else {
+                    narrow_only += 1;
+                }
+            });
+        }
+        assert_eq!(dropped_opus, 2);
+        assert_eq!(m.counters().dropped, 2);
+        // Each of the three slots without a packet is rebuilt from the next packet's FEC (it
+        // carries the encoder's copy of the frame, whatever happened to the packet itself).
+        assert_eq!(m.counters().fec_recovered, 3);
+        assert_eq!(m.counters().lost, 3);
+        assert_eq!(
+            narrow_only, 0,
+            "every frame is 16 kHz, concealment included"
+        );
+        // Played up to the last packet's slot less the buffer's one frame.
+        assert_eq!(wide_frames, frames - 1);
     }
 
     #[test]

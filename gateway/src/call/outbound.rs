@@ -1,5 +1,6 @@
-//! The agent's side of the outgoing audio: encoded (G.711 or G.722, one byte per 8 kHz sample
-//! either way) and queued in order with utterance ends and marks,
+//! The agent's side of the outgoing audio: encoded (G.711, G.722 or Opus, one byte per 8 kHz
+//! sample in every case; Opus in whole 160-byte packets) and queued in order with utterance
+//! ends and marks,
 //! handed to the real-time sender's ring a bounded horizon ahead, with the oldest audio dropped
 //! beyond `max_buffered_seconds`. Streams come and go with hold, resume and codec changes; the
 //! call's counts add up across all of them.
@@ -7,7 +8,7 @@
 use std::collections::VecDeque;
 
 use ontime_rtp::g711::Law;
-use ontime_rtp::Codec;
+use ontime_rtp::{Codec, FRAME_BYTES};
 use ontime_sender::{StreamProducer, StreamStats};
 
 use super::codec::LineEncoder;
@@ -58,7 +59,7 @@ pub(crate) struct Outbound {
 /// How far ahead agent audio is handed to the sender's ring. The rest waits in the call's
 /// queue, where the oldest can still be dropped when a bot sends more than
 /// `max_buffered_seconds`; two seconds absorb any tokio delay in refilling (every 20 ms).
-const RING_HORIZON_BYTES: usize = 100 * ontime_rtp::FRAME_BYTES;
+const RING_HORIZON_BYTES: usize = 100 * FRAME_BYTES;
 
 impl Outbound {
     pub(crate) fn new(codec: Codec, max_buffered_bytes: usize) -> Outbound {
@@ -236,7 +237,11 @@ impl Outbound {
             match front {
                 Queued::Audio(bytes, offset) => {
                     let horizon = RING_HORIZON_BYTES.min(self.max_buffered_bytes);
-                    let room = horizon.saturating_sub(p.queued_bytes());
+                    let mut room = horizon.saturating_sub(p.queued_bytes());
+                    if self.encoder.is_framed() {
+                        // Whole packets only: the tick sends what it takes as one packet.
+                        room = room.min(p.vacant_bytes()) / FRAME_BYTES * FRAME_BYTES;
+                    }
                     let end = bytes.len().min(*offset + room);
                     let pushed = p.push(&bytes[*offset..end]);
                     *offset += pushed;
@@ -272,9 +277,14 @@ impl Outbound {
                 break;
             }
             if let Queued::Audio(bytes, offset) = item {
-                let n = (bytes.len() - *offset).min(excess);
+                let mut n = (bytes.len() - *offset).min(excess);
+                if self.encoder.is_framed() {
+                    // Whole packets only (chunks hold whole packets, so this stays inside).
+                    n = n.div_ceil(FRAME_BYTES) * FRAME_BYTES;
+                    n = n.min(bytes.len() - *offset);
+                }
                 *offset += n;
-                excess -= n;
+                excess = excess.saturating_sub(n);
                 dropped += n;
             }
         }

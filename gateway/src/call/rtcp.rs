@@ -39,6 +39,8 @@ pub struct OutgoingStream {
     pub first_timestamp: u32,
     /// When the stream started.
     pub started: Instant,
+    /// Its RTP clock (8000 Hz, 48000 for Opus): SR timestamps and the peer's jitter count in it.
+    pub clock_hz: u32,
 }
 
 /// What the caller last told us about our stream.
@@ -166,8 +168,8 @@ impl RtcpSession {
                 self.peer.reports += 1;
                 stats.rtcp_reports_received += 1;
                 self.peer.fraction_lost = f64::from(b.fraction_lost) / 256.0;
-                self.peer.jitter =
-                    Duration::from_secs_f64(f64::from(b.jitter) / f64::from(SAMPLE_RATE_HZ));
+                let clock = self.outgoing.map_or(SAMPLE_RATE_HZ, |o| o.clock_hz);
+                self.peer.jitter = Duration::from_secs_f64(f64::from(b.jitter) / f64::from(clock));
                 let rtt = round_trip_time(arrival, b.last_sr, b.delay_since_last_sr);
                 if rtt.is_some() {
                     self.peer.rtt = rtt;
@@ -222,7 +224,7 @@ impl RtcpSession {
             (Some(o), Some(sent)) => {
                 let elapsed = now.saturating_duration_since(o.started);
                 let rtp_timestamp = o.first_timestamp.wrapping_add(
-                    (elapsed.as_micros() * u128::from(SAMPLE_RATE_HZ) / 1_000_000) as u32,
+                    (elapsed.as_micros() * u128::from(o.clock_hz) / 1_000_000) as u32,
                 );
                 RtcpPacket::SenderReport(SenderReport {
                     ssrc: self.our_ssrc,
@@ -333,6 +335,7 @@ mod tests {
             ssrc: 0x5E0D,
             first_timestamp: 1000,
             started: t0,
+            clock_hz: SAMPLE_RATE_HZ,
         }));
         let bytes = s
             .build(t0 + Duration::from_secs(1), &mut inbound, Some(50))

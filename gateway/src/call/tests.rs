@@ -210,6 +210,7 @@ impl Sim {
                     packetizer,
                     remote: _,
                     srtp,
+                    silence_frame,
                 } => {
                     let config = {
                         let mut c = StreamConfig::new(
@@ -222,6 +223,7 @@ impl Sim {
                         );
                         c.sent_tap_frames = 50;
                         c.srtp = srtp.map(|c| *c);
+                        c.silence_frame = silence_frame;
                         c
                     };
                     let p = self.controller.add_stream(config).unwrap();

@@ -98,6 +98,8 @@ pub struct CallDetailRecord {
     /// Runs of audible echo kept from the barge-in VAD (barge-ins on the bot's own voice
     /// avoided, as a VAD would likely have started them).
     pub echo_bursts_gated: u64,
+    /// Lost Opus packets rebuilt from the next packet's in-band FEC (0 on other codecs).
+    pub fec_recovered: u64,
     /// DTMF digits received.
     pub dtmf: String,
     /// `inbound` or `outbound-api`.
@@ -161,6 +163,7 @@ impl CallDetailRecord {
             echo_erl_db: None,
             echo_erle_db: None,
             echo_bursts_gated: 0,
+            fec_recovered: 0,
             dtmf: String::new(),
             direction: info.direction.as_str(),
             transport: info.transport.name(),

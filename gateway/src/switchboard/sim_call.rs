@@ -145,13 +145,17 @@ impl SimCall {
                 any = true;
                 match out {
                     CallOutput::StartStream {
-                        packetizer, srtp, ..
+                        packetizer,
+                        srtp,
+                        silence_frame,
+                        ..
                     } => {
                         let mut config = StreamConfig::new(
                             packetizer.clone(),
                             StreamOutput::Sink(Box::new(CapturingSink(self.sent.clone()))),
                         );
                         config.srtp = srtp.map(|c| *c);
+                        config.silence_frame = silence_frame;
                         let p = controller
                             .add_stream(config)
                             .expect("the engine takes the stream");
