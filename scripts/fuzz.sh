@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing on the pinned stable toolchain, for a bounded time: every libFuzzer target
-# of crates/sip/fuzz (parse_message, endpoint, sdp), crates/rtp/fuzz (rtp, rtcp, g722), crates/twilio/fuzz
+# of crates/sip/fuzz (parse_message, endpoint, sdp), crates/rtp/fuzz (rtp, rtcp, g722, opus), crates/twilio/fuzz
 # (twiml: the TwiML parser; api_request: the API's request parsing) and gateway/fuzz (bot_message:
 # the WebSocket agent's protocol.rs, compiled alone rather than the whole gateway).
 #
@@ -23,7 +23,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-30}
 shift || true
 # crates/srtp/fuzz: unprotect (SRTP/SRTCP receive) and crypto_attribute (SDES lines).
-all=(sip:parse_message sip:endpoint sip:sdp rtp:rtp rtp:rtcp rtp:g722 srtp:unprotect srtp:crypto_attribute
+all=(sip:parse_message sip:endpoint sip:sdp rtp:rtp rtp:rtcp rtp:g722 rtp:opus srtp:unprotect srtp:crypto_attribute
     twilio:twiml twilio:api_request gateway:bot_message)
 wanted=("$@")
 
