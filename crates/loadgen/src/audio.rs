@@ -1,6 +1,6 @@
 //! Caller speech fixtures (8 kHz mono µ-law WAV) and the silence test for received frames; the
-//! same speech as a G.722 caller sends it ([`G722Speech`]), and the ear that judges a G.722
-//! stream's frames ([`Ear`]).
+//! same speech as a G.722 or Opus caller sends it ([`G722Speech`], [`OpusSpeech`]), and the ear
+//! that judges a G.722 or Opus stream's frames ([`Ear`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -276,6 +276,56 @@ pub fn upsample_ulaw(ulaw: &[u8]) -> Vec<i16> {
     wide
 }
 
+/// One utterance as an Opus caller sends it: upsampled like [`G722Speech`] and encoded ahead of
+/// time into 20 ms constant-bitrate packets of [`ontime_rtp::FRAME_BYTES`] bytes (libopus with
+/// the gateway's own settings, `ontime_rtp::opus`). Packet `k` covers µ-law bytes
+/// `160k..160k+160`, so byte positions that are whole frames index both alike; the last packet
+/// is padded with silence to its 20 ms. Cut points (the pause point) must be whole frames.
+#[derive(Debug, Clone)]
+pub struct OpusSpeech {
+    /// The utterance said in one go.
+    pub whole: Arc<[u8]>,
+    /// Paused at [`Utterance::pause_point`] (a whole frame): before it and from it, each
+    /// encoded on its own.
+    pub split: Option<G722Split>,
+}
+
+impl OpusSpeech {
+    /// Encodes `utterance` (µ-law) for an Opus caller.
+    pub fn new(utterance: &Utterance) -> std::result::Result<OpusSpeech, String> {
+        let wide = upsample_ulaw(&utterance.ulaw);
+        let split = match utterance.pause_point() {
+            Some(at) => {
+                let at = at / ontime_rtp::FRAME_BYTES * ontime_rtp::FRAME_BYTES;
+                Some(G722Split {
+                    head: encode_opus(&wide[..2 * at])?.into(),
+                    tail: encode_opus(&wide[2 * at..])?.into(),
+                })
+            }
+            None => None,
+        };
+        Ok(OpusSpeech {
+            whole: encode_opus(&wide)?.into(),
+            split,
+        })
+    }
+}
+
+/// 16 kHz PCM to constant-size Opus packets, back to back, the last padded with silence.
+pub fn encode_opus(pcm16k: &[i16]) -> std::result::Result<Vec<u8>, String> {
+    let opus_err = |e: ontime_rtp::Error| format!("Opus encoder: {e}");
+    let mut encoder = ontime_rtp::opus::Encoder::new().map_err(opus_err)?;
+    let mut out = Vec::with_capacity(pcm16k.len() / 2 + ontime_rtp::FRAME_BYTES);
+    for chunk in pcm16k.chunks(WIDEBAND_SAMPLES_PER_FRAME) {
+        let mut frame = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+        frame[..chunk.len()].copy_from_slice(chunk);
+        let mut packet = [0u8; ontime_rtp::FRAME_BYTES];
+        encoder.encode(&frame, &mut packet).map_err(opus_err)?;
+        out.extend_from_slice(&packet);
+    }
+    Ok(out)
+}
+
 /// 16 kHz PCM to G.722 (one byte per two samples), encoded from the state a far decoder is in
 /// after a run of [`g722::SILENCE_BYTE`].
 pub fn encode_g722_after_silence(pcm16k: &[i16]) -> Vec<u8> {
@@ -301,31 +351,52 @@ pub fn encode_g722_after_silence(pcm16k: &[i16]) -> Vec<u8> {
 /// 5.25 ms counts in the next packet, on the sending and the receiving side alike.
 /// Payload types other than the stream's are judged as [`is_silent_payload`] does and do not
 /// touch the decoder. No allocation after construction.
-#[derive(Debug, Clone, Default)]
+/// Opus frames go the same way through one libopus decoder (at 16 kHz) and downsampler: the
+/// payload type is [`ontime_rtp::PT_OPUS_OFFER`], the one the callers offer and the gateway
+/// answers with; a packet libopus refuses is silence.
+#[derive(Debug, Default)]
 pub struct Ear {
     g722: Option<Box<(g722::Decoder, Downsampler)>>,
+    opus: Option<Box<(ontime_rtp::opus::Decoder, Downsampler)>>,
 }
 
 impl Ear {
-    /// An ear for a stream of `codec` (a fresh decoder for G.722).
+    /// An ear for a stream of `codec` (a fresh decoder for G.722 and Opus).
     pub fn new(codec: Codec) -> Ear {
         Ear {
             g722: (codec == Codec::G722)
                 .then(|| Box::new((g722::Decoder::new(), Downsampler::new()))),
+            opus: (codec == Codec::Opus)
+                .then(|| ontime_rtp::opus::Decoder::new().ok())
+                .flatten()
+                .map(|d| Box::new((d, Downsampler::new()))),
         }
     }
 
     /// Whether the ear keeps state, so that every frame must go through [`Ear::is_silent`].
     pub fn is_stateful(&self) -> bool {
-        self.g722.is_some()
+        self.g722.is_some() || self.opus.is_some()
     }
 
-    /// Whether `payload` (of `payload_type`) is silence; G.722 payloads are decoded, in order.
+    /// Whether `payload` (of `payload_type`) is silence; G.722 and Opus payloads are decoded,
+    /// in order.
     pub fn is_silent(&mut self, payload: &[u8], payload_type: u8) -> bool {
-        match (&mut self.g722, payload_type) {
-            (Some(g722), PT_G722) => {
+        match (&mut self.g722, &mut self.opus, payload_type) {
+            (Some(g722), _, PT_G722) => {
                 let (decoder, down) = &mut **g722;
                 is_silent_g722(decoder, down, payload)
+            }
+            (_, Some(opus), ontime_rtp::PT_OPUS_OFFER) => {
+                let (decoder, down) = &mut **opus;
+                let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+                let mut narrow = [0i16; SAMPLES_PER_FRAME];
+                if decoder.decode(payload, &mut wide).is_err() {
+                    return true;
+                }
+                let n = down.process(&wide, &mut narrow);
+                narrow[..n]
+                    .iter()
+                    .all(|s| s.unsigned_abs() < SILENCE_THRESHOLD.unsigned_abs())
             }
             _ => is_silent_payload(payload, payload_type),
         }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ontime_rtp::{g722, Packetizer};
+use ontime_rtp::{g722, Packetizer, FRAME_BYTES};
 use ontime_sender::{Controller, PacketInfo, PacketSink, StreamConfig, StreamEvent, StreamOutput};
 use ontime_sip::sdp::{self, Codec, LocalMedia};
 use ontime_sip::{CallParams, EndReason, SessionDescription, Transport};
@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
-use crate::audio::{is_silent_payload, Ear, G722Speech, Utterance};
+use crate::audio::{is_silent_payload, Ear, G722Speech, OpusSpeech, Utterance};
 use crate::listen::{AgentListener, AgentUtterance, Heard};
 use crate::os;
 use crate::sip::{CallEvent, SipClient};
@@ -85,7 +85,7 @@ pub fn parse_media_list(s: &str) -> Result<Vec<Media>, String> {
     Ok(kinds)
 }
 
-/// What callers speak: G.711 µ-law as recorded, or G.722 encoded ahead of time.
+/// What callers speak: G.711 µ-law as recorded, or G.722 or Opus encoded ahead of time.
 #[derive(Debug, Clone, Default)]
 pub enum CallerCodec {
     /// Offer PCMU only, send the recordings' µ-law bytes.
@@ -94,6 +94,9 @@ pub enum CallerCodec {
     /// Offer G722 only, send [`G722Speech`]: one per utterance, in the order of
     /// [`CallerSetup::utterances`].
     G722(Arc<[G722Speech]>),
+    /// Offer Opus only (`opus/48000/2` at payload type 111), send [`OpusSpeech`]: 160-byte
+    /// packets, so every position the caller cuts at or marks is rounded to a whole frame.
+    Opus(Arc<[OpusSpeech]>),
 }
 
 impl CallerCodec {
@@ -104,7 +107,14 @@ impl CallerCodec {
             Codec::G722 => Ok(CallerCodec::G722(
                 utterances.iter().map(G722Speech::new).collect(),
             )),
-            other => Err(format!("callers speak PCMU or G722, not {other}")),
+            Codec::Opus => Ok(CallerCodec::Opus(
+                utterances
+                    .iter()
+                    .map(OpusSpeech::new)
+                    .collect::<Result<Vec<_>, _>>()?
+                    .into(),
+            )),
+            other => Err(format!("callers speak PCMU, G722 or opus, not {other}")),
         }
     }
 
@@ -113,7 +123,32 @@ impl CallerCodec {
         match self {
             CallerCodec::Pcmu => Codec::Pcmu,
             CallerCodec::G722(_) => Codec::G722,
+            CallerCodec::Opus(_) => Codec::Opus,
         }
+    }
+
+    /// `n` bytes rounded up to whole packets for Opus (unchanged for the others).
+    fn align(&self, n: usize) -> usize {
+        match self {
+            CallerCodec::Opus(_) => n.div_ceil(FRAME_BYTES) * FRAME_BYTES,
+            _ => n,
+        }
+    }
+
+    /// `n` bytes (rounded by [`CallerCodec::align`]) of line silence as this caller sends it.
+    fn silence(&self, n: usize) -> Vec<u8> {
+        match self {
+            CallerCodec::Opus(_) => {
+                ontime_rtp::opus::silence_frame().repeat(self.align(n) / FRAME_BYTES)
+            }
+            _ => vec![self.silence_byte(); n],
+        }
+    }
+
+    /// The sender's silence fill when it is a whole frame (Opus), see
+    /// `StreamConfig::silence_frame`.
+    fn silence_frame(&self) -> Option<[u8; FRAME_BYTES]> {
+        matches!(self, CallerCodec::Opus(_)).then(ontime_rtp::opus::silence_frame)
     }
 
     /// The byte the caller's sender fills silence with, and the caller's mid-sentence pause.
@@ -122,6 +157,8 @@ impl CallerCodec {
             // µ-law 0xFF decodes to 0.
             CallerCodec::Pcmu => 0xFF,
             CallerCodec::G722(_) => g722::SILENCE_BYTE,
+            // Unused: an Opus caller's silence is a whole frame (`silence`).
+            CallerCodec::Opus(_) => 0,
         }
     }
 
@@ -143,15 +180,20 @@ impl CallerCodec {
                 Some(split) => (&split.head[..], &split.tail[..]),
                 None => (&[], &speech[index].whole[..]),
             },
+            (CallerCodec::Opus(speech), None) => (&[], &speech[index].whole[..]),
+            (CallerCodec::Opus(speech), Some(_)) => match &speech[index].split {
+                Some(split) => (&split.head[..], &split.tail[..]),
+                None => (&[], &speech[index].whole[..]),
+            },
         }
     }
 }
 
-/// `--codec`: PCMU or G722 (any case).
+/// `--codec`: PCMU, G722 or opus (any case).
 pub fn parse_codec(s: &str) -> Result<Codec, String> {
     match Codec::from_name(s.trim()) {
-        Some(c @ (Codec::Pcmu | Codec::G722)) => Ok(c),
-        _ => Err(format!("codec {s:?}: expected PCMU or G722")),
+        Some(c @ (Codec::Pcmu | Codec::G722 | Codec::Opus)) => Ok(c),
+        _ => Err(format!("codec {s:?}: expected PCMU, G722 or opus")),
     }
 }
 
@@ -547,10 +589,12 @@ pub async fn run_caller(
         srtp_errors: Arc::clone(&srtp_errors),
         ear: Ear::new(codec),
     };
-    let mut producer = match setup.sender.add_stream(StreamConfig::new(
-        Packetizer::new(codec.payload_type()),
+    let mut config = StreamConfig::new(
+        Packetizer::new(codec.payload_type()).with_timestamp_step(codec.timestamp_step()),
         StreamOutput::Sink(Box::new(sink)),
-    )) {
+    );
+    config.silence_frame = setup.codec.silence_frame();
+    let mut producer = match setup.sender.add_stream(config) {
         Ok(p) => p,
         Err(e) => {
             setup.sip.hangup(call);
@@ -694,7 +738,8 @@ pub async fn run_caller(
                 let voiced_end = utterance.voiced_end();
                 let pausing = setup.mid_pause.is_some() && rng.random_bool(setup.mid_pause_share);
                 let split = setup.mid_pause.filter(|_| pausing).and_then(|(min, max)| {
-                    let at = utterance.pause_point()?;
+                    // Opus: the pieces were cut at the whole frame at or before it.
+                    let at = utterance.pause_point()? / setup.codec.align(1) * setup.codec.align(1);
                     let ms = rng.random_range(min.as_millis() as u64..=max.as_millis() as u64);
                     Some((at, ms as usize * 8))
                 });
@@ -710,16 +755,17 @@ pub async fn run_caller(
                     // after it is encoded to follow), as a caller who stops to think.
                     producer.push(head);
                     marked &= producer.mark(pause_mark(turn)).is_ok();
-                    producer.push(&vec![setup.codec.silence_byte(); quiet]);
+                    producer.push(&setup.codec.silence(quiet));
                     marked &= producer.mark(resume_mark(turn)).is_ok();
                     from = at;
                 }
-                producer.push(&rest[..voiced_end - from]);
+                let cut = setup.codec.align(voiced_end - from).min(rest.len());
+                producer.push(&rest[..cut]);
                 marked &= producer.mark(end_mark(turn)).is_ok();
                 if !marked {
                     break Some("harness mark queue full".into());
                 }
-                producer.push(&rest[voiced_end - from..]);
+                producer.push(&rest[cut..]);
                 producer.end_utterance();
                 phase = Phase::Speaking {
                     turn,
@@ -880,8 +926,16 @@ mod tests {
         assert_eq!(parse_codec("PCMU"), Ok(Codec::Pcmu));
         assert_eq!(parse_codec("g722"), Ok(Codec::G722));
         assert!(parse_codec("PCMA").is_err());
-        assert!(parse_codec("opus").is_err());
-        let speech = vec![0x10u8; 160 * 100];
+        assert_eq!(parse_codec("OPUS"), Ok(Codec::Opus));
+        assert!(parse_codec("speex").is_err());
+        // 2 s of a 300 Hz tone (a constant byte would be DC, which Opus filters out).
+        let tone: Vec<i16> = (0..160 * 100)
+            .map(|n| {
+                (8000.0 * (2.0 * std::f64::consts::PI * 300.0 * n as f64 / 8000.0).sin()) as i16
+            })
+            .collect();
+        let mut speech = vec![0u8; tone.len()];
+        ontime_rtp::g711::Law::Ulaw.encode_slice(&tone, &mut speech);
         let utterances = [Utterance::new("s", speech.clone())];
         let at = utterances[0].pause_point().unwrap();
         // PCMU: the recording's own bytes, cut at the pause point.
@@ -907,6 +961,33 @@ mod tests {
         assert_eq!((head.len(), tail.len()), (at, speech.len() - at));
         let (none, whole) = g722.pieces(&utterances, 0, None);
         assert_eq!((none.len(), whole), (0, &encoded[0].whole[..]));
+        // Opus: whole 160-byte packets, as many as the µ-law frames, cut at the pause point's
+        // frame; its silence is whole silent packets, and its ear hears the speech, not them.
+        let opus = CallerCodec::new(Codec::Opus, &utterances).unwrap();
+        assert_eq!(opus.codec(), Codec::Opus);
+        let (head, tail) = opus.pieces(&utterances, 0, Some(at));
+        assert_eq!(at % FRAME_BYTES, 0);
+        assert_eq!((head.len(), tail.len()), (at, speech.len() - at));
+        let (_, whole) = opus.pieces(&utterances, 0, None);
+        assert_eq!(whole.len(), speech.len());
+        assert_eq!(
+            (opus.align(161), opus.align(160), g722.align(161)),
+            (320, 160, 161)
+        );
+        let quiet = opus.silence(170);
+        assert_eq!(quiet.len(), 2 * FRAME_BYTES);
+        let mut ear = Ear::new(Codec::Opus);
+        let voiced = whole
+            .chunks(FRAME_BYTES)
+            .filter(|p| !ear.is_silent(p, ontime_rtp::PT_OPUS_OFFER))
+            .count();
+        let silent = quiet
+            .chunks(FRAME_BYTES)
+            .filter(|p| ear.is_silent(p, ontime_rtp::PT_OPUS_OFFER))
+            .count();
+        // Every speech packet is heard; of the silent packets after it, the first still carries
+        // the decoder's tail of the tone (Opus frames overlap), the second is silence.
+        assert_eq!((voiced, silent), (100, 1));
         assert!(CallerCodec::new(Codec::Pcma, &utterances).is_err());
     }
 
