@@ -154,6 +154,7 @@ pub const RTP_DROP_REASONS: &[&str] = &[
     "unknown_payload_type",
     "rate_limit",
     "stun",
+    "opus",
 ];
 const SIP_METHODS: &[&str] = &[
     "INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY", "1xx", "2xx",
