@@ -277,7 +277,7 @@ pub fn upsample_ulaw(ulaw: &[u8]) -> Vec<i16> {
 }
 
 /// One utterance as an Opus caller sends it: upsampled like [`G722Speech`] and encoded ahead of
-/// time into 20 ms constant-bitrate packets of [`ontime_rtp::FRAME_BYTES`] bytes (libopus with
+/// time into 20 ms packets padded to [`ontime_rtp::FRAME_BYTES`] bytes (libopus with
 /// the gateway's own settings, `ontime_rtp::opus`). Packet `k` covers µ-law bytes
 /// `160k..160k+160`, so byte positions that are whole frames index both alike; the last packet
 /// is padded with silence to its 20 ms. Cut points (the pause point) must be whole frames.

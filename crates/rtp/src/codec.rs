@@ -7,7 +7,7 @@ use crate::{
 };
 
 /// A codec on the trunk side of a call. Every one sends [`crate::FRAME_BYTES`] bytes per 20 ms
-/// frame (Opus at a constant 64 kbit/s), so the sender's rings are the same for all; the RTP
+/// frame (Opus padded to that size, `crate::opus`), so the sender's rings are the same for all; the RTP
 /// timestamp steps by [`Codec::timestamp_step`] per frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Codec {

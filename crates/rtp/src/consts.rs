@@ -42,7 +42,7 @@ pub const PT_TELEPHONE_EVENT_OFFER: u8 = 101;
 /// Size of a fixed RTP header without CSRCs or extension.
 pub const RTP_HEADER_BYTES: usize = 12;
 /// Largest RTP packet ontime builds: header plus one 20 ms frame (G.711, G.722 at 64 kbit/s,
-/// or Opus at its constant 64 kbit/s).
+/// or Opus padded to the same size).
 pub const MAX_FRAME_PACKET_BYTES: usize = RTP_HEADER_BYTES + FRAME_BYTES;
 
 /// The silence byte for a payload type (µ-law 0xFF, A-law 0xD5, G.722

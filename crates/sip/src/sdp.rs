@@ -573,9 +573,9 @@ fn codec_of(m: &MediaDescription, pt: u8) -> Option<Codec> {
 }
 
 /// Our `a=fmtp` parameters for Opus (RFC 7587 §6.1): we play and capture 16 kHz, decode
-/// in-band FEC and send mono at a constant bitrate.
+/// in-band FEC and send mono.
 pub const OPUS_FMTP: &str =
-    "maxplaybackrate=16000;sprop-maxcapturerate=16000;useinbandfec=1;cbr=1;stereo=0;sprop-stereo=0";
+    "maxplaybackrate=16000;sprop-maxcapturerate=16000;useinbandfec=1;stereo=0;sprop-stereo=0";
 
 fn is_unspecified(addr: Option<SocketAddr>) -> Option<SocketAddr> {
     // RFC 3264 §8.4: c=0.0.0.0 is the old way to hold.

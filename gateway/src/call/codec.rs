@@ -364,6 +364,17 @@ impl LineDecoder {
         payload.iter().all(|b| *b == silence)
     }
 
+    /// Whether its silence fill decodes to silence from any state, so that a decoder of what
+    /// was sent may skip it (Opus; G.722's ADPCM must decode every byte to stay in step).
+    pub(crate) fn fill_is_silence(&self) -> bool {
+        matches!(self, LineDecoder::Opus { .. })
+    }
+
+    /// Whether it decodes 16 kHz audio.
+    pub(crate) fn is_wideband(&self) -> bool {
+        !matches!(self, LineDecoder::G711(_))
+    }
+
     /// Whether what it decodes depends on every earlier payload (G.722's ADPCM), so a payload
     /// skipped puts it out of step with the caller's encoder.
     pub(crate) fn is_stateful(&self) -> bool {

@@ -831,7 +831,7 @@ fn a_g722_call_carries_the_callers_audio_in_and_the_reply_out() {
 
 /// An Opus call end to end on simulated time: the caller's Opus (from libopus, 16 kHz, as a
 /// phone sends it) is decoded into the call's tracks, and an echoing bot's reply goes out as
-/// 160-byte constant-bitrate Opus packets on the 48 kHz clock that decode back to the voice.
+/// 160-byte (padded) Opus packets on the 48 kHz clock that decode back to the voice.
 /// Opus is not waveform-exact like G.711 and G.722, so the bar is 0.97 rather than 0.98 (both
 /// tracks score 0.995 with libopus 1.5; an unrelated or misaligned signal scores below 0.3).
 #[test]
