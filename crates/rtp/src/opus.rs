@@ -35,9 +35,12 @@ pub const MAX_ENCODED_BYTES: usize = FRAME_BYTES - 8;
 /// 10 % spends a little more of the frame on redundancy than the 5 % a poor trunk has.
 const PLANNED_LOSS_PERCENT: i32 = 10;
 
-/// libopus's complexity (0..=10): 5 keeps SILK's quality at a third of the CPU of 10, which
-/// matters at tens of calls per core.
-const COMPLEXITY: i32 = 5;
+/// libopus's complexity (0..=10). Measured per 20 ms frame of speech at 32 kbit/s VBR (release
+/// build, this project's 2 vCPU VM): 31 µs at 1, 70 µs at 3, 95 µs at 5. A gateway carries
+/// tens of calls on one core and a bot talks half the time: at 5 the encoder alone took a
+/// third of the core at 57 Opus calls (docs/capacity.md). 1 keeps SILK's pitch analysis and
+/// noise shaping in their simpler forms, which a telephone voice does not miss.
+const COMPLEXITY: i32 = 1;
 
 fn opus_err(e: ::opus::Error) -> Error {
     Error::Opus(e.code().description())
