@@ -311,10 +311,17 @@ impl OpusSpeech {
     }
 }
 
+/// libopus's default complexity, which a phone's encoder runs at unless told otherwise.
+const PHONE_COMPLEXITY: i32 = 9;
+
 /// 16 kHz PCM to constant-size Opus packets, back to back, the last padded with silence.
 pub fn encode_opus(pcm16k: &[i16]) -> std::result::Result<Vec<u8>, String> {
     let opus_err = |e: ontime_rtp::Error| format!("Opus encoder: {e}");
-    let mut encoder = ontime_rtp::opus::Encoder::new().map_err(opus_err)?;
+    // A phone's encoder: libopus's default complexity, not the gateway's cheap one (the models
+    // judge what the caller's phone sent, and a lower complexity moves their verdicts:
+    // docs/capacity.md, *Opus calls*).
+    let mut encoder =
+        ontime_rtp::opus::Encoder::with_complexity(PHONE_COMPLEXITY).map_err(opus_err)?;
     let mut out = Vec::with_capacity(pcm16k.len() / 2 + ontime_rtp::FRAME_BYTES);
     for chunk in pcm16k.chunks(WIDEBAND_SAMPLES_PER_FRAME) {
         let mut frame = [0i16; WIDEBAND_SAMPLES_PER_FRAME];

@@ -60,6 +60,13 @@ impl std::fmt::Debug for Encoder {
 impl Encoder {
     /// A fresh encoder with ontime's settings (module docs).
     pub fn new() -> Result<Encoder> {
+        Encoder::with_complexity(COMPLEXITY)
+    }
+
+    /// The same at another libopus complexity (0..=10): a phone's encoder in tests and the load
+    /// harness (libopus's own default is 9), where the cost does not matter and the models
+    /// should hear what a phone sends.
+    pub fn with_complexity(complexity: i32) -> Result<Encoder> {
         let mut inner = ::opus::Encoder::new(WIDEBAND_RATE_HZ, Channels::Mono, Application::Voip)
             .map_err(opus_err)?;
         inner
@@ -75,7 +82,7 @@ impl Encoder {
         inner
             .set_packet_loss_perc(PLANNED_LOSS_PERCENT)
             .map_err(opus_err)?;
-        inner.set_complexity(COMPLEXITY).map_err(opus_err)?;
+        inner.set_complexity(complexity).map_err(opus_err)?;
         Ok(Encoder { inner })
     }
 
