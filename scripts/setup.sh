@@ -22,6 +22,9 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
   || need_apt+=(libspandsp2)
 # scripts/fuzz.sh: libfuzzer-sys compiles libFuzzer from its C++ source.
 command -v c++ >/dev/null || need_apt+=(g++)
+# gateway/tests/wideband_call.rs drops a share of a call's packets on loopback with tc (its
+# test skips with a reason without it).
+command -v tc >/dev/null || need_apt+=(iproute2)
 # The build itself: the opus crate compiles its bundled libopus with CMake.
 command -v cmake >/dev/null || need_apt+=(cmake)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -8,7 +8,7 @@ pub enum Error {
     #[error("invalid SDP: {0}")]
     Sdp(String),
     /// The offer has no audio codec we speak (answer 488).
-    #[error("no common codec in the offer (ontime speaks PCMU, PCMA and G722, each at 8000 Hz)")]
+    #[error("no common codec in the offer (none of the offered codecs is one of ours: PCMU, PCMA, G722 or opus, as configured)")]
     NoCommonCodec,
     /// Codecs were in common, but the SRTP policy refused every stream (answer 488 with a
     /// Warning carrying this text).

@@ -784,7 +784,7 @@ impl Switchboard {
             to: incoming.to.uri.clone(),
             sip_headers: incoming.headers.clone(),
         };
-        info!(from = %info.from, to = %info.to, call_sid = %info.call_sid, source = %incoming.source, codec = ?negotiated.codec, rtp_port = port, "call admitted");
+        info!(from = %info.from, to = %info.to, call_sid = %info.call_sid, source = %incoming.source, codec = %negotiated.codec, rtp_port = port, "call admitted");
         self.actions
             .push_back(Action::Registry(RegistryNote::Inbound(info.clone())));
         self.sids.insert(info.call_sid.clone(), call);

@@ -45,7 +45,7 @@ pub(super) fn answer_offer(
             info!(error = %e, "no common codec: 488");
             Err((
                 RejectReason::NoCommonCodec,
-                "no common codec: PCMU or PCMA at 8000 Hz",
+                "no common codec: none of the offered codecs is one this gateway speaks (--codecs)",
             ))
         }
     }
