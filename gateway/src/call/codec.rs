@@ -271,7 +271,8 @@ impl LineEncoder {
                 {
                     if *filled > 0 {
                         let rest = WIDEBAND_SAMPLES_PER_FRAME - *filled;
-                        encode_opus(encoder, pending, filled, &vec![0; rest], out);
+                        let zeros = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
+                        encode_opus(encoder, pending, filled, &zeros[..rest], out);
                     }
                 }
             }

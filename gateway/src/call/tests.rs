@@ -140,6 +140,18 @@ impl Sim {
         Sim::on(PT_PCMU, settings_of)
     }
 
+    /// A recorded call on the codec of `payload_type` whose agent echoes the caller, with no
+    /// RTP timeout.
+    fn recording_echo(payload_type: u8) -> Sim {
+        let mut sim = Sim::on(payload_type, |o| CallSettings {
+            record: true,
+            rtp_timeout: None,
+            ..settings(o)
+        });
+        sim.echo = true;
+        sim
+    }
+
     /// A call negotiated on the codec of `payload_type`.
     fn on(payload_type: u8, settings_of: impl FnOnce(Instant) -> CallSettings) -> Sim {
         let (engine, controller) = TickEngine::new(EngineConfig {
@@ -785,21 +797,10 @@ pub(crate) fn best_correlation(a: &[i16], b: &[i16], max_lag: usize) -> (f64, us
 fn a_g722_call_carries_the_callers_audio_in_and_the_reply_out() {
     use ontime_rtp::g722::Encoder;
     use ontime_rtp::resample::Upsampler;
-    let mut sim = Sim::on(PT_G722, |o| CallSettings {
-        record: true,
-        rtp_timeout: None,
-        ..settings(o)
-    });
-    sim.echo = true;
-    // 0.6 s of a two-tone "voice" at 8 kHz, sent as the caller's phone would: at 16 kHz, G.722
-    // from the state the caller's silence left.
-    let said: Vec<i16> = (0..4800)
-        .map(|n| {
-            let t = n as f32 / 8000.0;
-            (6000.0 * (2.0 * std::f32::consts::PI * 440.0 * t).sin()
-                + 3000.0 * (2.0 * std::f32::consts::PI * 1250.0 * t).sin()) as i16
-        })
-        .collect();
+    let mut sim = Sim::recording_echo(PT_G722);
+    // Sent as the caller's phone would: at 16 kHz, G.722 from the state the caller's silence
+    // left.
+    let said = two_tone_voice();
     let mut up = Upsampler::new();
     let mut wide = vec![0i16; 2 * said.len()];
     up.process(&said, &mut wide);
@@ -837,20 +838,8 @@ fn a_g722_call_carries_the_callers_audio_in_and_the_reply_out() {
 #[test]
 fn an_opus_call_carries_the_callers_audio_in_and_the_reply_out() {
     use ontime_rtp::resample::Upsampler;
-    let pt = ontime_rtp::PT_OPUS_OFFER;
-    let mut sim = Sim::on(pt, |o| CallSettings {
-        record: true,
-        rtp_timeout: None,
-        ..settings(o)
-    });
-    sim.echo = true;
-    let said: Vec<i16> = (0..4800)
-        .map(|n| {
-            let t = n as f32 / 8000.0;
-            (6000.0 * (2.0 * std::f32::consts::PI * 440.0 * t).sin()
-                + 3000.0 * (2.0 * std::f32::consts::PI * 1250.0 * t).sin()) as i16
-        })
-        .collect();
+    let mut sim = Sim::recording_echo(ontime_rtp::PT_OPUS_OFFER);
+    let said = two_tone_voice();
     let mut wide = vec![0i16; 2 * said.len()];
     Upsampler::new().process(&said, &mut wide);
     // Then 1.4 s of silence, encoded by the same encoder as a phone would.
@@ -880,6 +869,17 @@ fn an_opus_call_carries_the_callers_audio_in_and_the_reply_out() {
     assert!(caller > 0.97, "caller track: {caller:.4} at {caller_lag}");
     assert!(agent > 0.97, "agent track: {agent:.4} at {agent_lag}");
     assert!(agent_lag > caller_lag, "the reply follows what it echoes");
+}
+
+/// 0.6 s of a two-tone "voice" at 8 kHz (440 and 1250 Hz).
+fn two_tone_voice() -> Vec<i16> {
+    (0..4800)
+        .map(|n| {
+            let t = n as f32 / 8000.0;
+            (6000.0 * (2.0 * std::f32::consts::PI * 440.0 * t).sin()
+                + 3000.0 * (2.0 * std::f32::consts::PI * 1250.0 * t).sin()) as i16
+        })
+        .collect()
 }
 
 /// A said 0.6 s "voice" at 16 kHz with energy above 4 kHz, and its G.722 payloads as the
