@@ -12,7 +12,6 @@ use ontime_amd::{AmdConfig, Detector, Mode};
 use ontime_inference::InferencePool;
 use ontime_sender::{Sender, StreamConfig, StreamOutput};
 use ontime_sip::CallHandle;
-use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tracing::warn;
 
@@ -23,6 +22,7 @@ use crate::agent::{
 use crate::api::Callbacks;
 use crate::call::dial::DialEnd;
 use crate::call::{CallCommand, CallCore, CallOutput, CallStats, DialogEvent, SipRequest};
+use crate::media_socket::MediaReader;
 use crate::ops::metrics::JitterDepthGauge;
 use crate::records::recording::CallRecording;
 use crate::registry::CallRegistry;
@@ -151,8 +151,8 @@ pub async fn run(
     } = start;
     let sid = info.call_sid.clone();
     let (rtp_async, rtcp_async) = match (
-        admitted.rtp.try_clone().and_then(UdpSocket::from_std),
-        admitted.rtcp.try_clone().and_then(UdpSocket::from_std),
+        admitted.rtp.try_clone().and_then(MediaReader::new),
+        admitted.rtcp.try_clone().and_then(MediaReader::new),
     ) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => {
@@ -168,7 +168,7 @@ pub async fn run(
 
     // Inference events come from the pool's thread; a tokio channel wakes this task.
     let (inference_tx, mut inference_rx) = mpsc::unbounded_channel();
-    let inference = match services.pool.register_call_with_sink(move |e| {
+    let mut inference = match services.pool.register_call_with_sink(move |e| {
         let _ = inference_tx.send(e);
     }) {
         Ok(c) => Some(c),
@@ -339,7 +339,7 @@ pub async fn run(
                     let _ = admitted.rtcp.send_to(&bytes, destination);
                 }
                 CallOutput::Inference(frame) => {
-                    if let Some(c) = inference.as_ref() {
+                    if let Some(c) = inference.as_mut() {
                         let _ = match &frame.wide {
                             Some(wide) => c.push_pcm_wide(&frame.narrow, wide),
                             None => c.push_pcm(&frame.narrow),

@@ -48,6 +48,7 @@ mod call;
 mod call_driver;
 mod config;
 mod gateway;
+mod media_socket;
 mod ops;
 mod records;
 mod registry;

@@ -57,7 +57,7 @@ fn main() {
     // Warm-up call: the first Smart Turn run sizes the session's arena (tens of MiB), a fixed cost
     // of the process, not of each call.
     {
-        let (call, events) = pool.register_call().expect("call");
+        let (mut call, events) = pool.register_call().expect("call");
         call.push_pcm(&pcm).expect("push");
         while let Ok(e) = events.recv_timeout(Duration::from_secs(60)) {
             if matches!(e, ontime_inference::InferenceEvent::TurnEnded { .. }) {
@@ -66,13 +66,13 @@ fn main() {
         }
     }
     let rss_warm = rss_kib();
-    let calls: Vec<_> = (0..100)
+    let mut calls: Vec<_> = (0..100)
         .map(|_| pool.register_call().expect("call"))
         .collect();
     // Real time: every call gets a 20 ms frame every 20 ms, as from the RTP path.
     let t0 = Instant::now();
     for (f, frame) in pcm.chunks_exact(160).enumerate() {
-        for (call, _) in &calls {
+        for (call, _) in &mut calls {
             call.push_pcm(frame).expect("push");
         }
         let next = t0 + Duration::from_millis(20 * (f as u64 + 1));

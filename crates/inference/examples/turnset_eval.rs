@@ -163,7 +163,7 @@ type Log = Arc<Mutex<Vec<(Instant, InferenceEvent)>>>;
 /// Feeds one turn to every rule's pool in real time; returns each rule's outcome.
 fn run_turn(rules: &[Rule], turn: &Turn) -> Vec<Outcome> {
     let logs: Vec<Log> = rules.iter().map(|_| Log::default()).collect();
-    let calls: Vec<_> = rules
+    let mut calls: Vec<_> = rules
         .iter()
         .zip(&logs)
         .map(|(r, log)| {

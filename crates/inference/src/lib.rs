@@ -12,7 +12,7 @@
 //! prepare_process_environment(); // first thing in main, before any thread starts
 //! let paths = ModelPaths::from_env_or(".cache/models");
 //! let pool = InferencePool::start(PoolConfig::new(paths))?;
-//! let (call, events) = pool.register_call()?;
+//! let (mut call, events) = pool.register_call()?;
 //! call.push_pcm(&[0i16; 160])?; // 20 ms of decoded 8 kHz audio, as it arrives
 //! while let Ok(event) = events.try_recv() {
 //!     if let InferenceEvent::TurnEnded { complete: true, .. } = event { /* reply */ }

@@ -10,36 +10,60 @@
 
 pub use ontime_rtp::resample::{HALF_TAPS, MIDPOINT_TAPS};
 
+/// Midpoints computed side by side in the interior: each keeps its own f64 sum in tap order
+/// (so every output is bit-identical to the one-at-a-time sum), and the eight independent sums
+/// vectorise. One at a time, each midpoint was a chain of 64 dependent f64 additions: 10 ms for
+/// a 7 s turn, a fifth of a Smart Turn run, paid again at every run on the same audio.
+const LANES: usize = 8;
+
 /// Upsamples 8 kHz to 16 kHz into `out` (cleared first; twice the input's length).
 pub fn upsample_2x(input: &[f32], out: &mut Vec<f32>) {
     out.clear();
-    out.reserve(input.len() * 2);
-    let n = input.len() as isize;
-    for k in 0..n {
-        out.push(input[k as usize]);
-        // Midpoint between x[k] and x[k+1]: inputs x[k−31] ..= x[k+32], summed in tap order in
-        // f64 (as the numpy reference), rounded once to f32.
-        let mut acc = 0.0f64;
-        let (lo, hi) = (k - HALF_TAPS as isize + 1, k + HALF_TAPS as isize);
-        if lo >= 0 && hi < n {
-            // Interior: no edge checks. Same order as below (tap 0 first).
-            let window = &input[lo as usize..=hi as usize];
-            for (&t, &x) in MIDPOINT_TAPS.iter().zip(window.iter().rev()) {
-                acc += t * f64::from(x);
-            }
-        } else {
+    out.resize(input.len() * 2, 0.0);
+    let n = input.len();
+    // Midpoint k reads x[k − 31] ..= x[k + 32]: it is interior (no zeros read) when
+    // HALF_TAPS − 1 ≤ k and k + HALF_TAPS < n.
+    let first_interior = HALF_TAPS - 1;
+    let mut k = 0;
+    while k < n {
+        if k >= first_interior && k + LANES - 1 + HALF_TAPS < n {
+            let mut acc = [0.0f64; LANES];
             for (i, &t) in MIDPOINT_TAPS.iter().enumerate() {
-                let idx = k + HALF_TAPS as isize - i as isize;
-                let x = if (0..n).contains(&idx) {
-                    f64::from(input[idx as usize])
-                } else {
-                    0.0
-                };
-                acc += t * x;
+                // Output k + j reads x[k + j + HALF_TAPS − i] for tap i.
+                let x = &input[k + HALF_TAPS - i..k + HALF_TAPS - i + LANES];
+                for (a, &v) in acc.iter_mut().zip(x) {
+                    *a += t * f64::from(v);
+                }
             }
+            for (j, a) in acc.iter().enumerate() {
+                out[2 * (k + j)] = input[k + j];
+                out[2 * (k + j) + 1] = *a as f32;
+            }
+            k += LANES;
+        } else {
+            out[2 * k] = input[k];
+            out[2 * k + 1] = midpoint_at_edge(input, k);
+            k += 1;
         }
-        out.push(acc as f32);
     }
+}
+
+/// The midpoint between x[k] and x[k+1] near an edge: inputs x[k−31] ..= x[k+32], zeros beyond
+/// the input, summed in tap order in f64 (as the numpy reference), rounded once to f32.
+fn midpoint_at_edge(input: &[f32], k: usize) -> f32 {
+    let n = input.len() as isize;
+    let k = k as isize;
+    let mut acc = 0.0f64;
+    for (i, &t) in MIDPOINT_TAPS.iter().enumerate() {
+        let idx = k + HALF_TAPS as isize - i as isize;
+        let x = if (0..n).contains(&idx) {
+            f64::from(input[idx as usize])
+        } else {
+            0.0
+        };
+        acc += t * x;
+    }
+    acc as f32
 }
 
 #[cfg(test)]
@@ -60,6 +84,35 @@ mod tests {
         for (m, &v) in y.iter().enumerate().skip(200).take(1200) {
             let want = (2.0 * std::f32::consts::PI * f * m as f32 / 16000.0).sin();
             assert!((v - want).abs() < 2e-3, "sample {m}: {v} vs {want}");
+        }
+    }
+
+    #[test]
+    fn every_midpoint_is_the_tap_order_sum_to_the_bit() {
+        // The side-by-side interior must give what one sum at a time in tap order gives, for
+        // every length around the lane and filter sizes (edges, a partial last block).
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        for n in [0usize, 1, 31, 63, 64, 65, 70, 71, 72, 73, 80, 200, 4001] {
+            let x: Vec<f32> = (0..n)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+                })
+                .collect();
+            let mut y = Vec::new();
+            upsample_2x(&x, &mut y);
+            assert_eq!(y.len(), 2 * n);
+            for k in 0..n {
+                assert_eq!(y[2 * k].to_bits(), x[k].to_bits(), "n {n}, even sample {k}");
+                let want = midpoint_at_edge(&x, k);
+                assert_eq!(
+                    y[2 * k + 1].to_bits(),
+                    want.to_bits(),
+                    "n {n}, midpoint {k}"
+                );
+            }
         }
     }
 

@@ -61,13 +61,13 @@ fn events_match_offline_analysis() {
     config.turn.speculate_after = None;
     let pool = InferencePool::start(config).expect("pool");
     // Three calls pushing the same audio in different frame sizes, interleaved.
-    let calls: Vec<_> = (0..3)
+    let mut calls: Vec<_> = (0..3)
         .map(|_| pool.register_call().expect("register"))
         .collect();
     let frame_sizes = [160usize, 333, 1000];
     let mut pos = [0usize; 3];
     while pos.iter().any(|&p| p < pcm.len()) {
-        for (i, (call, _)) in calls.iter().enumerate() {
+        for (i, (call, _)) in calls.iter_mut().enumerate() {
             let n = frame_sizes[i].min(pcm.len() - pos[i]);
             if n > 0 {
                 call.push_pcm(&pcm[pos[i]..pos[i] + n]).expect("push");
@@ -159,8 +159,8 @@ fn a_wideband_calls_turn_is_judged_on_its_16k_audio() {
     let mut config = PoolConfig::new(paths);
     config.turn.speculate_after = None;
     let pool = InferencePool::start(config).expect("pool");
-    let (wideband, wide_rx) = pool.register_call().expect("register");
-    let (narrowband, narrow_rx) = pool.register_call().expect("register");
+    let (mut wideband, wide_rx) = pool.register_call().expect("register");
+    let (mut narrowband, narrow_rx) = pool.register_call().expect("register");
     assert!(matches!(
         wideband.push_pcm_wide(&pcm[..160], &wide[..160]),
         Err(Error::UnsupportedAudio(_))
@@ -197,7 +197,7 @@ fn full_queue_rejects_without_blocking() {
     let mut config = PoolConfig::new(paths);
     config.queue_capacity = 4;
     let pool = InferencePool::start(config).expect("pool");
-    let (call, _rx) = pool.register_call().expect("register");
+    let (mut call, _rx) = pool.register_call().expect("register");
     let frame = [100i16; 160];
     let mut rejected = 0u64;
     for _ in 0..2000 {
@@ -232,10 +232,10 @@ fn starved_pool(
     });
     config.budget_reserve = Duration::from_millis(2);
     let pool = InferencePool::start(config).expect("pool");
-    let calls: Vec<_> = (0..8)
+    let mut calls: Vec<_> = (0..8)
         .map(|_| pool.register_call().expect("register"))
         .collect();
-    for (call, _) in &calls {
+    for (call, _) in &mut calls {
         call.push_pcm(&pcm[..8000 * seconds]).expect("push");
     }
     (pool, calls)
@@ -325,7 +325,7 @@ fn incomplete_turn_times_out_after_silence() {
     // Smart Turn calls this robot-voiced request incomplete (p ≈ 0.01; fixtures/speech/README.md).
     let (_, pcm) = read_wav(&fixture("book_table_8k.wav"));
     let pool = InferencePool::start(PoolConfig::new(paths)).expect("pool");
-    let (call, rx) = pool.register_call().expect("register");
+    let (mut call, rx) = pool.register_call().expect("register");
     // Pushes under the 8 s backlog cap: the recording, then (after its verdict) 4 s of silence.
     call.push_pcm(&pcm).expect("push");
     let first = collect_until_turn(&rx, Duration::from_secs(60));
@@ -368,7 +368,7 @@ fn backlog_over_8_s_drops_oldest_and_keeps_stream_time() {
     let mut pcm = vec![0i16; 8000 * 4];
     pcm.extend_from_slice(&speech);
     let pool = InferencePool::start(PoolConfig::new(paths)).expect("pool");
-    let (call, rx) = pool.register_call().expect("register");
+    let (mut call, rx) = pool.register_call().expect("register");
     call.push_pcm(&pcm).expect("push");
     let events = collect_until_turn(&rx, Duration::from_secs(60));
     let dropped = pool.stats().dropped_samples;

@@ -139,7 +139,7 @@ fn run_pool(paths: &ModelPaths, set: &[(String, Vec<i16>)], quiet_peak: Option<i
     config.turn.speculate_after = None;
     config.turn.early_end = None;
     let pool = InferencePool::start(config).expect("pool");
-    let calls: Vec<_> = set
+    let mut calls: Vec<_> = set
         .iter()
         .map(|_| pool.register_call().expect("register"))
         .collect();
@@ -147,7 +147,7 @@ fn run_pool(paths: &ModelPaths, set: &[(String, Vec<i16>)], quiet_peak: Option<i
     let longest = set.iter().map(|(_, a)| a.len()).max().unwrap_or(0);
     let mut want = 0u64;
     for from in (0..longest).step_by(step) {
-        for ((call, _), (_, audio)) in calls.iter().zip(set) {
+        for ((call, _), (_, audio)) in calls.iter_mut().zip(set) {
             if from < audio.len() {
                 let to = (from + step).min(audio.len());
                 call.push_pcm(&audio[from..to]).expect("push");

@@ -54,7 +54,7 @@ fn speculative_verdict_is_on_the_audio_to_the_first_quiet_chunk() {
     config.turn.speculate_pad = true;
     config.turn.early_end = None;
     let pool = InferencePool::start(config).expect("pool");
-    let (call, rx) = pool.register_call().expect("register");
+    let (mut call, rx) = pool.register_call().expect("register");
     call.push_pcm(&pcm).expect("push");
     let events = drain(&rx, Duration::from_secs(2), Duration::from_secs(60));
     let verdicts: Vec<_> = events
@@ -182,8 +182,8 @@ fn generated_turns_get_todays_verdicts_from_speculation() {
     let calls: Vec<_> = turns
         .iter()
         .map(|(_, pcm)| {
-            let (a, rx_a) = today.register_call().expect("register");
-            let (b, rx_b) = spec.register_call().expect("register");
+            let (mut a, rx_a) = today.register_call().expect("register");
+            let (mut b, rx_b) = spec.register_call().expect("register");
             a.push_pcm(pcm).expect("push");
             b.push_pcm(pcm).expect("push");
             (a, rx_a, b, rx_b)

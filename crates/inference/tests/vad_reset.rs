@@ -18,7 +18,7 @@ fn yes_pcm() -> Vec<i16> {
 fn short_utterances_after_long_silence_are_all_heard() {
     let Some(paths) = model_paths() else { return };
     let pool = InferencePool::start(PoolConfig::new(paths)).expect("pool");
-    let (call, events) = pool.register_call().expect("register");
+    let (mut call, events) = pool.register_call().expect("register");
     let yes = yes_pcm();
     let silence = |secs: f64| vec![0i16; (secs * 8000.0) as usize];
     let mut audio = Vec::new();

@@ -78,6 +78,14 @@ const HANGUP_WHEN_PLAYED_SLACK: Duration = Duration::from_secs(1);
 /// Most playout ticks caught up at once after the driver was late; beyond that the schedule
 /// restarts from now (the jitter buffer's own clock bounds the audio catch-up).
 const MAX_CATCH_UP: Duration = Duration::from_millis(200);
+/// A playout tick due within this of a media packet's arrival runs with the packet, in the
+/// same wake of the call's task. Every step of the tick goes by `now`, not by a count of
+/// ticks, so running it a few ms early changes no decision; at one call it halves the task's
+/// wakes (one per packet instead of a packet and a timer every 20 ms).
+const TICK_WITH_PACKET: Duration = Duration::from_millis(10);
+/// After a tick run with a packet, the next is due one frame later plus this: the next packet,
+/// expected a frame later, runs it unless it is more than this late (then the timer does).
+const TICK_AFTER_PACKET_SLACK: Duration = Duration::from_millis(5);
 /// How far (samples, 500 ms) a caller frame placed by its RTP timestamp may stray from its
 /// playout by the clock before the echo canceller's timeline is anchored again: more than any
 /// jitter buffer's growth, less than the canceller's reference ring.
@@ -831,6 +839,10 @@ impl CallCore {
             }
             InboundOutcome::Rtcp => {}
         }
+        if self.phase == Phase::Up && self.next_tick <= now + TICK_WITH_PACKET {
+            self.next_tick = now + FRAME + TICK_AFTER_PACKET_SLACK;
+            self.tick(now);
+        }
     }
 
     /// A datagram on the RTCP port.
@@ -1485,6 +1497,11 @@ impl CallCore {
         } else {
             self.next_tick + FRAME
         };
+        self.tick(now);
+    }
+
+    /// The 20 ms playout tick's work, from the timer or with a packet (`TICK_WITH_PACKET`).
+    fn tick(&mut self, now: Instant) {
         self.play_caller_audio(now);
         if let Some(amd) = self.amd.as_mut() {
             // A callee that sends nothing still gets its verdict at the timeouts.
