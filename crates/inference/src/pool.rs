@@ -1633,4 +1633,55 @@ mod tests {
             Some(ready)
         );
     }
+
+    fn handle_on(audio: Sender<AudioJob>) -> CallInference {
+        let (control, _) = unbounded();
+        CallInference {
+            id: CallId(7),
+            control,
+            audio,
+            shared: Arc::new(Shared::default()),
+            capacity: 64,
+            held: HeldAudio::default(),
+        }
+    }
+
+    #[test]
+    fn audio_goes_to_the_thread_once_per_completed_chunk_and_whole() {
+        let (tx, rx) = bounded(64);
+        let mut call = handle_on(tx);
+        // 2 s of 20 ms frames: 62.5 chunks of 256 samples, so 62 sends, not 100.
+        let pcm: Vec<i16> = (0..16_000).map(|i| (i % 1000) as i16).collect();
+        for frame in pcm.chunks(160) {
+            call.push_pcm(frame).expect("push");
+        }
+        let jobs: Vec<AudioJob> = rx.try_iter().collect();
+        assert_eq!(jobs.len(), 62);
+        // Each send completes exactly one chunk at the thread, in order and whole; what is still
+        // held (the last half chunk) completes none.
+        let mut sent = 0usize;
+        for job in &jobs {
+            assert_eq!(
+                sent / VAD_CHUNK_SAMPLES + 1,
+                (sent + job.samples.len()) / VAD_CHUNK_SAMPLES
+            );
+            assert_eq!(job.samples, pcm[sent..sent + job.samples.len()]);
+            sent += job.samples.len();
+        }
+        assert_eq!(pcm.len() - sent, call.held.narrow.len());
+        assert!(call.held.narrow.len() < VAD_CHUNK_SAMPLES);
+    }
+
+    #[test]
+    fn a_switch_to_wideband_sends_what_was_held_as_it_was_pushed() {
+        let (tx, rx) = bounded(64);
+        let mut call = handle_on(tx);
+        call.push_pcm(&[1; 160]).expect("narrow");
+        assert_eq!(rx.try_iter().count(), 0);
+        call.push_pcm_wide(&[2; 160], &[2; 320]).expect("wide");
+        let jobs: Vec<AudioJob> = rx.try_iter().collect();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!((jobs[0].samples.len(), jobs[0].wide.len()), (160, 0));
+        assert_eq!((jobs[1].samples.len(), jobs[1].wide.len()), (160, 320));
+    }
 }

@@ -133,6 +133,9 @@ struct Sim {
     rtcp_to: Vec<std::net::SocketAddr>,
     /// Answering-machine detection's verdicts.
     amd: Vec<ontime_amd::Verdict>,
+    /// Times the core's timer woke the driver at an instant no packet arrived (a wake of its
+    /// own in the real driver).
+    timer_wakes: usize,
 }
 
 impl Sim {
@@ -215,6 +218,7 @@ impl Sim {
             rtcp_to: Vec::new(),
             amd: Vec::new(),
             dials: Vec::new(),
+            timer_wakes: 0,
         };
         sim.drain();
         sim
@@ -342,7 +346,8 @@ impl Sim {
                 break;
             }
             self.now = next.max(self.now);
-            if self.caller_next.is_some_and(|t| t <= self.now) {
+            let packet_now = self.caller_next.is_some_and(|t| t <= self.now);
+            if packet_now {
                 let mut buf = [0u8; 200];
                 let payload = self
                     .caller_payloads
@@ -362,6 +367,9 @@ impl Sim {
                 self.engine.run_due(&mut || t);
             }
             if self.core.poll_timeout().is_some_and(|t| t <= self.now) {
+                if !packet_now {
+                    self.timer_wakes += 1;
+                }
                 self.core.handle_timeout(self.now);
             }
             self.drain();
@@ -769,6 +777,31 @@ fn caller_audio_reaches_the_vad_one_frame_per_20_ms() {
     let frames = sim.inference_frames;
     // 3 s of 20 ms frames, less the jitter buffer's start-up depth (a few frames).
     assert!((140..=150).contains(&frames), "{frames} frames");
+}
+
+/// A caller sending every 20 ms runs the call's 20 ms tick in its packets' wakes: the driver
+/// wakes once a packet, not for the packet and again for its timer. When the packets stop, the
+/// timer keeps the tick going, 50 times a second.
+#[test]
+fn a_steady_caller_runs_the_tick_in_its_packets_wakes() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    // The first packet takes the tick over from the timer's own phase.
+    sim.run_for(FRAME);
+    let before = sim.timer_wakes;
+    sim.run_for(seconds(2.0));
+    assert_eq!(sim.timer_wakes, before);
+    sim.caller_stops();
+    let before = sim.timer_wakes;
+    sim.run_for(seconds(1.0));
+    // 25 ms after the last packet (a frame and the slack a late packet gets), then every 20 ms.
+    assert_eq!(sim.timer_wakes - before, 49);
+    // Every 20 ms of the caller's line still reached the VAD, packets and silence alike.
+    assert!(
+        (140..=150).contains(&sim.inference_frames),
+        "{}",
+        sim.inference_frames
+    );
 }
 
 /// The two recording tracks share one timeline: an agent that echoes each caller frame at once
