@@ -91,7 +91,7 @@ pub struct TurnParams {
     pub incomplete_timeout: Duration,
     /// Start Smart Turn speculatively once the caller has been quiet this long (rounded to whole
     /// 32 ms VAD chunks, at least one, and shorter than the VAD's stop duration), so its verdict
-    /// is ready when the stop is confirmed (`crate::speculative`). Default 64 ms (two chunks);
+    /// is ready when the stop is confirmed (`crate::speculative`). Default 96 ms (three chunks);
     /// `None`: only after the stop, as pipecat does.
     pub speculate_after: Option<Duration>,
     /// Append digital silence to the speculative run's audio so it is as long as the audio the
@@ -126,11 +126,14 @@ impl Default for TurnParams {
             max_audio: Duration::from_secs(8),
             complete_threshold: 0.5,
             incomplete_timeout: Duration::from_secs(3),
-            // Two quiet chunks: the verdict is still ready when the stop is confirmed
-            // (docs/inference.md, "Speculative end of turn"), and the audio the run judges
-            // ends after the soft tail of a word the VAD already calls quiet (from one chunk,
-            // "…my order please." was cut before its last fricative and judged incomplete).
-            speculate_after: Some(Duration::from_millis(64)),
+            // Three quiet chunks: the verdict (≈ 50 ms cold) is still ready for the early end
+            // at 160 ms and the stop at 192 ms (docs/inference.md, "Speculative end of turn");
+            // the audio the run judges ends after the soft tail of a word the VAD already calls
+            // quiet (from one chunk, "…my order please." was cut before its last fricative and
+            // judged incomplete); and the 64–96 ms dips between words inside speech, which
+            // two chunks let start a run that speech then discarded, start none (a sixth of
+            // all Smart Turn runs at 8 calls in the load harness).
+            speculate_after: Some(Duration::from_millis(96)),
             speculate_pad: true,
             // The labelled set (docs/inference.md): p ≥ 0.9 after 160 ms changes no decision of
             // the speculative rule (97 false ends of turn, today's rule 98) and takes the median
