@@ -13,6 +13,11 @@
 //!   buffered (an underrun: the packet is late, not known lost), the buffer conceals one frame and
 //!   moves `offset` 20 ms later instead of giving up on the packet (NetEq's *expand*), up to
 //!   `max_depth`. When the depth is a frame or more below the target it also inserts a frame.
+//!   A packet found after its due time by a `pop` that came late (a consumer that pops when
+//!   packets arrive, not at every due time) grows the buffer the same way unless a later
+//!   packet had arrived by its due time: when the consumer pops changes no decision. The packet
+//!   played after such frames counts them (`PlayedFrame::inserted_before`): they were none of
+//!   the sender's time.
 //! - **Shrinks slowly.** At a talkspurt start (marker bit, or speech after silence or a timestamp
 //!   jump) the offset is set straight to the target; inside a talkspurt it drops one frame's worth
 //!   at most every `shrink_interval` while the depth stays at least a frame above target (the
@@ -197,6 +202,10 @@ pub struct PlayedFrame<'a> {
     pub timestamp: u32,
     /// 64-bit sequence index (as returned by [`PushOutcome::Buffered`]).
     pub index: u64,
+    /// Frames the buffer inserted just before this packet while it grew to wait for it
+    /// ([`ConcealReason::Stretch`]): the packet came, so they were none of the sender's time.
+    /// 0 when the packet started a talkspurt (a gap in the sender's timestamps is its time).
+    pub inserted_before: u32,
 }
 
 /// The buffer's answer to "what plays now?".
@@ -350,6 +359,8 @@ struct Stream {
     last_shrink_us: i64,
     consecutive_underrun: u32,
     bad_seq: Option<u16>,
+    /// The index the buffer last grew to wait for, and by how many frames in a row.
+    stretched_for: Option<(u64, u32)>,
 }
 
 impl Stream {
@@ -687,6 +698,7 @@ impl JitterBuffer {
             last_shrink_us: i64::MIN / 2,
             consecutive_underrun: 0,
             bad_seq: None,
+            stretched_for: None,
         });
     }
 
@@ -766,6 +778,13 @@ impl JitterBuffer {
         // re-anchors there as at a talkspurt start (overflow means the depth was wrong).
     }
 
+    /// Whether a packet after `index` is buffered that arrived by `at_us`.
+    fn later_arrived_by(&self, index: u64, at_us: i64) -> bool {
+        self.slots
+            .iter()
+            .any(|s| s.occupied && s.index > index && s.arrival_us <= at_us)
+    }
+
     /// The earliest buffered packet after the playout point, as (index, ext_ts).
     fn earliest_buffered(&self) -> Option<(u64, i64)> {
         self.slots
@@ -825,6 +844,16 @@ impl JitterBuffer {
                 return self.pop_silence();
             }
             if front.arrival_us > st.due_us(ext_ts) {
+                // It came after its due time, but nothing looked in between. Had pop run at
+                // the due time it would have found nothing and grown to wait (unless a later
+                // packet had come by then: that declares this one lost). Growing now makes
+                // every decision the same whenever the consumer pops.
+                let due = st.due_us(ext_ts);
+                if !self.later_arrived_by(index, due)
+                    && self.depth_us() + FRAME_US <= us(self.cfg.max_depth)
+                {
+                    return self.stretch();
+                }
                 let consumes_slot = ext_ts + front.samples(st.frame_step()) > st.play_ts;
                 self.pass_front(i, false);
                 self.counters.late += 1;
@@ -852,6 +881,10 @@ impl JitterBuffer {
     fn stretch(&mut self) -> Playout<'static> {
         let st = self.stream.as_mut().expect("ok: pop checked");
         st.offset_us += FRAME_US;
+        st.stretched_for = match st.stretched_for {
+            Some((index, n)) if index == st.next_index => Some((index, n + 1)),
+            _ => Some((st.next_index, 1)),
+        };
         self.counters.stretch_frames += 1;
         self.max_depth_seen_us = self.max_depth_seen_us.max(self.depth_us());
         Playout::Conceal(ConcealReason::Stretch)
@@ -924,6 +957,10 @@ impl JitterBuffer {
         let max_depth = us(self.cfg.max_depth);
         let slot = &self.slots[i];
         let st = self.stream.as_mut().expect("ok: pop checked");
+        let inserted_before = match st.stretched_for.take() {
+            Some((index, n)) if index == slot.index => n,
+            _ => 0,
+        };
         st.consecutive_underrun = 0;
         st.in_silence = slot.payload_type == PT_CN;
         let above_max = depth - FRAME_US >= max_depth;
@@ -941,6 +978,7 @@ impl JitterBuffer {
             sequence_number: slot.sequence_number,
             timestamp: slot.timestamp,
             index: slot.index,
+            inserted_before,
         })
     }
 
@@ -982,6 +1020,8 @@ impl JitterBuffer {
         st.anchored = Some(slot.index);
         st.in_silence = false;
         st.consecutive_underrun = 0;
+        // A talkspurt starts: what was played while waiting was the sender's time.
+        st.stretched_for = None;
         st.last_shrink_us = now_us;
         self.max_depth_seen_us = self.max_depth_seen_us.max(self.depth_us());
     }

@@ -28,6 +28,8 @@ struct Sim {
     pt: u8,
     /// (time in ms, output) of everything played so far.
     log: Vec<(u64, Out)>,
+    /// (sequence number, `inserted_before`) of every packet played after inserted frames.
+    inserted: Vec<(u16, u32)>,
 }
 
 impl Sim {
@@ -37,6 +39,7 @@ impl Sim {
             ssrc: 0xC0FFEE,
             pt: PT_PCMU,
             log: Vec::new(),
+            inserted: Vec::new(),
         }
     }
 
@@ -73,7 +76,12 @@ impl Sim {
             loop {
                 let out = match self.jb.pop(d) {
                     Playout::Nothing => break,
-                    Playout::Frame(f) => Out::F(f.sequence_number),
+                    Playout::Frame(f) => {
+                        if f.inserted_before > 0 {
+                            self.inserted.push((f.sequence_number, f.inserted_before));
+                        }
+                        Out::F(f.sequence_number)
+                    }
                     Playout::Conceal(r) => Out::C(r),
                     Playout::Silence => Out::S,
                 };
@@ -357,6 +365,47 @@ fn late_burst_grows_depth_then_shrinks_slowly() {
     s.assert_accounted();
 }
 
+/// A path that grows 30 ms longer mid-talkspurt: the buffer conceals while it grows to wait
+/// for the next packet, and that packet, when it plays, says how many frames were inserted for
+/// it: none of the sender's time passed in them.
+#[test]
+fn a_packet_played_after_the_buffer_grew_for_it_counts_the_inserted_frames() {
+    let mut s = Sim::new(JitterConfig::default());
+    for seq in 0..100u16 {
+        let at = u64::from(seq) * 20 + if seq >= 50 { 30 } else { 0 };
+        s.push(seq, at);
+    }
+    s.run_until(1900);
+    let c = s.jb.counters();
+    assert_eq!((c.lost, c.late, c.stretch_frames), (0, 0, 2), "{c:?}");
+    assert_eq!(s.count(&Out::C(ConcealReason::Stretch)), 2);
+    // One frame waiting for packet 50 (an underrun: 20 ms of the 30 covered, it arrives
+    // within the next), and one before 51 to bring the depth up to the new target.
+    assert_eq!(s.inserted, vec![(50, 1), (51, 1)]);
+}
+
+/// A caller that stops sending without comfort noise and starts a new talkspurt 300 ms later:
+/// the frames played while the buffer grew were the caller's time, so the next talkspurt's
+/// first packet counts none.
+#[test]
+fn a_new_talkspurt_after_the_buffer_grew_counts_nothing_inserted() {
+    let mut s = Sim::new(JitterConfig::default());
+    for seq in 0..50u16 {
+        s.push(seq, u64::from(seq) * 20);
+    }
+    // The next talkspurt: the timestamp jumps by the 300 ms of the pause, with the marker.
+    let resume = 49 * 20 + 300;
+    for k in 0..10u16 {
+        let seq = 50 + k;
+        let ts = (u32::from(seq) + 15) * TIMESTAMP_STEP;
+        s.push_full(seq, ts, k == 0, resume + u64::from(k) * 20);
+    }
+    s.run_until(resume + 400);
+    assert!(s.jb.counters().stretch_frames > 0);
+    assert_eq!(s.frames(), (0..60).collect::<Vec<_>>());
+    assert_eq!(s.inserted, vec![]);
+}
+
 #[test]
 fn stall_beyond_max_depth_discards_and_respects_max() {
     let cfg = JitterConfig::default();
@@ -446,14 +495,73 @@ fn sender_clock_jump_resyncs_the_delay_history() {
     s.assert_accounted();
 }
 
+/// Pops everything due by `at`, compactly.
+fn pop_all(jb: &mut JitterBuffer, at: Duration) -> Vec<Out> {
+    let mut out = Vec::new();
+    loop {
+        match jb.pop(at) {
+            Playout::Nothing => return out,
+            Playout::Frame(f) => out.push(Out::F(f.sequence_number)),
+            Playout::Conceal(r) => out.push(Out::C(r)),
+            Playout::Silence => out.push(Out::S),
+        }
+    }
+}
+
+/// A consumer that pops late decides as one that pops at every due time: packet 1 (due 60 ms)
+/// arrives at 70 ms and packet 2 at 75, and the consumer pops again only at 110. Popping at
+/// 60 it would have found nothing and grown a frame to wait, and packet 1 would have played at
+/// 80; so it does, late.
+#[test]
+fn a_consumer_popping_late_decides_as_one_popping_on_time() {
+    // `Sim::push` pops at every due time before it pushes.
+    let mut on_time = Sim::new(JitterConfig::default());
+    on_time.push(0, 0);
+    on_time.push(1, 70);
+    on_time.push(2, 75);
+    on_time.run_until(110);
+    let on_time_outs: Vec<Out> = on_time.log.iter().map(|(_, o)| o.clone()).collect();
+    let mut late = Sim::new(JitterConfig::default());
+    late.push(0, 0);
+    late.run_until(40);
+    for (seq, arrival) in [(1u16, 70u64), (2, 75)] {
+        let pkt = RtpPacketInfo {
+            sequence_number: seq,
+            timestamp: u32::from(seq) * TIMESTAMP_STEP,
+            marker: false,
+            ssrc: late.ssrc,
+            payload_type: PT_PCMU,
+            payload: &PAYLOAD,
+        };
+        late.jb.push(&pkt, ms(arrival)).unwrap();
+    }
+    let mut late_outs: Vec<Out> = late.log.iter().map(|(_, o)| o.clone()).collect();
+    late_outs.extend(pop_all(&mut late.jb, ms(110)));
+    assert_eq!(
+        on_time_outs,
+        vec![
+            Out::F(0),
+            Out::C(ConcealReason::Stretch),
+            Out::F(1),
+            Out::F(2)
+        ]
+    );
+    assert_eq!(late_outs, on_time_outs);
+    assert_eq!(late.jb.counters(), on_time.jb.counters());
+}
+
+/// A packet that comes after its due time when a later one had come by then is late whenever
+/// the consumer pops: the later one's arrival had declared it lost. Then nothing for 10 s: one
+/// pop does not return 500 frames of backlog.
 #[test]
 fn consumer_popping_late_gets_late_packets_concealed_and_skips_backlog() {
     let mut s = Sim::new(JitterConfig::default());
     s.push(0, 0);
     s.run_until(40);
-    // Packet 1 (due 60 ms) arrives at 70 ms, but the consumer only pops again at 100 ms:
-    // by then it is known to have missed its time.
-    let pkt = RtpPacketInfo {
+    // Packet 2 arrives at 55 ms, packet 1 (due 60 ms) at 70 ms; the consumer pops at 100 ms.
+    // Packet 1's 50 ms lateness raises the target (p97 + 20 ms = 70 ms): the buffer inserts a
+    // frame before packet 2, which arrived in time and plays.
+    let two = RtpPacketInfo {
         sequence_number: 2,
         timestamp: 2 * TIMESTAMP_STEP,
         marker: false,
@@ -464,25 +572,19 @@ fn consumer_popping_late_gets_late_packets_concealed_and_skips_backlog() {
     let one = RtpPacketInfo {
         sequence_number: 1,
         timestamp: TIMESTAMP_STEP,
-        ..pkt
+        ..two
     };
+    s.jb.push(&two, ms(55)).unwrap();
     s.jb.push(&one, ms(70)).unwrap();
-    s.jb.push(&pkt, ms(75)).unwrap();
-    assert_eq!(s.jb.pop(ms(100)), Playout::Conceal(ConcealReason::Late));
-    // Packet 1's 50 ms lateness raised the target (p97 + 20 ms = 70 ms): the buffer may insert
-    // a stretch frame before packet 2, which arrived in time and plays.
-    let mut rest = Vec::new();
-    loop {
-        match s.jb.pop(ms(100)) {
-            Playout::Nothing => break,
-            Playout::Frame(f) => rest.push(Out::F(f.sequence_number)),
-            Playout::Conceal(r) => rest.push(Out::C(r)),
-            Playout::Silence => rest.push(Out::S),
-        }
-    }
-    assert_eq!(rest, vec![Out::C(ConcealReason::Stretch), Out::F(2)]);
+    assert_eq!(
+        pop_all(&mut s.jb, ms(100)),
+        vec![
+            Out::C(ConcealReason::Late),
+            Out::C(ConcealReason::Stretch),
+            Out::F(2)
+        ]
+    );
     assert_eq!(s.jb.counters().late, 1);
-    // Nothing for 10 s: one pop does not return 500 frames of backlog.
     let mut outputs = 0;
     while s.jb.pop(ms(10_100)) != Playout::Nothing {
         outputs += 1;
