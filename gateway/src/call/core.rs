@@ -32,7 +32,7 @@ use tracing::{info, warn};
 use super::codec::{LineDecoder, WideForModels};
 use super::dial::{ringback_cycle, DialEnd, DialLeg, RINGBACK_LOW_WATER};
 use super::hold_back::{HoldBack, HoldBackConfig, RESUME_HEARD, RESUME_WINDOW};
-use super::inbound::{InboundMedia, InboundOutcome};
+use super::inbound::{FrameOrigin, InboundMedia, InboundOutcome};
 use super::outbound::Outbound;
 use super::program::{
     refer_to, PendingTransfer, Program, Step, TransferOutcome, INFO_DIGIT_TONE,
@@ -480,6 +480,9 @@ pub struct CallCore {
     agent_wideband: Option<Box<Upsampler>>,
     /// Smart Turn's 16 kHz audio, from the first wideband frame of the caller's on.
     wide_for_models: Option<Box<WideForModels>>,
+    /// Frames played while the jitter buffer grew, held back from the VAD until it is known
+    /// whether they were the caller's time ([`Self::hear_on_callers_timeline`]).
+    stretch_held: Vec<Popped>,
     /// Decodes what the sender sent, as the caller's decoder does (the echo canceller's
     /// reference and the recording's agent track).
     sent_decoder: LineDecoder,
@@ -559,15 +562,21 @@ pub struct CallCore {
     rng: StdRng,
 }
 
+/// Frames played while the jitter buffer grew that wait to be known as the caller's time or
+/// not. Three absorb a path 60 ms longer; a caller who stops sending without comfort noise
+/// has its quiet heard at most 60 ms late, and caught up at the fourth, long before the VAD's
+/// stop.
+const STRETCH_HELD_MAX: usize = 3;
+
 /// A frame of digital silence.
 const SILENT_FRAME: [i16; SAMPLES_PER_FRAME] = [0; SAMPLES_PER_FRAME];
 
 /// One frame of the caller's audio as the jitter buffer played it: at 8 kHz, at 16 kHz when
-/// the codec is wideband, and its RTP timestamp (`None` for concealment).
+/// the codec is wideband, and where it came from.
 type Popped = (
     [i16; SAMPLES_PER_FRAME],
     Option<Box<[i16; WIDEBAND_SAMPLES_PER_FRAME]>>,
-    Option<u32>,
+    FrameOrigin,
 );
 
 fn sends(d: Direction) -> bool {
@@ -620,6 +629,7 @@ impl CallCore {
             sent_decoder: LineDecoder::new(negotiated.codec),
             agent_wideband: None,
             wide_for_models: None,
+            stretch_held: Vec::new(),
             rtcp,
             settings,
             info,
@@ -781,6 +791,11 @@ impl CallCore {
     #[cfg(test)]
     pub fn is_srtp(&self) -> bool {
         self.srtp.is_some()
+    }
+
+    #[cfg(test)]
+    pub fn jitter_counters(&self) -> ontime_jitter::JitterCounters {
+        self.inbound.jitter_counters()
     }
 
     /// What the call counted since the last call of this (the driver adds it to the metrics).
@@ -1898,8 +1913,8 @@ impl CallCore {
         let record = self.settings.record;
         let start = self.samples_since_answer(now);
         let mut frames: Vec<Popped> = Vec::new();
-        self.inbound.pop(now, |frame, wide, timestamp| {
-            frames.push((*frame, wide.map(|w| Box::new(*w)), timestamp))
+        self.inbound.pop(now, |frame, wide, origin| {
+            frames.push((*frame, wide.map(|w| Box::new(*w)), origin))
         });
         if !frames.is_empty() {
             // The echo canceller needs what was played up to now before the caller's audio.
@@ -1908,27 +1923,9 @@ impl CallCore {
         // Bridged to another leg, nothing here decides on the caller's speech: no VAD, no turn,
         // no echo to take out of what the VAD hears.
         let to_vad = !self.in_bridge();
-        for (frame, wide, timestamp) in frames {
+        for (frame, wide, origin) in frames {
             if to_vad {
-                let mut heard = frame;
-                self.cancel_echo(start, timestamp, &mut heard);
-                if let Some(amd) = self.amd.as_mut() {
-                    let verdict = amd.push_frame(now, &heard);
-                    self.amd_decided(verdict);
-                }
-                if wide.is_some() && self.wide_for_models.is_none() {
-                    self.wide_for_models = Some(Box::new(WideForModels::new()));
-                }
-                let wide_heard = self
-                    .wide_for_models
-                    .as_mut()
-                    .map(|w| w.frame(wide.as_deref(), &frame, &heard));
-                self.outputs
-                    .push_back(CallOutput::Inference(Box::new(ModelFrame {
-                        narrow: heard,
-                        wide: wide_heard,
-                    })));
-                self.vad_stream = (self.vad_stream.0 + SAMPLES_PER_FRAME as u64, Some(now));
+                self.hear_on_callers_timeline(start, now, (frame, wide.clone(), origin));
             }
             if record {
                 // The caller's track runs on from its first frame, one frame per frame played:
@@ -1955,6 +1952,62 @@ impl CallCore {
                 None => self.notify(AgentNotice::CallerAudio(Box::new(frame))),
             }
         }
+    }
+
+    /// Hands a played frame to what judges the caller's speech (the echo canceller, AMD, the
+    /// VAD) on the caller's own timeline. A frame played while the jitter buffer grew to wait
+    /// for a packet is none of the caller's time if the packet then comes: heard, it would
+    /// lengthen whatever it fell in, and a pause in mid-sentence a frame short of the VAD's stop
+    /// would end the turn. So up to [`STRETCH_HELD_MAX`] of them wait here until the buffer
+    /// says: dropped when the packet plays after them, heard when anything else comes (the
+    /// caller went quiet without comfort noise, or the packet was lost).
+    fn hear_on_callers_timeline(&mut self, start: u64, now: Instant, popped: Popped) {
+        match popped.2 {
+            FrameOrigin::Stretch if self.stretch_held.len() < STRETCH_HELD_MAX => {
+                self.stretch_held.push(popped);
+                return;
+            }
+            FrameOrigin::Packet {
+                inserted_before, ..
+            } if inserted_before > 0 => self.stretch_held.clear(),
+            _ => {
+                for (frame, wide, origin) in std::mem::take(&mut self.stretch_held) {
+                    self.hear(start, now, frame, wide.as_deref(), origin.timestamp());
+                }
+            }
+        }
+        let (frame, wide, origin) = popped;
+        self.hear(start, now, frame, wide.as_deref(), origin.timestamp());
+    }
+
+    /// Takes the line's echo out of one frame of the caller's and hands it to AMD and the VAD.
+    fn hear(
+        &mut self,
+        start: u64,
+        now: Instant,
+        frame: [i16; SAMPLES_PER_FRAME],
+        wide: Option<&[i16; WIDEBAND_SAMPLES_PER_FRAME]>,
+        timestamp: Option<u32>,
+    ) {
+        let mut heard = frame;
+        self.cancel_echo(start, timestamp, &mut heard);
+        if let Some(amd) = self.amd.as_mut() {
+            let verdict = amd.push_frame(now, &heard);
+            self.amd_decided(verdict);
+        }
+        if wide.is_some() && self.wide_for_models.is_none() {
+            self.wide_for_models = Some(Box::new(WideForModels::new()));
+        }
+        let wide_heard = self
+            .wide_for_models
+            .as_mut()
+            .map(|w| w.frame(wide, &frame, &heard));
+        self.outputs
+            .push_back(CallOutput::Inference(Box::new(ModelFrame {
+                narrow: heard,
+                wide: wide_heard,
+            })));
+        self.vad_stream = (self.vad_stream.0 + SAMPLES_PER_FRAME as u64, Some(now));
     }
 
     fn collect_stream_events(&mut self) {

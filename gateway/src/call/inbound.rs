@@ -21,7 +21,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use ontime_jitter::{JitterBuffer, JitterConfig, Playout, PushOutcome, RtpPacketInfo};
+use ontime_jitter::{
+    ConcealReason, JitterBuffer, JitterConfig, Playout, PushOutcome, RtpPacketInfo,
+};
 use ontime_rtp::dtmf::DtmfTracker;
 use ontime_rtp::stats::ReceiverStats;
 use ontime_rtp::{
@@ -51,6 +53,36 @@ pub enum InboundOutcome {
     Rtcp,
     /// Dropped, with the `reason` label of `ontime_rtp_invalid_packets_total`.
     Dropped(&'static str),
+}
+
+/// Where a frame [`InboundMedia::pop`] plays comes from, on the caller's timeline or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameOrigin {
+    /// Decoded from the packet with this RTP timestamp (comfort noise included), after
+    /// `inserted_before` [`FrameOrigin::Stretch`] frames that waited for it.
+    Packet {
+        /// The packet's RTP timestamp.
+        timestamp: u32,
+        /// Frames played just before while the buffer grew to wait for this packet: it came,
+        /// so they were none of the caller's time.
+        inserted_before: u32,
+    },
+    /// Stands in for a packet of the caller's that did not come or came too late: concealment,
+    /// or the caller's silence (DTX, a stream that stopped). The caller's time passed.
+    InPlaceOf,
+    /// Played while the jitter buffer grew by a frame to wait for the next packet: none of the
+    /// caller's time if that packet then comes (it says so), the caller's quiet if not.
+    Stretch,
+}
+
+impl FrameOrigin {
+    /// The RTP timestamp of the packet the frame was decoded from.
+    pub fn timestamp(self) -> Option<u32> {
+        match self {
+            Self::Packet { timestamp, .. } => Some(timestamp),
+            Self::InPlaceOf | Self::Stretch => None,
+        }
+    }
 }
 
 /// Totals for the CDR and metrics.
@@ -390,8 +422,8 @@ impl InboundMedia {
     }
 
     /// Play the caller's audio due by `now` as 8 kHz PCM, one 20 ms frame per call of `each`,
-    /// with the same frame at 16 kHz when a wideband codec decoded it (`None` otherwise), and the
-    /// RTP timestamp of the packet it came from (`None` for concealment and filler).
+    /// with the same frame at 16 kHz when a wideband codec decoded it (`None` otherwise), and
+    /// where it came from.
     /// When the caller stops sending (DTX, end of stream), silence keeps the frames flowing so
     /// the VAD's clock advances and speech can stop.
     pub fn pop(
@@ -400,7 +432,7 @@ impl InboundMedia {
         mut each: impl FnMut(
             &[i16; SAMPLES_PER_FRAME],
             Option<&[i16; WIDEBAND_SAMPLES_PER_FRAME]>,
-            Option<u32>,
+            FrameOrigin,
         ),
     ) {
         let Some(first) = self.first_audio else {
@@ -411,11 +443,14 @@ impl InboundMedia {
         let mut wide = [0i16; WIDEBAND_SAMPLES_PER_FRAME];
         // Bounded: a tokio stall of a few frames is caught up, never an unbounded burst.
         for _ in 0..8 {
-            let mut timestamp = None;
+            let mut origin = FrameOrigin::InPlaceOf;
             let mut wideband = false;
             match self.jitter.pop(t) {
                 Playout::Frame(f) => {
-                    timestamp = Some(f.timestamp);
+                    origin = FrameOrigin::Packet {
+                        timestamp: f.timestamp,
+                        inserted_before: f.inserted_before,
+                    };
                     if f.payload_type == self.media.payload_type {
                         wideband = self.decoder.decode(f.payload, &mut out, &mut wide);
                         self.decode_next = Some(f.sequence_number.wrapping_add(1));
@@ -424,7 +459,10 @@ impl InboundMedia {
                     }
                     self.concealed_run = 0;
                 }
-                Playout::Conceal(_) => {
+                Playout::Conceal(reason) => {
+                    if reason == ConcealReason::Stretch {
+                        origin = FrameOrigin::Stretch;
+                    }
                     self.concealed_run += 1;
                     // Opus conceals itself, from the next packet's FEC when it is here.
                     if let Some(recovered) =
@@ -451,7 +489,7 @@ impl InboundMedia {
             }
             self.last_frame = out;
             self.frames_played += 1;
-            each(&out, wideband.then_some(&wide), timestamp);
+            each(&out, wideband.then_some(&wide), origin);
         }
         // Keep the playout clock running when nothing arrives: one frame per 20 ms of wall
         // time since the first packet, less the buffer's depth.
@@ -463,7 +501,7 @@ impl InboundMedia {
             self.frames_played += 1;
             filled += 1;
             self.last_frame = [0; SAMPLES_PER_FRAME];
-            each(&self.last_frame, None, None);
+            each(&self.last_frame, None, FrameOrigin::InPlaceOf);
         }
     }
 
@@ -604,7 +642,7 @@ mod tests {
                             held = None;
                         }
                     }
-                    m.pop(at + step, |f, _, ts| played.push((ts, *f)));
+                    m.pop(at + step, |f, _, o| played.push((o.timestamp(), *f)));
                 }
             }
             (played, m.late_decoded)

@@ -111,6 +111,8 @@ struct Sim {
     ended: Option<(CallDetailRecord, u64)>,
     streams_started: usize,
     inference_frames: usize,
+    /// Frames of the caller's audio the agent was handed: every frame the jitter buffer played.
+    played_frames: usize,
     caller_track: Vec<i16>,
     agent_track: Vec<i16>,
     /// The caller's RTP: the packetizer and when its next packet is due (None: silent).
@@ -201,6 +203,7 @@ impl Sim {
             ended: None,
             streams_started: 0,
             inference_frames: 0,
+            played_frames: 0,
             caller_track: Vec::new(),
             agent_track: Vec::new(),
             caller: Packetizer::with_initial(payload_type, 0xCA11E5, 100, 0).with_timestamp_step(
@@ -255,6 +258,9 @@ impl Sim {
                 CallOutput::Rtcp { destination, .. } => self.rtcp_to.push(destination),
                 CallOutput::Inference(_) => self.inference_frames += 1,
                 CallOutput::Agent(n) => {
+                    if let AgentNotice::CallerAudio(_) | AgentNotice::CallerAudioWide(_) = &n {
+                        self.played_frames += 1;
+                    }
                     if let (true, AgentNotice::CallerAudio(pcm)) = (self.echo, &n) {
                         let pcm: Arc<[i16]> = pcm.to_vec().into();
                         self.core.handle_agent(AgentAction::Play(pcm), self.now);
@@ -802,6 +808,39 @@ fn a_steady_caller_runs_the_tick_in_its_packets_wakes() {
         "{}",
         sim.inference_frames
     );
+}
+
+/// A frame the jitter buffer plays while it grows to wait for a packet that then comes is none
+/// of the caller's time: the VAD does not hear it, so a pause it falls in is as long as the
+/// caller made it. The caller's packets come 25 ms later from the 51st on (a longer path). When the caller then stops, every frame the buffer
+/// grows by is the caller's quiet, and the VAD hears it.
+#[test]
+fn a_frame_inserted_to_grow_the_buffer_is_not_heard_by_the_vad() {
+    let mut sim = Sim::new(settings);
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(1.0) - Duration::from_millis(1));
+    assert_eq!(sim.caller.next_sequence(), 150);
+    assert_eq!(sim.inference_frames, sim.played_frames);
+    sim.caller_stops();
+    sim.run_for(FRAME + Duration::from_millis(25));
+    sim.caller_talks(0xFF);
+    sim.run_for(seconds(1.0) - Duration::from_millis(1));
+    assert_eq!(sim.caller.next_sequence(), 200);
+    // Every packet played, none taken for late: the call's tick runs in the packets' wakes,
+    // after their due times, and the buffer still grows as if it had looked on time.
+    let c = sim.core.jitter_counters();
+    assert_eq!((c.played, c.late, c.lost), (99, 0, 0), "{c:?}");
+    // One frame to wait for the first late packet, one to bring the depth to the new target.
+    assert_eq!(c.stretch_frames, 2);
+    assert_eq!(sim.inference_frames, 99);
+    assert_eq!(sim.played_frames, 99 + 2);
+    sim.caller_stops();
+    sim.run_for(seconds(0.5));
+    // The buffer grows from 60 ms to its most (200 ms) on the quiet, then plays the caller's
+    // silence: all of it the caller's time, heard.
+    let grown = sim.core.jitter_counters().stretch_frames - 2;
+    assert_eq!(grown, 7);
+    assert_eq!(sim.inference_frames, sim.played_frames - 2);
 }
 
 /// The two recording tracks share one timeline: an agent that echoes each caller frame at once
