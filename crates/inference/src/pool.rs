@@ -400,8 +400,8 @@ impl CallInference {
 
     /// Queues decoded 8 kHz 16-bit PCM (any length; the pool chunks it). Audio that completes
     /// no VAD chunk is held here until a later push does (the thread could not judge it yet).
-    /// Never blocks: a full
-    /// queue returns [`Error::QueueFull`] and counts it (`ontime_inference_queue_full_total`).
+    /// Never blocks: a full queue drops what was to be sent, returns [`Error::QueueFull`] and
+    /// counts it (`ontime_inference_queue_full_total`).
     pub fn push_pcm(&mut self, pcm: &[i16]) -> Result<()> {
         self.push(pcm, &[])
     }
@@ -442,7 +442,7 @@ impl CallInference {
     }
 
     fn send_held(&mut self) -> Result<()> {
-        self.held.sent += self.held.narrow.len() as u64;
+        let samples = self.held.narrow.len() as u64;
         let job = AudioJob {
             id: self.id.0,
             samples: std::mem::take(&mut self.held.narrow),
@@ -450,7 +450,12 @@ impl CallInference {
             pushed_at: Instant::now(),
         };
         match self.audio.try_send(job) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // Only what the thread got moves its chunk boundaries: after a dropped send
+                // the next ones still complete a chunk each.
+                self.held.sent += samples;
+                Ok(())
+            }
             Err(TrySendError::Full(_)) => {
                 self.shared.queue_full.fetch_add(1, Ordering::Relaxed);
                 counter!(QUEUE_FULL_TOTAL).increment(1);
@@ -1670,6 +1675,40 @@ mod tests {
         }
         assert_eq!(pcm.len() - sent, call.held.narrow.len());
         assert!(call.held.narrow.len() < VAD_CHUNK_SAMPLES);
+    }
+
+    /// A send the full queue drops moves no chunk boundary: what the thread gets next still
+    /// completes exactly one chunk a send. (Counted as sent, the dropped audio had shifted the
+    /// handle's boundaries from the thread's: the third send below then completed none, a wake
+    /// for nothing, and its chunk waited for the next send.)
+    #[test]
+    fn after_a_full_queue_each_send_still_completes_one_chunk() {
+        let (tx, rx) = bounded(1);
+        let mut call = handle_on(tx);
+        let pcm: Vec<i16> = (0..6_400).map(|i| (i % 1000) as i16).collect();
+        let mut full = 0;
+        let mut got: Vec<AudioJob> = Vec::new();
+        for (k, frame) in pcm.chunks(160).enumerate() {
+            if call.push_pcm(frame).is_err() {
+                full += 1;
+            }
+            // The thread takes what is queued after the 4th frame and the 31st.
+            if k == 3 || k == 30 {
+                got.extend(rx.try_iter());
+            }
+        }
+        got.extend(rx.try_iter());
+        let mut at_thread = 0usize;
+        for job in &got {
+            assert_eq!(
+                at_thread / VAD_CHUNK_SAMPLES + 1,
+                (at_thread + job.samples.len()) / VAD_CHUNK_SAMPLES,
+                "a send of {} after {at_thread} samples",
+                job.samples.len()
+            );
+            at_thread += job.samples.len();
+        }
+        assert_eq!((full, got.len()), (30, 3));
     }
 
     #[test]
