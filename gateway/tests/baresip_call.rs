@@ -98,7 +98,12 @@ fn baresip_caller_hears_the_reply() {
         Some(1.0),
         "{body}"
     );
-    assert!(metric_value(&body, "ontime_turns_total").unwrap_or(0.0) >= 1.0);
+    // One utterance, one turn.
+    assert_eq!(
+        metric_value(&body, "ontime_turns_total"),
+        Some(1.0),
+        "{body}"
+    );
     assert!(
         metric_value(&body, "ontime_rtcp_reports_received_total").unwrap_or(0.0) >= 1.0,
         "baresip's RTCP reports on our stream were not seen"

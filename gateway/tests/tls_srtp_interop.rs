@@ -289,7 +289,8 @@ fn assert_tls_srtp_call(gw: &Gateway, wire: &Wire, peer: &str) {
         1.0,
         "{body}"
     );
-    assert!(value("ontime_turns_total") >= 1.0, "{body}");
+    // One utterance, one turn.
+    assert_eq!(value("ontime_turns_total"), 1.0, "{body}");
     // SRTP drops: only what the peer sent that was not SRTP (never a replay or a bad packet).
     for reason in ["replayed", "too_old", "malformed"] {
         assert_eq!(
