@@ -12,7 +12,11 @@
 //!
 //! With `--cadence` (`-- RUNS --cadence`), only the pool's options, batch of one, at the gateway's
 //! cadence against back to back: the pool runs one call's chunk every 32 ms and sleeps between,
-//! and a run after a sleep starts with the model out of the caches.
+//! and a run after a sleep starts with the model out of the caches. Three more wait spinning on
+//! the clock instead of sleeping, 32, 4 and 1 ms: the thread keeps its core and touches nothing,
+//! so if a run after a spin costs what one after a sleep does, the caches were not lost to the
+//! core idling but to other work sharing it (a hyperthread sibling, the host). Page faults per run (the thread's, from
+//! `/proc/thread-self/stat`) tell whether ONNX Runtime's memory goes back to the system between runs.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -57,31 +61,70 @@ fn read_wav(path: &Path) -> Vec<i16> {
     r.samples::<i16>().map(|s| s.expect("sample")).collect()
 }
 
+/// How a run waits for the next: not at all, asleep, or spinning on the clock.
+#[derive(Clone, Copy)]
+enum Gap {
+    None,
+    Sleep(Duration),
+    Spin(Duration),
+}
+
+impl Gap {
+    fn wait(self) {
+        match self {
+            Gap::None => {}
+            Gap::Sleep(d) => std::thread::sleep(d),
+            Gap::Spin(d) => {
+                let until = Instant::now() + d;
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+}
+
+/// Minor + major page faults of this thread so far (`/proc/thread-self/stat`, fields 10 and 12).
+fn thread_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("/proc/thread-self/stat");
+    // The command name (field 2) may hold spaces; the fields after it follow its closing ')'.
+    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let field = |n: usize| fields[n - 3].parse::<u64>().expect("stat field");
+    field(10) + field(12)
+}
+
+/// One cadence's figures per run.
+struct PerRun {
+    cpu_us: f64,
+    wall_us: f64,
+    faults: f64,
+}
+
 /// Runs `runs` batches of `b` rows (row i reads chunk (run·b + i) of the recording, states
-/// carried per row), sleeping `gap` before each; returns µs of thread CPU and of wall time per
+/// carried per row), waiting `gap` before each; returns thread CPU, wall time and page faults per
 /// run, and every probability, in order.
 fn vad_runs(
     session: &mut Session,
     pcm: &[f32],
     b: usize,
     runs: usize,
-    gap: Duration,
-) -> (f64, f64, Vec<f32>) {
+    gap: Gap,
+) -> (PerRun, Vec<f32>) {
     let chunks = pcm.len() / VAD_CHUNK_SAMPLES - 1;
     let mut input = vec![0.0f32; b * VAD_ROW];
     let mut state = vec![0.0f32; b * VAD_STATE];
     let sr = [8000i64];
     let mut probs = Vec::with_capacity(runs * b);
-    let (mut cpu, mut wall) = (Duration::ZERO, Duration::ZERO);
+    let (mut cpu, mut wall, mut faults) = (Duration::ZERO, Duration::ZERO, 0u64);
     for run in 0..runs + 20 {
         for i in 0..b {
             let c = (run * b + i) % chunks;
             let start = (c + 1) * VAD_CHUNK_SAMPLES - VAD_CONTEXT_SAMPLES;
             input[i * VAD_ROW..(i + 1) * VAD_ROW].copy_from_slice(&pcm[start..start + VAD_ROW]);
         }
-        if !gap.is_zero() {
-            std::thread::sleep(gap);
-        }
+        gap.wait();
+        let faults_before = thread_faults();
         let (before, started) = (thread_cpu_time(), Instant::now());
         let input_t = TensorRef::from_array_view(([b, VAD_ROW], &input[..])).expect("input");
         let state_t = TensorRef::from_array_view(([2, b, 128], &state[..])).expect("state");
@@ -104,9 +147,19 @@ fn vad_runs(
             cpu += thread_cpu_time().saturating_sub(before);
             wall += started.elapsed();
         }
+        // Read after the clocks so the read's own cost is not charged to the run.
+        let faults_after = thread_faults();
+        if run >= 20 {
+            faults += faults_after - faults_before;
+        }
     }
     let per_run = |d: Duration| d.as_secs_f64() * 1e6 / runs as f64;
-    (per_run(cpu), per_run(wall), probs)
+    let figures = PerRun {
+        cpu_us: per_run(cpu),
+        wall_us: per_run(wall),
+        faults: faults as f64 / runs as f64,
+    };
+    (figures, probs)
 }
 
 fn turn_runs(session: &mut Session, features: &[f32], runs: usize) -> (f64, f32) {
@@ -161,15 +214,22 @@ fn main() {
     if cadence {
         let mut session =
             runtime::one_thread_session(&env, &paths.silero_vad, "Silero VAD").expect("session");
-        println!("| cadence | CPU µs / run | wall µs / run |");
-        println!("| --- | --- | --- |");
+        println!("| cadence | CPU µs / run | wall µs / run | page faults / run |");
+        println!("| --- | --- | --- | --- |");
+        let every = Duration::from_millis(32);
         for (name, gap) in [
-            ("back to back", Duration::ZERO),
-            ("one every 32 ms", Duration::from_millis(32)),
-            ("back to back again", Duration::ZERO),
+            ("back to back", Gap::None),
+            ("one every 32 ms, asleep between", Gap::Sleep(every)),
+            ("one every 32 ms, spinning between", Gap::Spin(every)),
+            ("one every 4 ms, spinning between", Gap::Spin(every / 8)),
+            ("one every 1 ms, spinning between", Gap::Spin(every / 32)),
+            ("back to back again", Gap::None),
         ] {
-            let (cpu, wall, _) = vad_runs(&mut session, &pcm, 1, runs, gap);
-            println!("| {name} | {cpu:.1} | {wall:.1} |");
+            let (r, _) = vad_runs(&mut session, &pcm, 1, runs, gap);
+            println!(
+                "| {name} | {:.1} | {:.1} | {:.2} |",
+                r.cpu_us, r.wall_us, r.faults
+            );
         }
         return;
     }
@@ -201,8 +261,8 @@ fn main() {
         let mut cells = Vec::new();
         let mut all = Vec::new();
         for b in [1usize, 8, 64] {
-            let (us, _, probs) = vad_runs(&mut vad, &pcm, b, runs, Duration::ZERO);
-            cells.push(format!("{us:.1}"));
+            let (r, probs) = vad_runs(&mut vad, &pcm, b, runs, Gap::None);
+            cells.push(format!("{:.1}", r.cpu_us));
             all.push(probs);
         }
         let mut turn = build(&paths.smart_turn).expect("Smart Turn session");
