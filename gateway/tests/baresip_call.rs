@@ -98,12 +98,7 @@ fn baresip_caller_hears_the_reply() {
         Some(1.0),
         "{body}"
     );
-    // One utterance, one turn.
-    assert_eq!(
-        metric_value(&body, "ontime_turns_total"),
-        Some(1.0),
-        "{body}"
-    );
+    assert_utterance_1_turns(&body, "baresip");
     assert!(
         metric_value(&body, "ontime_rtcp_reports_received_total").unwrap_or(0.0) >= 1.0,
         "baresip's RTCP reports on our stream were not seen"

@@ -437,8 +437,12 @@ fn talk_over_call(
     )
 }
 
+/// The bound on one call's barge-in cut: echo_line.rs's 300 ms median, plus one VAD chunk
+/// (32 ms) and one sender tick (20 ms).
+const BARGE_IN_CUT_ONE_CALL_S: f64 = 0.352;
+
 /// (d) Local barge-in with pipecat's interruptions off: the caller talks over the reply; the
-/// gateway stops it within 300 ms of the caller's speech onset, and nothing more of that reply
+/// gateway stops it within 352 ms of the caller's speech onset, and nothing more of that reply
 /// plays (though the bot, not interrupted, goes on sending it).
 #[test]
 fn local_barge_in_cuts_the_reply_with_pipecats_interruptions_off() {
@@ -497,10 +501,14 @@ fn local_barge_in_cuts_the_reply_with_pipecats_interruptions_off() {
         "barge-in: reply's last packet {:.0} ms after the caller's onset",
         cut_after * 1e3
     );
+    // One call's cut, not a median: echo_line.rs holds the median of three calls to 300 ms;
+    // a single call lands anywhere in the VAD's 32 ms chunk and the sender's 20 ms tick, so it
+    // gets one of each on top (single cuts measured 256-323 ms, the last on a Zen 1 EPYC).
     c.check(
-        cut_after <= 0.3,
+        cut_after <= BARGE_IN_CUT_ONE_CALL_S,
         format!(
-            "the reply stopped within 300 ms of the caller's onset ({:.0} ms)",
+            "the reply stopped within {:.0} ms of the caller's onset ({:.0} ms)",
+            BARGE_IN_CUT_ONE_CALL_S * 1e3,
             cut_after * 1e3
         ),
     );

@@ -17,6 +17,8 @@
 //! so if a run after a spin costs what one after a sleep does, the caches were not lost to the
 //! core idling but to other work sharing it (a hyperthread sibling, the host). Page faults per run (the thread's, from
 //! `/proc/thread-self/stat`) tell whether ONNX Runtime's memory goes back to the system between runs.
+//! Then Smart Turn the same way at the cadence of turn ends: back to back against one run every
+//! 2 s, asleep or spinning between.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -101,6 +103,43 @@ struct PerRun {
     faults: f64,
 }
 
+/// Thread CPU, wall time and page faults summed over the runs counted.
+#[derive(Default)]
+struct Tally {
+    cpu: Duration,
+    wall: Duration,
+    faults: u64,
+    runs: usize,
+}
+
+impl Tally {
+    /// Runs `f`, adding its cost to the tally when `counted` (a warm-up run is not).
+    fn measure<T>(&mut self, counted: bool, f: impl FnOnce() -> T) -> T {
+        let faults_before = thread_faults();
+        let (before, started) = (thread_cpu_time(), Instant::now());
+        let out = f();
+        let (cpu, wall) = (thread_cpu_time().saturating_sub(before), started.elapsed());
+        // Read after the clocks so the read's own cost is not charged to the run.
+        let faults = thread_faults() - faults_before;
+        if counted {
+            self.cpu += cpu;
+            self.wall += wall;
+            self.faults += faults;
+            self.runs += 1;
+        }
+        out
+    }
+
+    fn per_run(&self) -> PerRun {
+        let n = self.runs.max(1) as f64;
+        PerRun {
+            cpu_us: self.cpu.as_secs_f64() * 1e6 / n,
+            wall_us: self.wall.as_secs_f64() * 1e6 / n,
+            faults: self.faults as f64 / n,
+        }
+    }
+}
+
 /// Runs `runs` batches of `b` rows (row i reads chunk (run·b + i) of the recording, states
 /// carried per row), waiting `gap` before each; returns thread CPU, wall time and page faults per
 /// run, and every probability, in order.
@@ -116,7 +155,7 @@ fn vad_runs(
     let mut state = vec![0.0f32; b * VAD_STATE];
     let sr = [8000i64];
     let mut probs = Vec::with_capacity(runs * b);
-    let (mut cpu, mut wall, mut faults) = (Duration::ZERO, Duration::ZERO, 0u64);
+    let mut tally = Tally::default();
     for run in 0..runs + 20 {
         for i in 0..b {
             let c = (run * b + i) % chunks;
@@ -124,66 +163,50 @@ fn vad_runs(
             input[i * VAD_ROW..(i + 1) * VAD_ROW].copy_from_slice(&pcm[start..start + VAD_ROW]);
         }
         gap.wait();
-        let faults_before = thread_faults();
-        let (before, started) = (thread_cpu_time(), Instant::now());
-        let input_t = TensorRef::from_array_view(([b, VAD_ROW], &input[..])).expect("input");
-        let state_t = TensorRef::from_array_view(([2, b, 128], &state[..])).expect("state");
-        let sr_t = TensorRef::from_array_view(((), &sr[..])).expect("sr");
-        let outputs = session
-            .run(ort::inputs![input_t, state_t, sr_t])
-            .expect("VAD run");
-        let (_, p) = outputs["output"]
-            .try_extract_tensor::<f32>()
-            .expect("output");
-        let (_, s) = outputs["stateN"]
-            .try_extract_tensor::<f32>()
-            .expect("stateN");
-        if run >= 20 {
-            probs.extend_from_slice(p);
-        }
-        state.copy_from_slice(s);
-        drop(outputs);
-        if run >= 20 {
-            cpu += thread_cpu_time().saturating_sub(before);
-            wall += started.elapsed();
-        }
-        // Read after the clocks so the read's own cost is not charged to the run.
-        let faults_after = thread_faults();
-        if run >= 20 {
-            faults += faults_after - faults_before;
-        }
+        tally.measure(run >= 20, || {
+            let input_t = TensorRef::from_array_view(([b, VAD_ROW], &input[..])).expect("input");
+            let state_t = TensorRef::from_array_view(([2, b, 128], &state[..])).expect("state");
+            let sr_t = TensorRef::from_array_view(((), &sr[..])).expect("sr");
+            let outputs = session
+                .run(ort::inputs![input_t, state_t, sr_t])
+                .expect("VAD run");
+            let (_, p) = outputs["output"]
+                .try_extract_tensor::<f32>()
+                .expect("output");
+            let (_, s) = outputs["stateN"]
+                .try_extract_tensor::<f32>()
+                .expect("stateN");
+            if run >= 20 {
+                probs.extend_from_slice(p);
+            }
+            state.copy_from_slice(s);
+        });
     }
-    let per_run = |d: Duration| d.as_secs_f64() * 1e6 / runs as f64;
-    let figures = PerRun {
-        cpu_us: per_run(cpu),
-        wall_us: per_run(wall),
-        faults: faults as f64 / runs as f64,
-    };
-    (figures, probs)
+    (tally.per_run(), probs)
 }
 
-fn turn_runs(session: &mut Session, features: &[f32], runs: usize) -> (f64, f32) {
-    let mut cpu = std::time::Duration::ZERO;
+/// Runs Smart Turn `runs` times on `features`, waiting `gap` before each; returns thread CPU,
+/// wall time and page faults per run (CPU and wall in µs) and the last probability.
+fn turn_runs(session: &mut Session, features: &[f32], runs: usize, gap: Gap) -> (PerRun, f32) {
+    let mut tally = Tally::default();
     let mut last = f32::NAN;
     for run in 0..runs + 2 {
-        let before = thread_cpu_time();
-        let outputs = session
-            .run(ort::inputs![TensorRef::from_array_view((
-                [1, 80, 800],
-                features
-            ))
-            .expect("features")])
-            .expect("Smart Turn run");
-        let (_, p) = outputs["logits"]
-            .try_extract_tensor::<f32>()
-            .expect("logits");
-        last = p[0];
-        drop(outputs);
-        if run >= 2 {
-            cpu += thread_cpu_time().saturating_sub(before);
-        }
+        gap.wait();
+        last = tally.measure(run >= 2, || {
+            let outputs = session
+                .run(ort::inputs![TensorRef::from_array_view((
+                    [1, 80, 800],
+                    features
+                ))
+                .expect("features")])
+                .expect("Smart Turn run");
+            let (_, p) = outputs["logits"]
+                .try_extract_tensor::<f32>()
+                .expect("logits");
+            p[0]
+        });
     }
-    (cpu.as_secs_f64() * 1e3 / runs as f64, last)
+    (tally.per_run(), last)
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f64 {
@@ -231,6 +254,38 @@ fn main() {
                 r.cpu_us, r.wall_us, r.faults
             );
         }
+        // Smart Turn at the cadence of turn ends: one run every few seconds at one call.
+        let mut up = Vec::new();
+        upsample_2x(&pcm, &mut up);
+        let features = SmartTurn::load(&env, &paths.smart_turn)
+            .expect("Smart Turn")
+            .features_of(&up);
+        let mut turn =
+            runtime::one_thread_session(&env, &paths.smart_turn, "Smart Turn").expect("session");
+        let turn_n = (runs / 15).max(2);
+        println!();
+        println!("| Smart Turn cadence | CPU ms / run | wall ms / run | page faults / run |");
+        println!("| --- | --- | --- | --- |");
+        for (name, gap) in [
+            ("back to back", Gap::None),
+            (
+                "one every 2 s, asleep between",
+                Gap::Sleep(Duration::from_secs(2)),
+            ),
+            (
+                "one every 2 s, spinning between",
+                Gap::Spin(Duration::from_secs(2)),
+            ),
+            ("back to back again", Gap::None),
+        ] {
+            let (r, _) = turn_runs(&mut turn, &features, turn_n, gap);
+            println!(
+                "| {name} | {:.2} | {:.2} | {:.2} |",
+                r.cpu_us / 1e3,
+                r.wall_us / 1e3,
+                r.faults
+            );
+        }
         return;
     }
     let mut up = Vec::new();
@@ -266,7 +321,8 @@ fn main() {
             all.push(probs);
         }
         let mut turn = build(&paths.smart_turn).expect("Smart Turn session");
-        let (ms, p) = turn_runs(&mut turn, &features, turn_n);
+        let (r, p) = turn_runs(&mut turn, &features, turn_n, Gap::None);
+        let ms = r.cpu_us / 1e3;
         let (dv, dt) = match &base {
             Some((probs, p0)) => (
                 probs

@@ -118,6 +118,9 @@ fn generated_turns(dir: &std::path::Path) -> Vec<(String, Vec<i16>)> {
             .expect("espeak-ng runs");
         assert!(st.success());
         let st = Command::new("sox")
+            // No dither: its noise is random, and the models' verdicts near a threshold
+            // would change from run to run.
+            .arg("-D")
             .arg(&raw)
             .args(["-r", "8000", "-c", "1", "-e", "mu-law"])
             .arg(&ulaw)
@@ -127,6 +130,9 @@ fn generated_turns(dir: &std::path::Path) -> Vec<(String, Vec<i16>)> {
         assert!(st.success());
         let back = dir.join(format!("t{i}.pcm.wav"));
         let st = Command::new("sox")
+            // No dither: its noise is random, and the models' verdicts near a threshold
+            // would change from run to run.
+            .arg("-D")
             .arg(&ulaw)
             .args(["-b", "16", "-e", "signed-integer"])
             .arg(&back)

@@ -285,6 +285,27 @@ pub fn metric_value(body: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// The turns of one call playing `fixtures/callers/utterance_1` ("Hello, I would like to check
+/// the status of my order please."), from the gateway's `/metrics` body: one, or two when the
+/// pause after "Hello," ended a turn early (Smart Turn calls "Hello" complete; whether the
+/// pause reaches the early end's 160 ms of quiet depends on where the VAD's 32 ms chunks fall
+/// and on the model's last digits on the host's CPU) and the caller's next words then cut the
+/// reply. Either way, exactly: every turn but the last was cut by a barge-in.
+pub fn assert_utterance_1_turns(body: &str, who: &str) -> f64 {
+    let turns = metric_value(body, "ontime_turns_total").unwrap_or(0.0);
+    let barge_ins = metric_value(body, "ontime_barge_ins_total").unwrap_or(0.0);
+    assert!(
+        turns == 1.0 || turns == 2.0,
+        "{who}: {turns} turns for one utterance:\n{body}"
+    );
+    assert_eq!(
+        barge_ins,
+        turns - 1.0,
+        "{who}: turns other than the last not cut by the caller:\n{body}"
+    );
+    turns
+}
+
 /// A minimal HTTP/1.1 GET over std (tests only): status and body.
 pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;

@@ -125,6 +125,8 @@ pub fn fresh_speech(dir: &Path, rate: u32, tag: &str) -> (PathBuf, String) {
         .expect("espeak-ng runs");
     assert!(st.success(), "espeak-ng failed");
     let st = Command::new("sox")
+        // No dither: its noise is random, and the verdicts would change from run to run.
+        .arg("-D")
         .arg(&raw)
         .args(["-r", &rate.to_string(), "-c", "1", "-b", "16"])
         .arg(&out)
@@ -141,6 +143,8 @@ pub fn fresh_speech(dir: &Path, rate: u32, tag: &str) -> (PathBuf, String) {
 /// Resamples a WAV with sox (the reference's independent resampler).
 pub fn sox_resample(input: &Path, rate: u32, out: &Path) {
     let st = Command::new("sox")
+        // No dither: its noise is random, and the verdicts would change from run to run.
+        .arg("-D")
         .arg(input)
         .args(["-r", &rate.to_string()])
         .arg(out)
