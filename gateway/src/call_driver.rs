@@ -515,7 +515,19 @@ pub async fn run(
                     core.handle_rtcp(&mut rtcp_buf[..n], src, Instant::now());
                 }
             }
-            _ = tokio::time::sleep_until(wake.into()) => core.handle_timeout(Instant::now()),
+            _ = tokio::time::sleep_until(wake.into()) => {
+                let now = Instant::now();
+                if let Some(c) = inference.as_ref() {
+                    // Progress first, then the events it covers (sent before it was stored),
+                    // so the core never sees audio judged without its events.
+                    let judged = c.judged();
+                    while let Ok(ev) = inference_rx.try_recv() {
+                        core.handle_inference(ev, now);
+                    }
+                    core.handle_vad_progress(judged);
+                }
+                core.handle_timeout(now);
+            }
             Some(ev) = inference_rx.recv() => core.handle_inference(ev, Instant::now()),
             Some(action) = agent_rx.recv() => core.handle_agent(action, Instant::now()),
             Some(command) = control.recv() => {

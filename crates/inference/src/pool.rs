@@ -91,8 +91,14 @@ pub enum InferenceEvent {
 type Sink = Box<dyn FnMut(InferenceEvent) + Send>;
 
 enum Control {
-    Register { id: u64, sink: Sink },
-    Unregister { id: u64 },
+    Register {
+        id: u64,
+        sink: Sink,
+        judged: Arc<AtomicU64>,
+    },
+    Unregister {
+        id: u64,
+    },
     Shutdown,
 }
 
@@ -303,13 +309,16 @@ impl InferencePool {
         F: FnMut(InferenceEvent) + Send + 'static,
     {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let judged = Arc::new(AtomicU64::new(0));
         self.control
             .send(Control::Register {
                 id,
                 sink: Box::new(sink),
+                judged: judged.clone(),
             })
             .map_err(|_| Error::PoolStopped)?;
         Ok(CallInference {
+            judged,
             id: CallId(id),
             control: self.control.clone(),
             audio: self.audio.clone(),
@@ -354,6 +363,9 @@ impl Drop for InferencePool {
 
 /// One call's handle: push its audio; dropping it unregisters the call.
 pub struct CallInference {
+    /// Stream time (ns) up to which the thread has judged this call's audio, stored after the
+    /// events of the chunk that ends there were sent.
+    judged: Arc<AtomicU64>,
     id: CallId,
     control: Sender<Control>,
     audio: Sender<AudioJob>,
@@ -396,6 +408,14 @@ impl CallInference {
     /// The call's id in the pool.
     pub fn id(&self) -> CallId {
         self.id
+    }
+
+    /// How far, in the call's stream time, the inference thread has judged its audio with the
+    /// VAD. Every event of the audio up to there has been sent to the call's sink before this
+    /// reads it; a caller deciding on "no speech stop came" checks it first, because the thread
+    /// may be busy with a Smart Turn run while the audio that holds the stop waits.
+    pub fn judged(&self) -> Duration {
+        Duration::from_nanos(self.judged.load(Ordering::Acquire))
     }
 
     /// Queues decoded 8 kHz 16-bit PCM (any length; the pool chunks it). Audio that completes
@@ -497,6 +517,8 @@ struct WideTurn {
 
 struct CallSlot {
     sink: Sink,
+    /// Shared with the call's [`CallInference`]: see [`CallInference::judged`].
+    judged: Arc<AtomicU64>,
     pending: VecDeque<i16>,
     /// (absolute index one past the job's last sample, arrival) of jobs not fully consumed.
     arrivals: VecDeque<(u64, Instant)>,
@@ -540,6 +562,7 @@ impl CallSlot {
     fn new(sink: Sink, vad: &VadParams, turn: &TurnParams) -> Self {
         Self {
             sink,
+            judged: Arc::new(AtomicU64::new(0)),
             pending: VecDeque::new(),
             arrivals: VecDeque::new(),
             pushed_samples: 0,
@@ -918,9 +941,10 @@ impl Worker {
 
     fn handle_control(&mut self, c: Control) {
         match c {
-            Control::Register { id, sink } => {
-                self.calls
-                    .insert(id, CallSlot::new(sink, &self.config.vad, &self.config.turn));
+            Control::Register { id, sink, judged } => {
+                let mut slot = CallSlot::new(sink, &self.config.vad, &self.config.turn);
+                slot.judged = judged;
+                self.calls.insert(id, slot);
             }
             Control::Unregister { id } => {
                 self.calls.remove(&id);
@@ -1393,6 +1417,11 @@ impl Worker {
                     });
                 }
             }
+            // After the chunk's events: a reader that sees this far has them all in its sink.
+            slot.judged.store(
+                u64::try_from(detected.as_nanos()).unwrap_or(u64::MAX),
+                Ordering::Release,
+            );
         }
     }
 

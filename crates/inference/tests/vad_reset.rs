@@ -26,10 +26,19 @@ fn short_utterances_after_long_silence_are_all_heard() {
         audio.extend_from_slice(&yes);
         audio.extend(silence(gap.max(1.0)));
     }
-    // Push 0.5 s at a time, letting the thread keep up (its backlog cap is 8 s).
+    // Push 0.5 s at a time, at most 2 s ahead of what the thread has judged: its backlog cap is
+    // 8 s, and on a slow host a Smart Turn run after each "Yes." holds it for ≈ 250 ms (more in
+    // a debug build), while a fixed pace would have overrun the cap there and dropped a "Yes.".
+    let mut pushed = Duration::ZERO;
     for chunk in audio.chunks(4000) {
+        let ahead = Instant::now() + Duration::from_secs(60);
+        while pushed.saturating_sub(call.judged()) > Duration::from_secs(2)
+            && Instant::now() < ahead
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         call.push_pcm(chunk).expect("push");
-        std::thread::sleep(Duration::from_millis(15));
+        pushed += Duration::from_micros(chunk.len() as u64 * 125);
     }
     let until = Instant::now() + Duration::from_secs(20);
     let mut started = 0;

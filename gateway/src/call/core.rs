@@ -439,7 +439,16 @@ struct PendingBargeIn {
     spoke_at: Instant,
     /// When the speech, if not stopped, has lasted the minimum as far as the VAD can tell.
     decide_at: Instant,
+    /// The same point on the VAD's audio clock: the decision waits until the VAD has judged
+    /// the audio up to it (see [`CallCore::handle_vad_progress`]).
+    decide_on_stream: Duration,
 }
+
+/// How long past `decide_at` a pending barge-in waits for a VAD that has not judged the audio
+/// yet: more than one Smart Turn run on a slow host (≈ 250 ms), so that a run holding the
+/// inference thread does not turn a backchannel into a barge-in, and bounded, so that a VAD
+/// that lost audio (an overloaded thread drops chunks) cannot hold the decision for ever.
+const VAD_LAG_LIMIT: Duration = Duration::from_millis(500);
 
 /// The last turn's end, until its reply is heard, the caller resumes, or the bot stays silent
 /// for [`RESUME_WINDOW`].
@@ -519,6 +528,8 @@ pub struct CallCore {
     reply_mark: Option<String>,
     /// Caller speech over the reply not yet long enough to barge in.
     pending_barge_in: Option<PendingBargeIn>,
+    /// How far the VAD has judged the caller's audio (stream time), once the driver says.
+    vad_judged: Option<Duration>,
     /// Reply hold-back: this caller's pauses and the decision per turn end.
     hold_back: HoldBack,
     /// The last turn end, until its reply is heard.
@@ -655,6 +666,7 @@ impl CallCore {
             reply_ended: true,
             reply_mark: None,
             pending_barge_in: None,
+            vad_judged: None,
             hold_back,
             reply_gate: None,
             stale_reply: false,
@@ -1293,10 +1305,12 @@ impl CallCore {
                         } else {
                             Duration::ZERO
                         };
+                        let wait = min + self.settings.speech_stop_lag + hangover;
                         self.pending_barge_in = Some(PendingBargeIn {
                             onset,
                             spoke_at,
-                            decide_at: onset_at + min + self.settings.speech_stop_lag + hangover,
+                            decide_at: onset_at + wait,
+                            decide_on_stream: onset + wait,
                         });
                     }
                 }
@@ -1488,6 +1502,14 @@ impl CallCore {
                 self.run_program(now);
             }
         }
+    }
+
+    /// The VAD has judged the caller's audio up to `judged` on its stream clock (the clock of
+    /// [`InferenceEvent`]'s times). A pending barge-in is decided only once the VAD has judged
+    /// the audio that could have held the speech's stop; without this input it goes by the
+    /// call's clock alone.
+    pub fn handle_vad_progress(&mut self, judged: Duration) {
+        self.vad_judged = Some(judged);
     }
 
     /// Time passed: play caller audio due, feed the sender, report marks, send RTCP, check the
@@ -1715,6 +1737,15 @@ impl CallCore {
         let Some(p) = self.pending_barge_in.filter(|p| now >= p.decide_at) else {
             return;
         };
+        if self
+            .vad_judged
+            .is_some_and(|judged| judged < p.decide_on_stream)
+            && now < p.decide_at + VAD_LAG_LIMIT
+        {
+            // The VAD has not judged the audio that would hold the stop yet (the inference
+            // thread is busy, e.g. with a Smart Turn run): ask again on the next tick.
+            return;
+        }
         self.pending_barge_in = None;
         if self.speaking && self.may_barge_in() {
             self.barge_in(p.spoke_at, now);

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use ontime_inference::speech::VAD_CHUNK;
 use ontime_inference::InferenceEvent;
 use ontime_rtp::{Packetizer, FRAME, FRAME_BYTES, PT_G722, PT_PCMA, PT_PCMU, SAMPLES_PER_FRAME};
 use ontime_sender::{
@@ -1801,6 +1802,13 @@ fn a_late_vad_event_still_counts_what_was_heard_to_the_onset() {
 /// events coming as Silero's would (speech confirmed 192 ms after its onset, its stop 192 ms
 /// after its end), with `barge_in_min_speech` at 400 ms. Returns the call and the onset.
 fn speak_over_a_reply(speech: Duration) -> (Sim, Instant) {
+    speak_over_a_reply_with(speech, Duration::ZERO, false)
+}
+
+/// As [`speak_over_a_reply`], with the stop reported `late` (the inference thread busy with a
+/// Smart Turn run while the audio holding the stop waits) and, when `progress`, the call told
+/// how far the VAD has judged: to the chunk after the speech's end until the stop comes.
+fn speak_over_a_reply_with(speech: Duration, late: Duration, progress: bool) -> (Sim, Instant) {
     let confirm = Duration::from_millis(192);
     let mut sim = Sim::new(|o| CallSettings {
         barge_in_min_speech: Duration::from_millis(400),
@@ -1817,18 +1825,23 @@ fn speak_over_a_reply(speech: Duration) -> (Sim, Instant) {
         onset,
         detected: onset + confirm,
     });
-    sim.run_until(onset_at + speech + confirm);
+    if progress {
+        sim.core.handle_vad_progress(onset + speech + VAD_CHUNK);
+    }
+    sim.run_until(onset_at + speech + confirm + late);
     sim.inference(InferenceEvent::SpeechStopped {
         end: onset + speech,
         detected: onset + speech + confirm,
     });
+    if progress {
+        sim.core.handle_vad_progress(onset + speech + confirm);
+    }
     sim.run_for(seconds(3.0));
     (sim, onset_at)
 }
 
-#[test]
-fn a_backchannel_leaves_the_reply_playing_and_is_reported() {
-    let (sim, _) = speak_over_a_reply(Duration::from_millis(300));
+/// The reply played whole and the 300 ms of speech over it was reported as one backchannel.
+fn assert_a_300ms_backchannel(sim: &Sim) {
     assert!(!sim.barged_in());
     assert_eq!(sim.voiced_packets(), 150, "the whole reply played");
     let backchannels: Vec<&AgentNotice> = sim
@@ -1840,6 +1853,12 @@ fn a_backchannel_leaves_the_reply_playing_and_is_reported() {
         backchannels,
         vec![&AgentNotice::Backchannel { speech_ms: 300 }]
     );
+}
+
+#[test]
+fn a_backchannel_leaves_the_reply_playing_and_is_reported() {
+    let (sim, _) = speak_over_a_reply(Duration::from_millis(300));
+    assert_a_300ms_backchannel(&sim);
 }
 
 #[test]
@@ -1869,6 +1888,29 @@ fn speech_longer_than_the_minimum_barges_in_within_the_bound() {
         heard_ms.abs_diff(expected) <= 40,
         "heard {heard_ms} ms, the sink saw {expected} ms"
     );
+}
+
+#[test]
+fn a_backchannel_whose_stop_the_vad_reports_late_is_still_a_backchannel() {
+    // The decision's time (400 + 200 ms after the onset) passes 192 ms before the stop comes.
+    let (sim, _) =
+        speak_over_a_reply_with(Duration::from_millis(300), Duration::from_millis(300), true);
+    assert_a_300ms_backchannel(&sim);
+    // Without the VAD's progress the call goes by its own clock and cuts the reply.
+    let (blind, _) = speak_over_a_reply_with(
+        Duration::from_millis(300),
+        Duration::from_millis(300),
+        false,
+    );
+    assert!(blind.barged_in());
+}
+
+#[test]
+fn a_vad_that_never_catches_up_holds_the_barge_in_no_longer_than_the_limit() {
+    // The stop comes 1 s late: past the limit the call decides on its own clock.
+    let (sim, _) =
+        speak_over_a_reply_with(Duration::from_millis(300), Duration::from_secs(1), true);
+    assert!(sim.barged_in());
 }
 
 /// A call detecting who answered with Twilio's default settings, from the answer.
