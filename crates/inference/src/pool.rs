@@ -1671,6 +1671,7 @@ mod tests {
     fn handle_on(audio: Sender<AudioJob>) -> CallInference {
         let (control, _) = unbounded();
         CallInference {
+            judged: Arc::new(AtomicU64::new(0)),
             id: CallId(7),
             control,
             audio,
