@@ -507,7 +507,11 @@ pub async fn run(
         tokio::select! {
             r = rtp_async.recv_from(&mut rtp_buf) => {
                 if let Ok((n, src)) = r {
-                    core.handle_rtp(&mut rtp_buf[..n], src, Instant::now());
+                    let now = Instant::now();
+                    // A packet runs the playout tick with it (most ticks at a steady 20 ms), and
+                    // the tick decides pending barge-ins: it must know how far the VAD has judged.
+                    catch_up_with_inference(&mut core, inference.as_ref(), &mut inference_rx, now);
+                    core.handle_rtp(&mut rtp_buf[..n], src, now);
                 }
             }
             r = rtcp_async.recv_from(&mut rtcp_buf) => {
@@ -517,15 +521,7 @@ pub async fn run(
             }
             _ = tokio::time::sleep_until(wake.into()) => {
                 let now = Instant::now();
-                if let Some(c) = inference.as_ref() {
-                    // Progress first, then the events it covers (sent before it was stored),
-                    // so the core never sees audio judged without its events.
-                    let judged = c.judged();
-                    while let Ok(ev) = inference_rx.try_recv() {
-                        core.handle_inference(ev, now);
-                    }
-                    core.handle_vad_progress(judged);
-                }
+                catch_up_with_inference(&mut core, inference.as_ref(), &mut inference_rx, now);
                 core.handle_timeout(now);
             }
             Some(ev) = inference_rx.recv() => core.handle_inference(ev, Instant::now()),
@@ -603,6 +599,28 @@ pub async fn run(
 
 /// A `<Dial>` leg's audio goes to the call that dialled it from now on, and that call is told
 /// it answered; false if that call is gone already.
+/// Before a wake that can run the playout tick: how far the VAD has judged the caller's audio,
+/// and the events it sent up to there. The progress is read first and the events drained after
+/// (each chunk's events are sent before its progress is stored), so the core never takes audio
+/// as judged without its events. Fed on the timer's wakes alone, the progress was never fed on a
+/// call whose packets ran every tick: a pending barge-in then went by the call's clock and cut
+/// the reply under a backchannel whose stop a Smart Turn run held back.
+fn catch_up_with_inference(
+    core: &mut CallCore,
+    inference: Option<&ontime_inference::CallInference>,
+    events: &mut mpsc::UnboundedReceiver<ontime_inference::InferenceEvent>,
+    now: Instant,
+) {
+    let Some(c) = inference else {
+        return;
+    };
+    let judged = c.judged();
+    while let Ok(ev) = events.try_recv() {
+        core.handle_inference(ev, now);
+    }
+    core.handle_vad_progress(judged);
+}
+
 fn bridge_leg(
     services: &CallServices,
     sid: &str,
