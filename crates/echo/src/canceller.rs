@@ -44,8 +44,19 @@ const REALIGN_TOLERANCE: usize = 4;
 /// Normalised correlation the filter's echo estimate, slid to a new lag, must show with the
 /// caller's audio before the filter follows the path there. Moved echo alone correlated at
 /// 0.98-0.999 (0.79 a few frames after the filter converged) on simulated lines; a caller
-/// talking over the echo at most 0.71 at a wrong lag (at the pitch period of the reply).
+/// talking over the echo mostly under 0.71 at a wrong lag (at the pitch period of the reply),
+/// but at times up to 1.0, which correlation alone cannot tell: see [`MOVED_LEFT`].
 const MOVED_CORRELATION: f32 = 0.75;
+/// The most of the caller's audio over the window the filter's estimate, slid to the new lag,
+/// may leave unexplained for the filter to follow it there (−6 dB). Shifted to a moved path it
+/// left 2-12 % on simulated lines; a caller talking over the echo correlated at 0.75-1.0 with it
+/// slid to a wrong lag (speech against speech over a 40 ms window) and left 28-100 %: followed,
+/// such a move left the filter off the path when the caller stopped, and the echo of the next
+/// reply reached the VAD as the caller.
+const MOVED_LEFT: f32 = 0.25;
+/// And the new lag must explain the audio this much better than the filter where it is (6 dB):
+/// a moved path left 110-220 % there (the estimate, out of step, adds to the echo it misses).
+const MOVED_GAIN: f32 = 4.0;
 /// Frames a converged filter must have missed the echo before the waveform is asked whether the
 /// path moved (the frames of the miss are the window it is asked over).
 const MOVED_MIN_FRAMES: u64 = 2;
@@ -871,11 +882,31 @@ impl EchoCanceller {
             2 * FINE_SPAN,
             0,
         );
+        // What the shifted estimate leaves of the caller's audio over the window, against what
+        // the estimate where it is leaves: a moved path's echo is the estimate shifted.
+        let mic = &self.mic[m..m + len];
+        let mic_energy = mic
+            .iter()
+            .map(|x| x * x)
+            .sum::<f32>()
+            .max(f32::MIN_POSITIVE);
+        let unexplained = |k: usize| {
+            let left: f32 = mic
+                .iter()
+                .zip(&estimate[k..k + len])
+                .map(|(x, y)| (x - y) * (x - y))
+                .sum();
+            left / mic_energy
+        };
+        let fits = found.filter(|&(lag, correlation)| {
+            let (moved, staying) = (unexplained(2 * FINE_SPAN - lag), unexplained(FINE_SPAN));
+            correlation >= MOVED_CORRELATION
+                && lag != FINE_SPAN
+                && moved <= MOVED_LEFT
+                && moved * MOVED_GAIN <= staying
+        });
         self.shift_scratch = estimate;
-        let (lag, correlation) = found?;
-        if correlation < MOVED_CORRELATION || lag == FINE_SPAN {
-            return None;
-        }
+        let (lag, _) = fits?;
         // The echo comes `lag − FINE_SPAN` samples later than the filter's window placed it.
         let moved = (offset + lag).checked_sub(FINE_SPAN)?;
         let delay = (self.path_delay + lag).checked_sub(FINE_SPAN)?;

@@ -224,7 +224,10 @@ fn speech_frames(speech: &[i16], at: usize, total_frames: usize) -> Vec<usize> {
 }
 
 /// The caller talks over the reply on an echoing line, at levels down to 12 dB below the
-/// reply: their speech reaches the VAD within 100 ms of its onset and most of it passes.
+/// reply: their speech reaches the VAD within 100 ms of its onset and most of it passes, and
+/// the filter stays on the line's one path (speech over the echo once correlated at 0.75-1.0
+/// with the filter's estimate slid to a wrong lag: the filter followed it 2-3 times on three of
+/// these nine lines, and off the path it lets the next reply's echo through as the caller).
 #[test]
 fn the_caller_talking_over_the_echo_is_heard_from_the_onset() {
     let played = with_tail([reply(), reply()].concat(), 1);
@@ -258,6 +261,9 @@ fn the_caller_talking_over_the_echo_is_heard_from_the_onset() {
                 r.report.path_changes
             );
             if caller_db == 0.0 && (first.is_none_or(|f| f > 5) || passed * 2 < frames.len()) {
+                failures += 1;
+            }
+            if r.report.path_changes != 0 {
                 failures += 1;
             }
         }
