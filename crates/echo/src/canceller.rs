@@ -576,9 +576,21 @@ impl EchoCanceller {
             // shifted and the filter followed, the envelope lags behind for a second or two
             // (its peak over old and new audio sits between), and took the filter off a path
             // it fitted.
+            // Nor while the caller talks over the echo of a filter that had converged: the
+            // envelope then follows the caller's speech as much as the echo, and a peak it put
+            // 12 ms off moved such a filter off the line's one path mid-interruption (its taps
+            // learnt afresh, the next reply's echo reached the VAD as the caller). A path that
+            // really moved that little meanwhile is found by the waveform: the move check, or
+            // the fine alignment around this lag once the filter adapts again without
+            // converging. A lag further off is taken as before: the waveform cannot reach it,
+            // and a path that jumped that far looks like double talk for as long as it is missed.
+            let talked_over = self.double_talk_hold > 0
+                && self.converged()
+                && self.coarse_lag.abs_diff(self.path_delay) <= FINE_SPAN;
             let same = placed
                 && ((self.finely_placed && self.coarse_lag.abs_diff(self.path_delay) <= LEAD / 2)
-                    || self.fits_now());
+                    || self.fits_now()
+                    || talked_over);
             if !same {
                 if placed {
                     self.report.path_changes += 1;
@@ -636,8 +648,7 @@ impl EchoCanceller {
         let mut filtered = self
             .filter_offset
             .and_then(|offset| self.estimate(at, &mic, offset));
-        let converged =
-            self.erle_residual > 0.0 && self.erle_mic > CONVERGED_ERLE * self.erle_residual;
+        let converged = self.converged();
         // Once the filter has converged its residual decides (more sensitive than levels: the
         // caller counts from the echo's level, not the reply's); until then, levels alone.
         // The residual echo expected is the echo estimate less the enhancement the filter has
@@ -949,6 +960,11 @@ impl EchoCanceller {
     }
 
     /// Whether the filter takes the echo out of the last few frames of audible reply.
+    /// Whether the filter has taken the echo down by [`CONVERGED_ERLE`] over its recent frames.
+    fn converged(&self) -> bool {
+        self.erle_residual > 0.0 && self.erle_mic > CONVERGED_ERLE * self.erle_residual
+    }
+
     fn fits_now(&self) -> bool {
         self.fit_residual > 0.0 && self.fit_mic > CONVERGED_ERLE * self.fit_residual
     }

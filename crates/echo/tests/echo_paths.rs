@@ -758,3 +758,40 @@ fn the_answer_after_an_interruption_is_not_barged_in_by_its_echo() {
     assert_eq!(calls, 1284);
     assert!(table.is_empty(), "{table}");
 }
+
+/// The caller talks over a converged filter with speech whose loudness follows the reply's
+/// 12 ms after the echo (synthetic: noise under the reply's envelope, the worst case of speech
+/// whose syllables fall in step with the reply's): the envelope search finds that lag, the
+/// waveform never fits it. The filter stays on the line's one path, and the echo after the
+/// caller stops does not reach the VAD.
+#[test]
+fn speech_in_step_with_the_reply_does_not_move_a_fitted_filter() {
+    let played = with_tail([reply(), reply()].concat(), 1);
+    let mut caller = caller_side(&played, |_| MID_LINE, &[], 0, 3);
+    let mut rng = StdRng::seed_from_u64(5);
+    let lag = (MID_LINE.delay_ms + 12) * 8;
+    let (from, to) = (3 * 8000, 5 * 8000);
+    for i in from..to {
+        let window = &played[i - lag - 8..i - lag + 8];
+        let rms = (window.iter().map(|x| f32::from(*x).powi(2)).sum::<f32>() / 16.0).sqrt();
+        let talk = rms * 10f32.powf(-6.0 / 20.0) * 3f32.sqrt() * rng.random_range(-1.0f32..1.0);
+        caller[i] = (f32::from(caller[i]) + talk).clamp(-32768.0, 32767.0) as i16;
+    }
+    let r = run(&played, &caller);
+    let after = Run {
+        verdicts: r.verdicts[(to + 8000) / FRAME_SAMPLES..].to_vec(),
+        passed_energy: r.passed_energy[(to + 8000) / FRAME_SAMPLES..].to_vec(),
+        report: r.report,
+    };
+    let (frames, bursts) = leaks(&after);
+    eprintln!(
+        "{frames} leaked frames after, {bursts} bursts, {:?}",
+        r.report
+    );
+    expect_nothing_leaked(
+        &after,
+        "after speech in step with the reply",
+        0,
+        MID_LINE.delay_ms,
+    );
+}

@@ -2093,11 +2093,23 @@ impl CallCore {
             (None, None, _) => now_at,
         };
         self.echo_cursor = Some(at + SAMPLES_PER_FRAME as u64);
-        let bursts = echo.report().bursts_gated;
+        let before = echo.report();
         if echo.process(at, frame) == Verdict::Echo {
             self.stats.echo_frames_gated += 1;
         }
-        self.stats.echo_bursts_gated += echo.report().bursts_gated - bursts;
+        let after = echo.report();
+        self.stats.echo_bursts_gated += after.bursts_gated - before.bursts_gated;
+        if after.delay != before.delay {
+            // A few times a call at most: where the canceller put the line's echo, and when (a
+            // barge-in by the bot's own echo is read against these).
+            info!(
+                delay_ms = after.delay.map(|d| d.as_millis() as u64),
+                was_ms = before.delay.map(|d| d.as_millis() as u64),
+                path_changes = after.path_changes,
+                at_ms = at * 1000 / u64::from(ontime_echo::SAMPLE_RATE_HZ),
+                "echo path placed"
+            );
+        }
     }
 
     /// The agent's track: exactly what the sender sent, placed by each slot's time (for the
