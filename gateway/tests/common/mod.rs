@@ -736,7 +736,11 @@ pub fn fresh_speech(dir: &Path, text: &str) -> PathBuf {
         .arg(text)
         .status()
         .is_ok_and(|s| s.success())
+        // No dither (`-D`): sox's default dither is random noise, so each run's caller said
+        // something slightly different, and Smart Turn's verdict on a pause inside the
+        // sentence moved with it (a pipecat test's turn ended at a 160 ms pause once in CI).
         && Command::new("sox")
+            .arg("-D")
             .arg(&raw)
             .args(["-r", "8000", "-c", "1", "-e", "mu-law"])
             .arg(&out)
