@@ -737,8 +737,10 @@ pub fn fresh_speech(dir: &Path, text: &str) -> PathBuf {
         .status()
         .is_ok_and(|s| s.success())
         // No dither (`-D`): sox's default dither is random noise, so each run's caller said
-        // something slightly different, and Smart Turn's verdict on a pause inside the
-        // sentence moved with it (a pipecat test's turn ended at a 160 ms pause once in CI).
+        // something slightly different, and Smart Turn's verdicts can move with it (on the
+        // inference tests' turns they did, by up to 0.3). Without it, one source of run-to-run
+        // change is gone from a test whose turn once ended at a 160 ms pause inside the
+        // sentence in CI (`pipecat_bot`, 2026-12-04; the cause there is not established).
         && Command::new("sox")
             .arg("-D")
             .arg(&raw)
