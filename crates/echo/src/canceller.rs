@@ -959,12 +959,12 @@ impl EchoCanceller {
         self.fit_residual = 0.0;
     }
 
-    /// Whether the filter takes the echo out of the last few frames of audible reply.
     /// Whether the filter has taken the echo down by [`CONVERGED_ERLE`] over its recent frames.
     fn converged(&self) -> bool {
         self.erle_residual > 0.0 && self.erle_mic > CONVERGED_ERLE * self.erle_residual
     }
 
+    /// Whether the filter takes the echo out of the last few frames of audible reply.
     fn fits_now(&self) -> bool {
         self.fit_residual > 0.0 && self.fit_mic > CONVERGED_ERLE * self.fit_residual
     }

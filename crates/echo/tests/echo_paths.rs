@@ -96,6 +96,17 @@ struct Run {
     report: ontime_echo::EchoReport,
 }
 
+impl Run {
+    /// The same run from frame `k` on (the report is the whole run's).
+    fn tail_from(&self, k: usize) -> Run {
+        Run {
+            verdicts: self.verdicts[k..].to_vec(),
+            passed_energy: self.passed_energy[k..].to_vec(),
+            report: self.report,
+        }
+    }
+}
+
 /// Frame `k`: what was played goes in as the reference, then the caller's side is processed;
 /// the verdict and the frame as cleaned.
 fn feed(
@@ -713,12 +724,7 @@ fn interruption_then_answer(
     };
     let caller = caller_side(&played, |_| line, &speech, 0, seed);
     let r = run(&played, &caller);
-    let from = answer_at.div_ceil(FRAME_SAMPLES);
-    let answer = Run {
-        verdicts: r.verdicts[from..].to_vec(),
-        passed_energy: r.passed_energy[from..].to_vec(),
-        report: r.report,
-    };
+    let answer = r.tail_from(answer_at.div_ceil(FRAME_SAMPLES));
     let (n, bursts) = leaks(&answer);
     (bursts > 0 || r.report.erl_db.is_none()).then(|| {
         let at: Vec<(usize, f32)> = answer
@@ -778,11 +784,7 @@ fn speech_in_step_with_the_reply_does_not_move_a_fitted_filter() {
         caller[i] = (f32::from(caller[i]) + talk).clamp(-32768.0, 32767.0) as i16;
     }
     let r = run(&played, &caller);
-    let after = Run {
-        verdicts: r.verdicts[(to + 8000) / FRAME_SAMPLES..].to_vec(),
-        passed_energy: r.passed_energy[(to + 8000) / FRAME_SAMPLES..].to_vec(),
-        report: r.report,
-    };
+    let after = r.tail_from((to + 8000) / FRAME_SAMPLES);
     let (frames, bursts) = leaks(&after);
     eprintln!(
         "{frames} leaked frames after, {bursts} bursts, {:?}",
