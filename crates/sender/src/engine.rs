@@ -16,6 +16,7 @@ use crate::metrics_names as names;
 use crate::os::RawSocketAddr;
 use crate::stats::{SenderCounters, SenderStats, TickSample};
 use crate::stream::{new_stream, SlotScratch, StreamState};
+use crate::witness::ThreadWitness;
 use crate::{Error, Result, StreamConfig, StreamId, StreamProducer};
 
 /// Sizes fixed when the engine starts (everything the tick needs is allocated up front).
@@ -111,6 +112,7 @@ impl TickEngine {
                 max_streams,
                 control_capacity,
                 metrics: config.metrics,
+                witness: Mutex::new(None),
             }),
         };
         (engine, controller)
@@ -240,6 +242,8 @@ struct ControllerInner {
     max_streams: usize,
     control_capacity: usize,
     metrics: bool,
+    /// The tick thread's OS counters, read by each publish (set once the thread runs).
+    witness: Mutex<Option<ThreadWitness>>,
 }
 
 /// Adds and removes streams and reads the accounting; cheap to clone, usable from any thread.
@@ -323,6 +327,16 @@ impl Controller {
         })
     }
 
+    /// Watch the tick thread `tid` (pinned to `core`): each publish then reads its OS counters,
+    /// and a late tick's log line carries them.
+    pub(crate) fn watch_thread(&self, tid: i32, core: Option<usize>) {
+        *self
+            .inner
+            .witness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(ThreadWitness::new(tid, core));
+    }
+
     /// Free the memory of streams the tick has removed.
     fn free_removed(&self) {
         while self.inner.graveyard.try_recv().is_ok() {}
@@ -377,14 +391,33 @@ impl Controller {
                 }
             }
         });
+        // Read every publish, so each window is the second or so that holds the drained ticks.
+        let mut witness = self
+            .inner
+            .witness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let window = witness.as_mut().and_then(ThreadWitness::advance);
         if let Some(w) = worst {
+            let c = window.unwrap_or_default();
+            let ms = |ticks| witness.as_ref().map_or(0.0, |wt| wt.ticks_ms(ticks));
             tracing::warn!(
                 late_ticks = late,
                 worst_late_ms = w.lateness.as_secs_f64() * 1e3,
                 worst_slot_at_s = w.scheduled.as_secs_f64(),
+                counted = window.is_some(),
+                thread_ran_ms = c.run_ns as f64 / 1e6,
+                runqueue_wait_ms = c.runqueue_wait_ns as f64 / 1e6,
+                involuntary_switches = c.involuntary_switches,
+                minor_faults = c.minor_faults,
+                major_faults = c.major_faults,
+                core_steal_ms = ms(c.core_steal_ticks),
+                core_irq_ms = ms(c.core_irq_ticks),
+                core_softirq_ms = ms(c.core_softirq_ticks),
                 "sender ticks served late"
             );
         }
+        drop(witness);
         let s = self.stats();
         metrics::counter!(names::TICKS_TOTAL).absolute(s.ticks);
         metrics::counter!(names::LATE_TICKS_TOTAL).absolute(s.late_ticks);

@@ -72,6 +72,7 @@ mod os;
 mod sender;
 mod stats;
 mod stream;
+mod witness;
 
 pub use dtmf::{DTMF_GAP, DTMF_PAUSE, DTMF_TONE, MAX_DTMF_SYMBOLS};
 pub use engine::{Controller, EngineConfig, TickEngine};

@@ -148,6 +148,24 @@ pub(crate) fn send_to_nonblocking(
     }
 }
 
+/// This thread's kernel id (gettid(2)), the name of its `/proc/self/task/<tid>` entry.
+pub(crate) fn thread_id() -> i32 {
+    // SAFETY: gettid takes no arguments, touches no memory and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// Milliseconds per clock tick of `/proc/stat` (sysconf(_SC_CLK_TCK); 100 Hz unless the kernel
+/// says otherwise).
+pub(crate) fn ms_per_clock_tick() -> f64 {
+    // SAFETY: sysconf takes a constant and touches no memory.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 {
+        1000.0 / hz as f64
+    } else {
+        10.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

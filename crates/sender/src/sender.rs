@@ -102,7 +102,7 @@ impl Sender {
             };
         let (mut engine, controller) = TickEngine::new(config.engine);
         let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<(bool, Instant)>(1);
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<(bool, Instant, i32)>(1);
         let thread_stop = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("ontime-sender".into())
@@ -119,11 +119,12 @@ impl Sender {
                 // reads), so callers can place a slot's `scheduled` time on their own timeline.
                 let origin_ns = os::monotonic_now_ns();
                 let origin = Instant::now();
-                let _ = ready_tx.send((realtime, origin));
+                let _ = ready_tx.send((realtime, origin, os::thread_id()));
                 tick_loop(&mut engine, &thread_stop, origin_ns);
             })
             .map_err(Error::Spawn)?;
-        let (realtime, origin) = ready_rx.recv().map_err(|_| Error::ThreadExited)?;
+        let (realtime, origin, tid) = ready_rx.recv().map_err(|_| Error::ThreadExited)?;
+        controller.watch_thread(tid, core);
         if realtime {
             tracing::info!(?core, "sender thread runs SCHED_FIFO");
         } else {
