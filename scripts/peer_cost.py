@@ -192,7 +192,7 @@ def run_ontime(args, calls, out_dir):
         "--warmup", str(args.warmup),
         "--measure", str(args.measure),
         "--json", str(path),
-    ]
+    ] + [f"--gateway-arg={a}" for a in args.gateway_arg]
     print("$", " ".join(cmd), file=sys.stderr, flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=sys.stderr)
     step = json.loads(path.read_text())["steps"][0]
@@ -205,6 +205,8 @@ def run_ontime(args, calls, out_dir):
         "ok": step["ok"],
         "p50_ms": step.get("lat_p50_ms"),
         "p95_ms": step.get("lat_p95_ms"),
+        "smart_turn_runs": step.get("smart_turn_runs"),
+        "speculative_discarded": step.get("speculative_discarded"),
     }
 
 
@@ -234,6 +236,9 @@ def main():
     ap.add_argument("--ramp", type=float, default=10.0)
     ap.add_argument("--gateway", type=Path, default=ROOT / "target/release/ontime-gateway")
     ap.add_argument("--loadgen", type=Path, default=ROOT / "target/release/ontime-load")
+    ap.add_argument("--gateway-arg", action="append", default=[], metavar="FLAG",
+                    help="extra flag for the gateway (repeatable), e.g. "
+                         "--gateway-arg=--turn-speculate-after=off")
     ap.add_argument("--gap", type=float, help="pipecat: silence after each utterance (s); "
                     "default: what matches ontime's measured turn rate at the same N")
     ap.add_argument("--skip-pipecat", action="store_true")

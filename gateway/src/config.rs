@@ -249,6 +249,15 @@ pub struct Args {
         arg(long, env = "ONTIME_TURN_STOP_TIMEOUT", value_name = "DURATION")
     )]
     pub turn_stop_timeout: Option<String>,
+    /// Start Smart Turn on a turn's audio once the caller has been quiet this long, before the
+    /// VAD confirms the stop (e.g. `96ms`, the default; whole 32 ms chunks, 32ms–160ms), so its
+    /// verdict is in by then; `off` runs it only after the confirmed stop, as pipecat does:
+    /// fewer Smart Turn runs (none thrown away when the caller goes on) for a later reply.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "ONTIME_TURN_SPECULATE_AFTER", value_name = "DURATION")
+    )]
+    pub turn_speculate_after: Option<String>,
     /// How long a ready VAD chunk waits for the other calls' chunks to join its batched run
     /// (e.g. `32ms`; `0` runs at once): fewer, larger runs cost less CPU, each decision waits up
     /// to this much.
@@ -543,6 +552,7 @@ impl Args {
             rtp_timeout,
             max_call_duration,
             turn_stop_timeout,
+            turn_speculate_after,
             vad_gather,
             vad_quiet_peak,
             answer_delay,
@@ -744,6 +754,8 @@ pub struct Config {
     pub max_call_duration: Duration,
     /// End-of-turn fallback after speech stops.
     pub turn_stop_timeout: Duration,
+    /// Speculative Smart Turn after this much quiet (`TurnParams::speculate_after`; None: off).
+    pub turn_speculate_after: Option<Duration>,
     /// The inference thread's VAD gather window (`PoolConfig::vad_gather`).
     pub vad_gather: Duration,
     /// The quiet guard's peak level (`PoolConfig::vad_quiet_peak`); 0 turns it off.
@@ -868,6 +880,7 @@ impl Default for Config {
             rtp_timeout: Some(Duration::from_secs(30)),
             max_call_duration: Duration::from_secs(3600),
             turn_stop_timeout: Duration::from_secs(3),
+            turn_speculate_after: ontime_inference::TurnParams::default().speculate_after,
             vad_gather: ontime_inference::config::DEFAULT_VAD_GATHER,
             vad_quiet_peak: ontime_inference::vad::QUIET_PEAK.unsigned_abs(),
             answer_delay: Duration::ZERO,
@@ -1035,6 +1048,17 @@ pub(crate) const RANGES: &[(&str, Bounds)] = &[
             min: Duration::from_millis(200),
             max: secs(30),
             off: Off::Never,
+        },
+    ),
+    // The pool starts a speculative run after whole 32 ms VAD chunks of quiet, at least one,
+    // and before the VAD's stop confirmation at six (192 ms): past five there is nothing left
+    // to overlap. 0 would read as "at once"; `off` says never.
+    (
+        "turn_speculate_after",
+        Bounds::Duration {
+            min: Duration::from_millis(32),
+            max: Duration::from_millis(160),
+            off: Off::Word,
         },
     ),
     // The inference pool refuses more than two VAD chunks: every speech decision waits up to it.
@@ -1404,6 +1428,9 @@ impl Config {
         }
         if let Some(v) = &a.turn_stop_timeout {
             c.turn_stop_timeout = duration_on("turn_stop_timeout", v)?;
+        }
+        if let Some(v) = &a.turn_speculate_after {
+            c.turn_speculate_after = duration("turn_speculate_after", v)?;
         }
         if let Some(v) = &a.vad_gather {
             c.vad_gather = duration_on("vad_gather", v)?;
@@ -1938,6 +1965,24 @@ mod tests {
     }
 
     #[test]
+    fn turn_speculation_defaults_to_the_pools_and_turns_off_by_word() {
+        let c = Config::resolve(args(&[])).unwrap();
+        assert_eq!(
+            c.turn_speculate_after,
+            Some(Duration::from_millis(96)),
+            "the pool's default"
+        );
+        assert_eq!(
+            c.turn_speculate_after,
+            ontime_inference::TurnParams::default().speculate_after
+        );
+        let c = Config::resolve(args(&["--turn-speculate-after", "off"])).unwrap();
+        assert_eq!(c.turn_speculate_after, None);
+        let c = Config::resolve(args(&["--turn-speculate-after", "128ms"])).unwrap();
+        assert_eq!(c.turn_speculate_after, Some(Duration::from_millis(128)));
+    }
+
+    #[test]
     fn symmetric_rtp_is_off_unless_asked_by_flag_or_file() {
         assert!(!Config::resolve(args(&[])).unwrap().symmetric_rtp);
         assert!(
@@ -1988,6 +2033,15 @@ mod tests {
             (
                 &["--answer-delay", "1h"],
                 "config field `answer_delay`: `1h` is outside 0s–1m",
+            ),
+            (
+                &["--turn-speculate-after", "0"],
+                "config field `turn_speculate_after`: `0` is outside `off`, or 32ms–160ms (`off` \
+                 turns it off)",
+            ),
+            (
+                &["--turn-speculate-after", "192ms"],
+                "config field `turn_speculate_after`: `192ms` is outside `off`, or 32ms–160ms",
             ),
             (
                 &["--trunk-cidr", "10.0.0.1/8"],

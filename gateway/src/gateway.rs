@@ -597,6 +597,7 @@ fn model_paths(config: &Config) -> ModelPaths {
 fn pool_config(config: &Config) -> PoolConfig {
     let mut pool_config = PoolConfig::new(model_paths(config));
     pool_config.turn.incomplete_timeout = config.turn_stop_timeout;
+    pool_config.turn.speculate_after = config.turn_speculate_after;
     // Only the hold-back's pitch cue reads it.
     pool_config.turn.final_pitch = config.reply_hold_back && config.reply_hold_fall;
     pool_config.vad_gather = config.vad_gather;
@@ -653,6 +654,28 @@ mod tests {
             ..Args::default()
         });
         assert_eq!(model_paths(&c).ort_dylib, PathBuf::from("/lib/ort.so"));
+    }
+
+    #[test]
+    fn turn_speculation_reaches_the_pool() {
+        let c = config(Args::default());
+        assert_eq!(
+            pool_config(&c).turn.speculate_after,
+            Some(Duration::from_millis(96))
+        );
+        let c = config(Args {
+            turn_speculate_after: Some("off".into()),
+            ..Args::default()
+        });
+        assert_eq!(pool_config(&c).turn.speculate_after, None);
+        let c = config(Args {
+            turn_speculate_after: Some("160ms".into()),
+            ..Args::default()
+        });
+        assert_eq!(
+            pool_config(&c).turn.speculate_after,
+            Some(Duration::from_millis(160))
+        );
     }
 
     #[test]

@@ -407,6 +407,15 @@ fn summarize(
     s.late_ticks = counter_delta(a, b, "ontime_sender_late_ticks_total").map(|v| v as u64);
     s.gateway_underruns = counter_delta(a, b, "ontime_sender_underruns_total").map(|v| v as u64);
     s.gateway_srtp_drops = counter_delta(a, b, "ontime_srtp_dropped_total").map(|v| v as u64);
+    let labelled_delta = |name: &str, label: (&str, &str)| {
+        let at = |x: &Scrape| x.sum(name, &[label]);
+        Some((at(b.as_ref()?)? - at(a.as_ref()?).unwrap_or(0.0)) as u64)
+    };
+    s.smart_turn_runs = labelled_delta("ontime_inference_jobs_total", ("model", "smart_turn"));
+    s.speculative_discarded = labelled_delta(
+        "ontime_inference_turn_speculative_total",
+        ("outcome", "discarded"),
+    );
     if let (Some(a), Some(b)) = (a, b) {
         for reason in GATEWAY_SRTP_DROP_REASONS {
             let at = |x: &Scrape| x.sum("ontime_srtp_dropped_total", &[("reason", reason)]);

@@ -99,6 +99,12 @@ pub struct StepReport {
     pub worst_tick_ms: Option<f64>,
     /// Gateway sender underruns (its rings ran dry mid-utterance).
     pub gateway_underruns: Option<u64>,
+    /// Smart Turn inferences the gateway ran in the window (`ontime_inference_jobs_total`,
+    /// `model="smart_turn"`): one per turn end, plus the speculative runs.
+    pub smart_turn_runs: Option<u64>,
+    /// Of the speculative Smart Turn verdicts, those thrown away because the caller went on
+    /// (`ontime_inference_turn_speculative_total`, `outcome="discarded"`).
+    pub speculative_discarded: Option<u64>,
     /// The gateway's own estimate of how many more calls fit (`ontime_admission_headroom_calls`)
     /// at the end of the measuring window, with the step's calls still up.
     pub gateway_headroom_calls: Option<f64>,
