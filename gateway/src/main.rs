@@ -46,10 +46,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // Two workers: SIP, RTP receive, RTCP and HTTP are light; the clock and the models have their
-    // own threads. A fixed count keeps the thread total independent of the number of calls.
+    // At most two workers: SIP, RTP receive, RTCP and HTTP are light; the clock and the models have
+    // their own threads. A bounded count keeps the thread total independent of the number of calls.
+    // On a one-core cpuset or quota a second worker buys no parallelism, only one more thread on
+    // that core (docs/capacity.md, *One I/O worker on one core*: no worse, within noise).
+    let io_workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(2));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(io_workers)
         .max_blocking_threads(2)
         .thread_name("ontime-io")
         .enable_all()
