@@ -271,6 +271,11 @@ pub struct Args {
     /// back with it, which costs far less than a run every 32 ms; `0` runs every chunk at once.
     #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_VAD_QUIET_PEAK"))]
     pub vad_quiet_peak: Option<u16>,
+    /// Speech pairing, `true` (the default) or `false`: while a caller speaks, the VAD judges
+    /// their audio two 32 ms chunks at a time, back to back (the second run finds the model in
+    /// the caches), from past the barge-in decision's horizon; no decision moves.
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_VAD_PAIR_SPEECH"))]
+    pub vad_pair_speech: Option<bool>,
     /// Ring time before answering (180 first; e.g. `2s`); 0 answers at once.
     #[cfg_attr(
         feature = "cli",
@@ -555,6 +560,7 @@ impl Args {
             turn_speculate_after,
             vad_gather,
             vad_quiet_peak,
+            vad_pair_speech,
             answer_delay,
             log_format,
             ort_dylib_path,
@@ -760,6 +766,8 @@ pub struct Config {
     pub vad_gather: Duration,
     /// The quiet guard's peak level (`PoolConfig::vad_quiet_peak`); 0 turns it off.
     pub vad_quiet_peak: u16,
+    /// Speech pairing (`PoolConfig::vad_pair_after`, set past the barge-in horizon).
+    pub vad_pair_speech: bool,
     /// Ring time before answering.
     pub answer_delay: Duration,
     /// Log format.
@@ -883,6 +891,7 @@ impl Default for Config {
             turn_speculate_after: ontime_inference::TurnParams::default().speculate_after,
             vad_gather: ontime_inference::config::DEFAULT_VAD_GATHER,
             vad_quiet_peak: ontime_inference::vad::QUIET_PEAK.unsigned_abs(),
+            vad_pair_speech: true,
             answer_delay: Duration::ZERO,
             log_format: LogFormat::Text,
             ort_dylib_path: None,
@@ -1437,6 +1446,9 @@ impl Config {
         }
         if let Some(v) = a.vad_quiet_peak {
             c.vad_quiet_peak = count("vad_quiet_peak", v)?;
+        }
+        if let Some(v) = a.vad_pair_speech {
+            c.vad_pair_speech = v;
         }
         if let Some(v) = &a.answer_delay {
             c.answer_delay = duration_on("answer_delay", v)?;

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ontime_inference::{InferencePool, ModelPaths, PoolConfig};
+use ontime_inference::{InferencePool, ModelPaths, PoolConfig, VadParams};
 use ontime_sender::{Sender, SenderConfig};
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
@@ -594,6 +594,18 @@ fn model_paths(config: &Config) -> ModelPaths {
     paths
 }
 
+/// How far into a caller's speech a pending barge-in may wait on the VAD's judged progress
+/// (`call::core`'s decision: the minimum speech, the stop's lag, the echo gate's hangover):
+/// speech pairing starts past it, so no barge-in decision waits for a chunk's pair. Without a
+/// minimum the barge-in is decided at the speech's start, before pairing could begin.
+fn barge_in_horizon(min_speech: Duration) -> Duration {
+    if min_speech.is_zero() {
+        Duration::ZERO
+    } else {
+        min_speech + VadParams::default().stop + ontime_echo::CALLER_HANGOVER_TIME
+    }
+}
+
 fn pool_config(config: &Config) -> PoolConfig {
     let mut pool_config = PoolConfig::new(model_paths(config));
     pool_config.turn.incomplete_timeout = config.turn_stop_timeout;
@@ -603,6 +615,9 @@ fn pool_config(config: &Config) -> PoolConfig {
     pool_config.vad_gather = config.vad_gather;
     pool_config.vad_quiet_peak =
         (config.vad_quiet_peak > 0).then_some(config.vad_quiet_peak as i16);
+    pool_config.vad_pair_after = config
+        .vad_pair_speech
+        .then(|| barge_in_horizon(config.barge_in_min_speech));
     // The inference budget keeps model work inside the container's CFS quota: a throttled
     // period would freeze the sender too.
     cgroup_watch::publish_quota();
@@ -676,6 +691,26 @@ mod tests {
             pool_config(&c).turn.speculate_after,
             Some(Duration::from_millis(160))
         );
+    }
+
+    #[test]
+    fn speech_pairing_starts_past_the_barge_in_horizon() {
+        let c = config(Args::default());
+        assert_eq!(pool_config(&c).vad_pair_after, Some(Duration::ZERO));
+        let c = config(Args {
+            barge_in_min_speech: Some("400ms".into()),
+            ..Args::default()
+        });
+        // 400 ms of speech, the VAD's 200 ms stop, the echo gate's hangover.
+        assert_eq!(
+            pool_config(&c).vad_pair_after,
+            Some(Duration::from_millis(400 + 200) + ontime_echo::CALLER_HANGOVER_TIME)
+        );
+        let c = config(Args {
+            vad_pair_speech: Some(false),
+            ..Args::default()
+        });
+        assert_eq!(pool_config(&c).vad_pair_after, None);
     }
 
     #[test]

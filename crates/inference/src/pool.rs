@@ -124,6 +124,7 @@ struct Shared {
     vad_chunks: AtomicU64,
     vad_guarded: AtomicU64,
     vad_replayed: AtomicU64,
+    vad_paired: AtomicU64,
     turn_runs: AtomicU64,
     turn_runs_wideband: AtomicU64,
     dropped_samples: AtomicU64,
@@ -159,6 +160,9 @@ pub struct PoolStats {
     /// Of the guarded chunks, those later run through Silero after all, back to back just
     /// before the call's next chunk the model judges, to give it the quiet's history.
     pub vad_replayed: u64,
+    /// Chunks of a speaking call run as the second of a pair, right after the first
+    /// (`PoolConfig::vad_pair_after`).
+    pub vad_paired: u64,
     /// Smart Turn inferences.
     pub turn_runs: u64,
     /// Of them, on a wideband call's own 16 kHz audio (the others on 8 kHz audio upsampled).
@@ -217,6 +221,7 @@ impl Shared {
             vad_chunks: self.vad_chunks.load(Ordering::Relaxed),
             vad_guarded: self.vad_guarded.load(Ordering::Relaxed),
             vad_replayed: self.vad_replayed.load(Ordering::Relaxed),
+            vad_paired: self.vad_paired.load(Ordering::Relaxed),
             turn_runs: self.turn_runs.load(Ordering::Relaxed),
             turn_runs_wideband: self.turn_runs_wideband.load(Ordering::Relaxed),
             dropped_samples: self.dropped_samples.load(Ordering::Relaxed),
@@ -548,6 +553,10 @@ struct CallSlot {
     awaiting: Option<StopDetection>,
     /// When the call's audio last came.
     last_push: Option<Instant>,
+    /// The detector's chunk index of the current speech's onset (valid while speaking).
+    speech_onset: u64,
+    /// The next chunk is the second of a pair: it runs as soon as it is ready.
+    second_of_pair: bool,
 }
 
 /// A confirmed speech stop: stream time and chunk of its detection, and when it was seen.
@@ -580,11 +589,36 @@ impl CallSlot {
             speculative_samples: 0,
             awaiting: None,
             last_push: None,
+            speech_onset: 0,
+            second_of_pair: false,
         }
     }
 
     fn ready(&self) -> bool {
         self.pending.len() >= VAD_CHUNK_SAMPLES
+    }
+
+    /// When the call's next chunk is due for a VAD run, `None` when it has none ready: when it
+    /// became ready (or `now`), or [`PAIR_HOLD`] later if it waits for its pair.
+    fn vad_due(&self, pair_after: Option<u64>, now: Instant) -> Option<Instant> {
+        if !self.ready() {
+            return None;
+        }
+        let ready_at = self.ready_at().unwrap_or(now);
+        let waits = pair_waits(
+            self.detector.state(),
+            self.detector
+                .chunks_seen()
+                .saturating_sub(self.speech_onset),
+            pair_after,
+            self.pending.len() / VAD_CHUNK_SAMPLES,
+            self.second_of_pair,
+        );
+        Some(if waits {
+            ready_at + PAIR_HOLD
+        } else {
+            ready_at
+        })
     }
 
     /// Takes a push's audio: the first decides whether the call is wideband, and a push without
@@ -657,6 +691,30 @@ impl CallSlot {
             .find(|&&(end, _)| end >= needed)
             .map(|&(_, t)| t)
     }
+}
+
+/// The longest a speaking call's chunk waits for its pair (`PoolConfig::vad_pair_after`).
+/// Pushes come every 20 ms and a chunk is 32, so chunks complete 20 or 40 ms apart while audio
+/// flows; past this the chunk runs alone (the stream stalled, or the call is held).
+const PAIR_HOLD: Duration = Duration::from_millis(50);
+
+/// Whether a call's ready chunk waits for the next one, to run the two back to back: only the
+/// first of a pair, only alone (a backlog runs back to back anyway), only while the detector is
+/// in Speaking and the speech has lasted `pair_after` chunks since its onset. In any other state
+/// a chunk's probability may confirm a start or count a stop: it runs as it comes.
+fn pair_waits(
+    state: SpeechState,
+    speech_chunks: u64,
+    pair_after: Option<u64>,
+    ready_chunks: usize,
+    second_of_pair: bool,
+) -> bool {
+    pairs(state, speech_chunks, pair_after) && ready_chunks == 1 && !second_of_pair
+}
+
+/// Whether a call's chunks go in pairs now: speaking, for `pair_after` chunks since the onset.
+fn pairs(state: SpeechState, speech_chunks: u64, pair_after: Option<u64>) -> bool {
+    state == SpeechState::Speaking && pair_after.is_some_and(|after| speech_chunks >= after)
 }
 
 struct TurnJob {
@@ -764,9 +822,9 @@ fn turn_span(slot: &CallSlot, quiet_chunks: u32) -> (AudioSpan, u64) {
 const GATHER_ACTIVE: Duration = Duration::from_millis(100);
 
 /// When the next VAD batch is due (`None`: no chunk is ready), from each call's (when its next
-/// chunk became ready if it is, when its audio last came): at once when every call that sent
-/// audio within [`GATHER_ACTIVE`] has a chunk ready, else `gather` after the first chunk became
-/// ready. One run for all calls instead of one per RTP phase: each run starts cold.
+/// chunk is due if it has one ready, when its audio last came): when the first is due if every
+/// call that sent audio within [`GATHER_ACTIVE`] has a chunk ready, else `gather` after it. One
+/// run for all calls instead of one per RTP phase: each run starts cold.
 fn vad_batch_due(
     calls: impl Iterator<Item = (Option<Instant>, Option<Instant>)>,
     gather: Duration,
@@ -784,11 +842,8 @@ fn vad_batch_due(
         }
     }
     let first = first?;
-    Some(if others_coming {
-        first + gather
-    } else {
-        first.min(now)
-    })
+    // A chunk waiting for its pair is due in the future; any other one became ready by now.
+    Some(if others_coming { first + gather } else { first })
 }
 
 fn wait_timeout(deferred_until: Option<Instant>, now: Instant) -> (Option<Instant>, Duration) {
@@ -888,10 +943,11 @@ impl Worker {
                 break;
             }
             let now = Instant::now();
-            let chunks = self.calls.values().map(|s| {
-                let ready_at = s.ready().then(|| s.ready_at().unwrap_or(now));
-                (ready_at, s.last_push)
-            });
+            let pair_after = self.pair_after_chunks();
+            let chunks = self
+                .calls
+                .values()
+                .map(|s| (s.vad_due(pair_after, now), s.last_push));
             let vad_due = vad_batch_due(chunks, self.config.vad_gather, now);
             let has_work = !self.turn_jobs.is_empty() || vad_due.is_some_and(|t| t <= now);
             let deferred = self.deferred_until.is_some_and(|t| now < t);
@@ -1001,6 +1057,13 @@ impl Worker {
         self.origin.elapsed()
     }
 
+    /// [`PoolConfig::vad_pair_after`] in chunks (rounded up).
+    fn pair_after_chunks(&self) -> Option<u64> {
+        self.config
+            .vad_pair_after
+            .map(|d| d.as_micros().div_ceil(VAD_CHUNK.as_micros()) as u64)
+    }
+
     /// Asks the budget; on a deferral records it and returns false.
     fn budget_allows(&mut self, estimated: Duration) -> bool {
         match self.budget.check(self.now(), thread_cpu_time(), estimated) {
@@ -1021,11 +1084,14 @@ impl Worker {
         self.batch_ids.clear();
         self.batch_rows.clear();
         let max = self.config.max_vad_batch;
-        // Oldest backlog first, so no call starves when more than a batch are ready.
+        let now = Instant::now();
+        let pair_after = self.pair_after_chunks();
+        // Oldest backlog first, so no call starves when more than a batch are ready. A chunk
+        // waiting for its pair stays out until the pair is there or the wait is over.
         let mut ready: Vec<(Instant, u64)> = self
             .calls
             .iter()
-            .filter(|(_, s)| s.ready())
+            .filter(|(_, s)| s.vad_due(pair_after, now).is_some_and(|due| due <= now))
             .map(|(&id, s)| (s.oldest_arrival().unwrap_or_else(Instant::now), id))
             .collect();
         ready.sort_unstable();
@@ -1215,6 +1281,7 @@ impl Worker {
         speculate_chunks: Option<u32>,
         early: Option<(f32, u32)>,
     ) {
+        let pair_after = self.pair_after_chunks();
         let guarded = self.batch_rows.iter().filter(|r| r.is_none()).count();
         self.shared
             .vad_chunks
@@ -1250,6 +1317,20 @@ impl Worker {
             self.chunk_i16
                 .extend(slot.pending.drain(..VAD_CHUNK_SAMPLES));
             slot.consumed_samples += VAD_CHUNK_SAMPLES as u64;
+            // A chunk with another ready behind it opens a pair; that one runs next, at once.
+            let second = slot.second_of_pair;
+            slot.second_of_pair = !second && slot.ready();
+            if second
+                && pairs(
+                    slot.detector.state(),
+                    slot.detector
+                        .chunks_seen()
+                        .saturating_sub(slot.speech_onset),
+                    pair_after,
+                )
+            {
+                self.shared.vad_paired.fetch_add(1, Ordering::Relaxed);
+            }
             while slot
                 .arrivals
                 .front()
@@ -1270,6 +1351,7 @@ impl Worker {
             let detected = chunk_time(chunk_index + 1);
             match transition {
                 Some(SpeechTransition::Started { onset_chunk }) => {
+                    slot.speech_onset = onset_chunk;
                     let onset_chunk = onset_chunk + slot.skipped_chunks;
                     let onset = onset_chunk * VAD_CHUNK_SAMPLES as u64;
                     slot.turn.speech_started(onset);
@@ -1624,6 +1706,44 @@ mod tests {
         assert_eq!(wait_timeout(Some(past), now), (None, hour));
         assert_eq!(wait_timeout(Some(now), now), (None, hour));
         assert_eq!(wait_timeout(None, now), (None, hour));
+    }
+
+    #[test]
+    fn only_a_speaking_calls_lone_first_chunk_waits_for_its_pair() {
+        use SpeechState::*;
+        // Speaking for 10 chunks, pairing from the onset: the lone first chunk waits.
+        assert!(pair_waits(Speaking, 10, Some(0), 1, false));
+        // Its pair runs at once; a backlog runs back to back anyway.
+        assert!(!pair_waits(Speaking, 10, Some(0), 1, true));
+        assert!(!pair_waits(Speaking, 10, Some(0), 2, false));
+        // Not yet past the horizon (a barge-in decision may read this speech's progress).
+        assert!(!pair_waits(Speaking, 10, Some(11), 1, false));
+        assert!(pair_waits(Speaking, 11, Some(11), 1, false));
+        // Pairing off.
+        assert!(!pair_waits(Speaking, 10, None, 1, false));
+        // Every other state: a chunk may confirm a start or count a stop.
+        for state in [Quiet, Starting, Stopping] {
+            assert!(!pair_waits(state, 10, Some(0), 1, false), "{state:?}");
+        }
+    }
+
+    #[test]
+    fn a_chunk_waiting_for_its_pair_is_due_when_its_wait_ends() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        // Alone, waiting: due in the future, not now.
+        let held = now - ms(10) + PAIR_HOLD;
+        assert_eq!(
+            vad_batch_due([(Some(held), Some(now))].into_iter(), Duration::ZERO, now),
+            Some(held)
+        );
+        // Beside a call whose chunk is ready: that one is due now.
+        let ready = now - ms(2);
+        let calls = [(Some(held), Some(now)), (Some(ready), Some(ready))];
+        assert_eq!(
+            vad_batch_due(calls.into_iter(), Duration::ZERO, now),
+            Some(ready)
+        );
     }
 
     #[test]
