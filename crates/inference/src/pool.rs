@@ -598,6 +598,14 @@ impl CallSlot {
         self.pending.len() >= VAD_CHUNK_SAMPLES
     }
 
+    /// Chunks the detector has judged since the current speech's onset (meaningful while
+    /// speaking).
+    fn speech_chunks(&self) -> u64 {
+        self.detector
+            .chunks_seen()
+            .saturating_sub(self.speech_onset)
+    }
+
     /// When the call's next chunk is due for a VAD run, `None` when it has none ready: when it
     /// became ready (or `now`), or [`PAIR_HOLD`] later if it waits for its pair.
     fn vad_due(&self, pair_after: Option<u64>, now: Instant) -> Option<Instant> {
@@ -607,9 +615,7 @@ impl CallSlot {
         let ready_at = self.ready_at().unwrap_or(now);
         let waits = pair_waits(
             self.detector.state(),
-            self.detector
-                .chunks_seen()
-                .saturating_sub(self.speech_onset),
+            self.speech_chunks(),
             pair_after,
             self.pending.len() / VAD_CHUNK_SAMPLES,
             self.second_of_pair,
@@ -1320,15 +1326,7 @@ impl Worker {
             // A chunk with another ready behind it opens a pair; that one runs next, at once.
             let second = slot.second_of_pair;
             slot.second_of_pair = !second && slot.ready();
-            if second
-                && pairs(
-                    slot.detector.state(),
-                    slot.detector
-                        .chunks_seen()
-                        .saturating_sub(slot.speech_onset),
-                    pair_after,
-                )
-            {
+            if second && pairs(slot.detector.state(), slot.speech_chunks(), pair_after) {
                 self.shared.vad_paired.fetch_add(1, Ordering::Relaxed);
             }
             while slot
