@@ -618,6 +618,9 @@ fn pool_config(config: &Config) -> PoolConfig {
     pool_config.vad_pair_after = config
         .vad_pair_speech
         .then(|| barge_in_horizon(config.barge_in_min_speech));
+    if config.turn_float_softmax {
+        pool_config.turn_graph = ontime_inference::TurnGraph::FloatAttentionSoftmax;
+    }
     // The inference budget keeps model work inside the container's CFS quota: a throttled
     // period would freeze the sender too.
     cgroup_watch::publish_quota();
@@ -711,6 +714,22 @@ mod tests {
             ..Args::default()
         });
         assert_eq!(pool_config(&c).vad_pair_after, None);
+    }
+
+    #[test]
+    fn smart_turn_runs_the_published_graph_unless_asked() {
+        assert_eq!(
+            pool_config(&config(Args::default())).turn_graph,
+            ontime_inference::TurnGraph::Published
+        );
+        let c = config(Args {
+            turn_float_softmax: Some(true),
+            ..Args::default()
+        });
+        assert_eq!(
+            pool_config(&c).turn_graph,
+            ontime_inference::TurnGraph::FloatAttentionSoftmax
+        );
     }
 
     #[test]

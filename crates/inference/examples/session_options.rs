@@ -18,7 +18,8 @@
 //! core idling but to other work sharing it (a hyperthread sibling, the host). Page faults per run (the thread's, from
 //! `/proc/thread-self/stat`) tell whether ONNX Runtime's memory goes back to the system between runs.
 //! Then Smart Turn the same way at the cadence of turn ends: back to back against one run every
-//! 2 s, asleep or spinning between.
+//! 2 s, asleep or spinning between; then its float-softmax graph (`TurnGraph::FloatAttentionSoftmax`)
+//! alternated with the published one.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -279,6 +280,29 @@ fn main() {
             ("back to back again", Gap::None),
         ] {
             let (r, _) = turn_runs(&mut turn, &features, turn_n, gap);
+            println!(
+                "| {name} | {:.2} | {:.2} | {:.2} |",
+                r.cpu_us / 1e3,
+                r.wall_us / 1e3,
+                r.faults
+            );
+        }
+        // The same with the attention softmax in float (`TurnGraph::FloatAttentionSoftmax`),
+        // alternated with the published graph so both see the same machine.
+        let published = std::fs::read(&paths.smart_turn).expect("Smart Turn bytes");
+        let (edited, _) = ontime_inference::turn_graph::float_attention_softmax(&published)
+            .expect("float-softmax graph");
+        let mut float = runtime::one_thread_session_from_memory(&env, &edited, "Smart Turn")
+            .expect("float-softmax session");
+        let two_s = Gap::Sleep(Duration::from_secs(2));
+        for (name, is_float, gap) in [
+            ("float softmax, back to back", true, Gap::None),
+            ("published, back to back", false, Gap::None),
+            ("float softmax, one every 2 s, asleep between", true, two_s),
+            ("published, one every 2 s, asleep between", false, two_s),
+        ] {
+            let session = if is_float { &mut float } else { &mut turn };
+            let (r, _) = turn_runs(session, &features, turn_n, gap);
             println!(
                 "| {name} | {:.2} | {:.2} | {:.2} |",
                 r.cpu_us / 1e3,

@@ -15,7 +15,9 @@
 //! confirmed length, its verdict used at the confirmed stop when it covers the turn);
 //! **spec-unpadded** (the same without the padding); **early:P:MS** (spec, and a verdict ≥ P
 //! ends the turn after MS of quiet). Default `--rules today,spec,spec-unpadded,early:0.95:96`;
-//! "agreement with today" compares with the first rule listed.
+//! "agreement with today" compares with the first rule listed. A rule name ending in `+float`
+//! (`today+float`) runs that rule on Smart Turn's float-softmax graph
+//! (`TurnGraph::FloatAttentionSoftmax`).
 //! One pool per rule, each with one call per turn, fed the same decoded µ-law audio in real time
 //! (one 20 ms frame every 20 ms, absolute deadlines; each rule 400 ms after the previous so their
 //! Smart Turn runs do not overlap), so latencies are wall times as a caller would see them at one
@@ -309,7 +311,7 @@ fn main() {
     let Some(dir) = dir else {
         eprintln!(
             "usage: turnset_eval <dir from scripts/turnset.py> [--limit N] [--kinds complete,cut,paused,mid,short] [--split tune|held_out] \
-             [--rules today,spec,spec-unpadded,early:P:MS] [--speculate-after MS] [--json]"
+             [--rules today,spec,spec-unpadded,early:P:MS[+float]] [--speculate-after MS] [--json]"
         );
         std::process::exit(2);
     };
@@ -334,7 +336,15 @@ fn main() {
             c.turn.speculate_after = Some(speculate_after);
             c.turn.speculate_pad = true;
             c.turn.early_end = None;
-            match name.split(':').collect::<Vec<_>>().as_slice() {
+            // `+float`: the same rule on Smart Turn's float-softmax graph.
+            let (base, float) = match name.strip_suffix("+float") {
+                Some(b) => (b, true),
+                None => (name, false),
+            };
+            if float {
+                c.turn_graph = ontime_inference::TurnGraph::FloatAttentionSoftmax;
+            }
+            match base.split(':').collect::<Vec<_>>().as_slice() {
                 ["today"] => c.turn.speculate_after = None,
                 ["spec"] => {}
                 ["spec-unpadded"] => c.turn.speculate_pad = false,

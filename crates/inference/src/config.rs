@@ -210,6 +210,10 @@ pub struct PoolConfig {
     /// horizon. Default [`DEFAULT_VAD_PAIR_AFTER`] (from the onset's confirmation); `None`
     /// judges every chunk as it comes.
     pub vad_pair_after: Option<Duration>,
+    /// Smart Turn's arithmetic: as published (the default; pipecat's, bit for bit), or with the
+    /// attention softmax in float ([`crate::TurnGraph::FloatAttentionSoftmax`], about a fifth
+    /// less CPU per run; docs/inference.md, *Float attention softmax*).
+    pub turn_graph: crate::TurnGraph,
 }
 
 impl PoolConfig {
@@ -228,6 +232,7 @@ impl PoolConfig {
             vad_quiet_peak: Some(crate::vad::QUIET_PEAK),
             vad_gather: DEFAULT_VAD_GATHER,
             vad_pair_after: DEFAULT_VAD_PAIR_AFTER,
+            turn_graph: crate::TurnGraph::Published,
         }
     }
 

@@ -43,6 +43,9 @@ pub enum Error {
         /// What was unexpected.
         what: String,
     },
+    /// A model file's bytes are not the protobuf an edit of its graph expects.
+    #[error("the model is not a well-formed ONNX protobuf: {0}")]
+    ModelFormat(String),
     /// The inference queue is full; the job was dropped (counted), the caller was not blocked.
     #[error("inference queue full ({capacity} jobs): job dropped")]
     QueueFull {

@@ -48,6 +48,7 @@ pub mod speculative;
 pub mod speech;
 mod thread_cpu;
 pub mod turn;
+pub mod turn_graph;
 pub mod vad;
 
 pub use budget::{BudgetDecision, CpuBudget, CpuQuota};
@@ -60,5 +61,5 @@ pub use math_threads::{
 pub use pool::{CallId, CallInference, InferenceEvent, InferencePool, PoolStats};
 pub use speech::{SpeechDetector, SpeechState, SpeechTransition, VadParams};
 pub use thread_cpu::{process_cpu_time, thread_cpu_time};
-pub use turn::SmartTurn;
+pub use turn::{SmartTurn, TurnGraph};
 pub use vad::{SileroVad, VadStream};

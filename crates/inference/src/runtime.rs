@@ -63,6 +63,17 @@ pub fn one_thread_session(env: &Environment, model: &Path, what: &'static str) -
         .map_err(Error::ort(what))
 }
 
+/// [`one_thread_session`] on a model already in memory (an edited graph).
+pub fn one_thread_session_from_memory(
+    env: &Environment,
+    model: &[u8],
+    what: &'static str,
+) -> Result<Session> {
+    one_thread_builder(env)?
+        .commit_from_memory(model)
+        .map_err(Error::ort(what))
+}
+
 /// The options of [`one_thread_session`] before a model is loaded (the `session_options`
 /// example measures variants on top of them).
 pub fn one_thread_builder(env: &Environment) -> Result<SessionBuilder> {

@@ -10,10 +10,26 @@ use ort::value::TensorRef;
 
 use crate::features::{MelFrontend, N_FRAMES, N_MELS, TURN_SAMPLE_RATE_HZ};
 use crate::resample::upsample_2x;
-use crate::runtime::one_thread_session;
+use crate::runtime::{one_thread_session, one_thread_session_from_memory};
 use crate::{Error, Result};
 
 const MODEL: &str = "Smart Turn v3.2";
+const MODEL_FILE: &str = "Smart Turn v3.2 model";
+/// The attention layers of Smart Turn v3.2 (Whisper tiny's encoder): the softmaxes
+/// [`TurnGraph::FloatAttentionSoftmax`] rewires.
+const ATTENTION_LAYERS: usize = 4;
+
+/// Which arithmetic the Smart Turn session runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TurnGraph {
+    /// The model as published, run as ONNX Runtime optimises it (and as pipecat runs it):
+    /// probabilities bit-identical to the Python reference.
+    #[default]
+    Published,
+    /// The attention scores stay in float into the softmax ([`crate::turn_graph`]): about a
+    /// fifth less CPU per run, verdicts of a slightly different arithmetic.
+    FloatAttentionSoftmax,
+}
 
 /// The Smart Turn session, its feature front end and reusable buffers.
 pub struct SmartTurn {
@@ -31,10 +47,32 @@ impl std::fmt::Debug for SmartTurn {
 }
 
 impl SmartTurn {
-    /// Loads the model on a one-thread session.
+    /// Loads the model as published on a one-thread session.
     pub fn load(env: &Environment, model: &Path) -> Result<Self> {
+        Self::load_graph(env, model, TurnGraph::Published)
+    }
+
+    /// Loads the model on a one-thread session, its graph as `graph` says.
+    pub fn load_graph(env: &Environment, model: &Path, graph: TurnGraph) -> Result<Self> {
+        let session = match graph {
+            TurnGraph::Published => one_thread_session(env, model, MODEL_FILE)?,
+            TurnGraph::FloatAttentionSoftmax => {
+                let bytes = read_model(model)?;
+                let (edited, rewired) = crate::turn_graph::float_attention_softmax(&bytes)?;
+                if rewired != ATTENTION_LAYERS {
+                    // Another model than Smart Turn v3.2's: not the graph the option was
+                    // measured on.
+                    return Err(Error::ModelFormat(format!(
+                        "{} has {rewired} quantised attention softmaxes, Smart Turn v3.2 has \
+                         {ATTENTION_LAYERS}",
+                        model.display()
+                    )));
+                }
+                one_thread_session_from_memory(env, &edited, MODEL_FILE)?
+            }
+        };
         Ok(Self {
-            session: one_thread_session(env, model, "Smart Turn v3.2 model")?,
+            session,
             mel: MelFrontend::new(),
             audio: Vec::new(),
             upsampled: Vec::new(),
@@ -98,6 +136,18 @@ impl SmartTurn {
         self.mel.compute(audio_16k, &mut out);
         out
     }
+}
+
+fn read_model(model: &Path) -> Result<Vec<u8>> {
+    if !model.is_file() {
+        return Err(Error::MissingFile {
+            what: MODEL_FILE,
+            path: model.to_path_buf(),
+            env_var: crate::config::MODELS_DIR_ENV,
+        });
+    }
+    std::fs::read(model)
+        .map_err(|e| Error::ModelFormat(format!("reading {}: {e}", model.display())))
 }
 
 /// One call's turn audio (8 kHz, or 16 kHz from a wideband call), like pipecat's turn analyzer:

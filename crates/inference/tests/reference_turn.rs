@@ -91,3 +91,51 @@ fn turn_matches_python_reference_on_fresh_speech() {
         "features worst |Δ| {worst_feature:.2e}; 16 kHz p {p16:.5} vs {want16:.5}; 8 kHz p {p8:.5} vs {want8:.5} ({what})"
     );
 }
+
+/// The float-softmax graph (`TurnGraph::FloatAttentionSoftmax`) is the edited model as ONNX
+/// Runtime runs it: Python onnxruntime on the same edited bytes gives the same probability.
+#[test]
+fn float_softmax_graph_matches_python_on_the_same_edited_model() {
+    use ontime_inference::turn_graph::float_attention_softmax;
+    use ontime_inference::TurnGraph;
+    let Some(paths) = model_paths() else { return };
+    if !reference_tools() {
+        return;
+    }
+    let dir = TempDir::new("turn-float-softmax");
+    let env = runtime::load_runtime(&paths.ort_dylib).expect("runtime");
+    let published = std::fs::read(&paths.smart_turn).expect("model bytes");
+    let (edited, rewired) = float_attention_softmax(&published).expect("edit");
+    assert_eq!(rewired, 4);
+    let edited_path = dir.0.join("smart-turn-float-softmax.onnx");
+    std::fs::write(&edited_path, &edited).expect("write the edited model");
+    let mut turn = SmartTurn::load_graph(&env, &paths.smart_turn, TurnGraph::FloatAttentionSoftmax)
+        .expect("edited model");
+
+    let (wav16, what) = fresh_speech(&dir.0, 16_000, "turn");
+    let reference = run_reference(
+        "smart_turn_ref.py",
+        &[edited_path.as_os_str(), wav16.as_os_str()],
+    );
+    let (_, pcm16) = read_wav(&wav16);
+    let ours = f64::from(turn.predict_pcm(&pcm16, 16_000).expect("predict"));
+    let theirs = probability(&reference);
+    assert!(
+        (ours - theirs).abs() <= 1e-3,
+        "float softmax: rust {ours} vs python {theirs} on the same edited graph ({what})"
+    );
+    let mut exact = SmartTurn::load(&env, &paths.smart_turn).expect("model");
+    let published_p = exact.predict_pcm(&pcm16, 16_000).expect("predict");
+    eprintln!("float softmax p {ours:.5} (python {theirs:.5}); published graph p {published_p:.5} ({what})");
+
+    // Any other model is refused by name, not run half-edited: Silero has no such softmax.
+    match SmartTurn::load_graph(&env, &paths.silero_vad, TurnGraph::FloatAttentionSoftmax) {
+        Err(ontime_inference::Error::ModelFormat(m)) => {
+            assert!(m.contains("has 0 quantised attention softmaxes"), "{m}")
+        }
+        other => panic!(
+            "Silero loaded as Smart Turn's edited graph: {:?}",
+            other.map(|_| ())
+        ),
+    }
+}
