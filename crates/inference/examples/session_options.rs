@@ -20,6 +20,9 @@
 //! Then Smart Turn the same way at the cadence of turn ends: back to back against one run every
 //! 2 s, asleep or spinning between; then its float-softmax graph (`TurnGraph::FloatAttentionSoftmax`)
 //! alternated with the published one.
+//!
+//! With `--profile` (`-- RUNS --profile`), ONNX Runtime's profiler on RUNS / 15 Smart Turn runs
+//! of each graph: every kernel's share of the kernel time and its nodes per run.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -218,12 +221,84 @@ fn max_diff(a: &[f32], b: &[f32]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// ONNX Runtime's profiler on Smart Turn, published graph and float-softmax graph: each
+/// kernel's share of the runs' kernel time and its nodes per run.
+fn profile_turn_kernels(
+    env: &ort::environment::Environment,
+    paths: &ModelPaths,
+    pcm: &[f32],
+    runs: usize,
+) {
+    let mut up = Vec::new();
+    upsample_2x(pcm, &mut up);
+    let features = SmartTurn::load(env, &paths.smart_turn)
+        .expect("Smart Turn")
+        .features_of(&up);
+    let published = std::fs::read(&paths.smart_turn).expect("Smart Turn bytes");
+    let (edited, _) = ontime_inference::turn_graph::float_attention_softmax(&published)
+        .expect("float-softmax graph");
+    let dir = std::env::temp_dir().join(format!("ontime-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("profile directory");
+    for (name, bytes) in [("published", &published), ("float softmax", &edited)] {
+        let mut session = runtime::one_thread_builder(env)
+            .expect("session options")
+            .with_profiling(dir.join(name.replace(' ', "_")))
+            .expect("profiling")
+            .commit_from_memory(bytes)
+            .expect("session");
+        let (r, _) = turn_runs(&mut session, &features, runs, Gap::None);
+        let file = session.end_profiling().expect("profile file");
+        let events: Vec<serde_json::Value> =
+            serde_json::from_slice(&std::fs::read(&file).expect("profile")).expect("profile JSON");
+        let mut by_op: Vec<(String, f64, usize)> = Vec::new();
+        for e in &events {
+            let kernel = e["cat"] == "Node"
+                && e["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("_kernel_time"));
+            let (Some(op), Some(dur)) = (e["args"]["op_name"].as_str(), e["dur"].as_f64()) else {
+                continue;
+            };
+            if !kernel {
+                continue;
+            }
+            match by_op.iter_mut().find(|(o, _, _)| o == op) {
+                Some(row) => {
+                    row.1 += dur;
+                    row.2 += 1;
+                }
+                None => by_op.push((op.to_string(), dur, 1)),
+            }
+        }
+        let total: f64 = by_op.iter().map(|r| r.1).sum();
+        by_op.sort_by(|a, b| b.1.total_cmp(&a.1));
+        println!(
+            "{name}: {:.2} ms CPU / run over {runs} runs (profiled)",
+            r.cpu_us / 1e3
+        );
+        println!("| kernel | share of kernel time | nodes per run |");
+        println!("| --- | --- | --- |");
+        // Warm-up runs are profiled too: nodes per run over every run the session made.
+        let made = (runs + 2) as f64;
+        for (op, dur, n) in by_op.iter().take(8) {
+            println!(
+                "| `{op}` | {:.1} % | {:.0} |",
+                dur / total * 100.0,
+                *n as f64 / made
+            );
+        }
+        println!();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let cadence = args.iter().any(|a| a == "--cadence");
+    let profile = args.iter().any(|a| a == "--profile");
     let runs: usize = args
         .iter()
-        .find(|a| *a != "--cadence")
+        .find(|a| !a.starts_with("--"))
         .map(|a| a.parse().expect("RUNS is a number"))
         .unwrap_or(300);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -235,6 +310,10 @@ fn main() {
     let env = runtime::load_runtime(&paths.ort_dylib).expect("runtime");
     let pcm16 = read_wav(&root.join("fixtures/speech/book_table_8k.wav"));
     let pcm: Vec<f32> = pcm16.iter().map(|&s| f32::from(s) / 32768.0).collect();
+    if profile {
+        profile_turn_kernels(&env, &paths, &pcm, (runs / 15).max(2));
+        return;
+    }
     if cadence {
         let mut session =
             runtime::one_thread_session(&env, &paths.silero_vad, "Silero VAD").expect("session");
