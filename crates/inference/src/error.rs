@@ -43,6 +43,14 @@ pub enum Error {
         /// What was unexpected.
         what: String,
     },
+    /// A model file exists but could not be read.
+    #[error("reading the model at {path}: {source}")]
+    ModelRead {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A model file's bytes are not the protobuf an edit of its graph expects.
     #[error("the model is not a well-formed ONNX protobuf: {0}")]
     ModelFormat(String),

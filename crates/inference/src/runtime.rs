@@ -51,16 +51,31 @@ pub fn load_runtime(dylib: &Path) -> Result<Environment> {
 /// spinning worker burns CPU the budget cannot see coming), all graph optimisations (as Python
 /// onnxruntime's default, so the reference runs the same graph).
 pub fn one_thread_session(env: &Environment, model: &Path, what: &'static str) -> Result<Session> {
-    if !model.is_file() {
-        return Err(Error::MissingFile {
-            what,
-            path: model.to_path_buf(),
-            env_var: crate::config::MODELS_DIR_ENV,
-        });
-    }
+    model_file(model, what)?;
     one_thread_builder(env)?
         .commit_from_file(model)
         .map_err(Error::ort(what))
+}
+
+/// A model file's bytes (to edit its graph before [`one_thread_session_from_memory`]).
+pub fn read_model_file(model: &Path, what: &'static str) -> Result<Vec<u8>> {
+    model_file(model, what)?;
+    std::fs::read(model).map_err(|source| Error::ModelRead {
+        path: model.to_path_buf(),
+        source,
+    })
+}
+
+/// A missing model file named with the variable that moves it.
+fn model_file(model: &Path, what: &'static str) -> Result<()> {
+    if model.is_file() {
+        return Ok(());
+    }
+    Err(Error::MissingFile {
+        what,
+        path: model.to_path_buf(),
+        env_var: crate::config::MODELS_DIR_ENV,
+    })
 }
 
 /// [`one_thread_session`] on a model already in memory (an edited graph).

@@ -10,7 +10,7 @@ use ort::value::TensorRef;
 
 use crate::features::{MelFrontend, N_FRAMES, N_MELS, TURN_SAMPLE_RATE_HZ};
 use crate::resample::upsample_2x;
-use crate::runtime::{one_thread_session, one_thread_session_from_memory};
+use crate::runtime::{one_thread_session, one_thread_session_from_memory, read_model_file};
 use crate::{Error, Result};
 
 const MODEL: &str = "Smart Turn v3.2";
@@ -57,7 +57,7 @@ impl SmartTurn {
         let session = match graph {
             TurnGraph::Published => one_thread_session(env, model, MODEL_FILE)?,
             TurnGraph::FloatAttentionSoftmax => {
-                let bytes = read_model(model)?;
+                let bytes = read_model_file(model, MODEL_FILE)?;
                 let (edited, rewired) = crate::turn_graph::float_attention_softmax(&bytes)?;
                 if rewired != ATTENTION_LAYERS {
                     // Another model than Smart Turn v3.2's: not the graph the option was
@@ -136,18 +136,6 @@ impl SmartTurn {
         self.mel.compute(audio_16k, &mut out);
         out
     }
-}
-
-fn read_model(model: &Path) -> Result<Vec<u8>> {
-    if !model.is_file() {
-        return Err(Error::MissingFile {
-            what: MODEL_FILE,
-            path: model.to_path_buf(),
-            env_var: crate::config::MODELS_DIR_ENV,
-        });
-    }
-    std::fs::read(model)
-        .map_err(|e| Error::ModelFormat(format!("reading {}: {e}", model.display())))
 }
 
 /// One call's turn audio (8 kHz, or 16 kHz from a wideband call), like pipecat's turn analyzer:
