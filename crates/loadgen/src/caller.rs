@@ -31,7 +31,8 @@ pub const PAUSE_MIN: Duration = Duration::from_millis(500);
 pub const PAUSE_MAX: Duration = Duration::from_millis(1500);
 /// How long a call may take to be answered before it counts as failed.
 pub const ANSWER_LIMIT: Duration = Duration::from_secs(10);
-/// How often a caller looks at its clock-driven state (sender events, hangover, deadlines).
+/// How often a caller looks at its clock-driven state (sender events, hangover, deadlines) and
+/// drains its RTP socket (packets keep their kernel arrival stamps, so the wait bends no figure).
 const POLL: Duration = Duration::from_millis(5);
 
 /// What a caller's media is: plain RTP, or SRTP keyed by SDES (RFC 4568).
@@ -491,14 +492,16 @@ pub async fn run_caller(
         Ok(s) => Arc::new(s),
         Err(e) => return fail(format!("bind RTP socket: {e}")),
     };
-    let (local_rtp, socket) = match std_socket
-        .local_addr()
-        .and_then(|a| Ok((a, tokio::net::UdpSocket::from_std(std_socket.try_clone()?)?)))
-    {
-        Ok(v) => v,
+    // The RTP socket stays out of the runtime's epoll set: the caller drains it on its clock
+    // (`POLL`), by kernel arrival stamps. Registered, each of the gateway's 50 packets a second
+    // also woke this process's I/O thread from inside the gateway's `sendto` (loopback delivers
+    // in the sender's context): a cross-core wake charged to the gateway that a gateway sending
+    // to a remote phone never pays, and that no peer's figure includes.
+    let local_rtp = match std_socket.local_addr() {
+        Ok(a) => a,
         Err(e) => return fail(format!("RTP socket: {e}")),
     };
-    if let Err(e) = os::enable_receive_timestamps(socket.as_raw_fd()) {
+    if let Err(e) = os::enable_receive_timestamps(std_socket.as_raw_fd()) {
         tracing::warn!(error = %e, "no kernel receive timestamps: arrival times carry the harness's lag");
     }
     let codec = setup.codec.codec();
@@ -611,22 +614,22 @@ pub async fn run_caller(
     };
     let mut turn = 0u64;
     let mut buf = [0u8; 2048];
+    let mut heard = Vec::new();
     let mut poll = tokio::time::interval(POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let since_origin = |at: Instant| at.saturating_duration_since(setup.origin);
     let dropped = loop {
-        let mut heard = None;
+        heard.clear();
         tokio::select! {
-            ready = socket.readable() => {
-                let received = ready.and_then(|()| {
-                    socket.try_io(tokio::io::Interest::READABLE, || {
-                        os::recv_with_timestamp(socket.as_raw_fd(), &mut buf)
-                    })
-                });
-                if let Ok((n, Some(from), stamp)) = received {
+            _ = poll.tick() => {
+                // Everything that arrived since the last tick, each at its kernel arrival.
+                while let Ok((n, from, stamp)) = os::recv_with_timestamp(std_socket.as_raw_fd(), &mut buf) {
+                    if from != Some(remote) {
+                        continue;
+                    }
                     let arrival = since_origin(kernel_arrival(stamp));
                     // SRTP: a packet that fails to unprotect is not heard, and counted.
-                    let clear = match inbound.as_mut().filter(|_| from == remote) {
+                    let clear = match inbound.as_mut() {
                         None => Some(n),
                         Some(context) => match context.unprotect(&mut buf[..n]) {
                             Ok(len) => Some(len),
@@ -640,16 +643,14 @@ pub async fn run_caller(
                             }
                         },
                     };
-                    if let (true, Some(n)) = (from == remote, clear) {
+                    if let Some(n) = clear {
                         if let Ok(p) = ontime_rtp::parse_rtp(&buf[..n]) {
                             let silent = ear.is_silent(p.payload, p.payload_type);
-                            heard = listener.on_packet(p.sequence_number, silent, arrival);
+                            heard.extend(listener.on_packet(p.sequence_number, silent, arrival));
                         }
                     }
                 }
-            }
-            _ = poll.tick() => {
-                heard = listener.on_time(since_origin(Instant::now()));
+                heard.extend(listener.on_time(since_origin(Instant::now())));
             }
             e = events.recv() => match e {
                 Some(CallEvent::Ended(reason)) => break Some(format!("{reason:?}")),
@@ -691,42 +692,43 @@ pub async fn run_caller(
                 }
             }
         }
-        match heard {
-            Some(Heard::AgentStarted { arrival }) => match phase {
-                Phase::Awaiting {
-                    since,
-                    paused,
-                    utterance,
-                    ..
-                } => {
-                    record(RecordKind::Turn {
-                        latency: arrival.saturating_sub(since),
+        for heard in heard.drain(..) {
+            match heard {
+                Heard::AgentStarted { arrival } => match phase {
+                    Phase::Awaiting {
+                        since,
                         paused,
-                        short: setup.utterances[utterance].pause_point().is_none(),
-                    });
-                    phase = Phase::Listening;
-                }
-                Phase::Pausing { .. } => {
-                    record(RecordKind::EarlyAgentAudio);
-                    phase = Phase::Listening;
-                }
-                Phase::Speaking { ref mut pause, .. } => {
-                    if let MidPause::In { replied } = pause {
-                        *replied = true;
+                        utterance,
+                        ..
+                    } => {
+                        record(RecordKind::Turn {
+                            latency: arrival.saturating_sub(since),
+                            paused,
+                            short: setup.utterances[utterance].pause_point().is_none(),
+                        });
+                        phase = Phase::Listening;
                     }
-                    record(RecordKind::EarlyAgentAudio);
-                }
-                Phase::Listening => {}
-            },
-            Some(Heard::AgentEnded(u)) => {
-                record(RecordKind::Agent(u));
-                if matches!(phase, Phase::Listening) {
-                    phase = Phase::Pausing {
-                        until: now + random_pause(&mut rng),
-                    };
+                    Phase::Pausing { .. } => {
+                        record(RecordKind::EarlyAgentAudio);
+                        phase = Phase::Listening;
+                    }
+                    Phase::Speaking { ref mut pause, .. } => {
+                        if let MidPause::In { replied } = pause {
+                            *replied = true;
+                        }
+                        record(RecordKind::EarlyAgentAudio);
+                    }
+                    Phase::Listening => {}
+                },
+                Heard::AgentEnded(u) => {
+                    record(RecordKind::Agent(u));
+                    if matches!(phase, Phase::Listening) {
+                        phase = Phase::Pausing {
+                            until: now + random_pause(&mut rng),
+                        };
+                    }
                 }
             }
-            None => {}
         }
         match phase {
             Phase::Pausing { until } if now >= until => {
