@@ -480,7 +480,18 @@ fn a_prompt_gateway_is_ok_and_one_that_slows_with_load_is_not() {
         three.reasons
     );
     assert_eq!(three.underruns, 0);
-    assert_eq!((r.capacity, r.limited_by.as_str()), (1, "gateway"));
+    // The step failed on the gateway's latency; it is laid to the harness instead only when
+    // the harness's own sender was late in it (a loaded test machine), as `run` defines.
+    let blamed = if three.client_bound {
+        "harness"
+    } else {
+        "gateway"
+    };
+    assert_eq!(
+        (r.capacity, r.limited_by.as_str()),
+        (1, blamed),
+        "{three:?}"
+    );
 }
 
 #[test]
