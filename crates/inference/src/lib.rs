@@ -38,6 +38,7 @@ pub mod config;
 mod env_vars;
 mod error;
 pub mod features;
+mod handoff;
 mod math_threads;
 pub mod metrics;
 pub mod pool;

@@ -26,6 +26,7 @@ use metrics::{counter, histogram};
 
 use crate::budget::{BudgetDecision, CpuBudget};
 use crate::config::{PoolConfig, TurnParams};
+use crate::handoff::{Handoff, HeldAudio, Progress};
 use crate::metrics::{
     describe_metrics, BUDGET_DEFERRALS_TOTAL, JOBS_TOTAL, MODEL_TURN, MODEL_VAD, QUEUE_FULL_TOTAL,
     QUEUE_WAIT_SECONDS, RUN_SECONDS, TURN_EARLY_END_TOTAL, TURN_SPECULATIVE_TOTAL,
@@ -94,7 +95,7 @@ enum Control {
     Register {
         id: u64,
         sink: Sink,
-        judged: Arc<AtomicU64>,
+        progress: Arc<Progress>,
     },
     Unregister {
         id: u64,
@@ -125,6 +126,7 @@ struct Shared {
     vad_guarded: AtomicU64,
     vad_replayed: AtomicU64,
     vad_paired: AtomicU64,
+    audio_jobs: AtomicU64,
     turn_runs: AtomicU64,
     turn_runs_wideband: AtomicU64,
     dropped_samples: AtomicU64,
@@ -163,6 +165,10 @@ pub struct PoolStats {
     /// Chunks of a speaking call run as the second of a pair, right after the first
     /// (`PoolConfig::vad_pair_after`).
     pub vad_paired: u64,
+    /// Sends of audio from the calls' handles to the thread: each one wakes it if it was idle.
+    /// A handle sends what completes a chunk, and holds quiet chunks back while its call is
+    /// quiet between turns (the quiet guard's chunks, which decide nothing there).
+    pub audio_jobs: u64,
     /// Smart Turn inferences.
     pub turn_runs: u64,
     /// Of them, on a wideband call's own 16 kHz audio (the others on 8 kHz audio upsampled).
@@ -222,6 +228,7 @@ impl Shared {
             vad_guarded: self.vad_guarded.load(Ordering::Relaxed),
             vad_replayed: self.vad_replayed.load(Ordering::Relaxed),
             vad_paired: self.vad_paired.load(Ordering::Relaxed),
+            audio_jobs: self.audio_jobs.load(Ordering::Relaxed),
             turn_runs: self.turn_runs.load(Ordering::Relaxed),
             turn_runs_wideband: self.turn_runs_wideband.load(Ordering::Relaxed),
             dropped_samples: self.dropped_samples.load(Ordering::Relaxed),
@@ -246,6 +253,8 @@ pub struct InferencePool {
     shared: Arc<Shared>,
     next_id: AtomicU64,
     capacity: usize,
+    /// `PoolConfig::vad_quiet_peak`, for the handles ([`crate::handoff`]).
+    quiet_peak: Option<i16>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -271,6 +280,7 @@ impl InferencePool {
         let shared = Arc::new(Shared::default());
         let thread_shared = shared.clone();
         let capacity = config.queue_capacity;
+        let quiet_peak = config.vad_quiet_peak;
         let thread = std::thread::Builder::new()
             .name("ontime-inference".into())
             .spawn(move || {
@@ -294,6 +304,7 @@ impl InferencePool {
                 shared,
                 next_id: AtomicU64::new(1),
                 capacity,
+                quiet_peak,
                 thread: Some(thread),
             }),
             Ok(Err(e)) => {
@@ -314,16 +325,17 @@ impl InferencePool {
         F: FnMut(InferenceEvent) + Send + 'static,
     {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let judged = Arc::new(AtomicU64::new(0));
+        let progress = Arc::new(Progress::default());
         self.control
             .send(Control::Register {
                 id,
                 sink: Box::new(sink),
-                judged: judged.clone(),
+                progress: progress.clone(),
             })
             .map_err(|_| Error::PoolStopped)?;
         Ok(CallInference {
-            judged,
+            progress,
+            quiet_peak: self.quiet_peak,
             id: CallId(id),
             control: self.control.clone(),
             audio: self.audio.clone(),
@@ -368,37 +380,17 @@ impl Drop for InferencePool {
 
 /// One call's handle: push its audio; dropping it unregisters the call.
 pub struct CallInference {
-    /// Stream time (ns) up to which the thread has judged this call's audio, stored after the
-    /// events of the chunk that ends there were sent.
-    judged: Arc<AtomicU64>,
+    /// Chunks the thread has judged (stored after their events were sent) and what it allows
+    /// for the next ones.
+    progress: Arc<Progress>,
+    /// The quiet guard's peak (`PoolConfig::vad_quiet_peak`): quiet chunks may wait here.
+    quiet_peak: Option<i16>,
     id: CallId,
     control: Sender<Control>,
     audio: Sender<AudioJob>,
     shared: Arc<Shared>,
     capacity: usize,
     held: HeldAudio,
-}
-
-/// Audio pushed but not yet sent to the inference thread: it is sent when it completes a VAD
-/// chunk there. The thread judges whole 32 ms chunks only, so a 20 ms frame that completes
-/// none would wake it for nothing; held back, a call wakes it 31 times a second instead of 50
-/// (at one call, a third of its wakes). Nothing waits longer than it would have: a chunk goes
-/// the moment its last sample is pushed.
-#[derive(Debug, Default)]
-struct HeldAudio {
-    narrow: Vec<i16>,
-    wide: Vec<i16>,
-    /// 8 kHz samples sent so far: where the thread's chunk boundaries fall.
-    sent: u64,
-}
-
-impl HeldAudio {
-    /// Whether `narrow` more samples complete a chunk at the thread.
-    fn completes_chunk(&self, narrow: usize) -> bool {
-        let chunk = VAD_CHUNK_SAMPLES as u64;
-        let held = (self.narrow.len() + narrow) as u64;
-        (self.sent + held) / chunk > self.sent / chunk
-    }
 }
 
 impl std::fmt::Debug for CallInference {
@@ -419,8 +411,12 @@ impl CallInference {
     /// VAD. Every event of the audio up to there has been sent to the call's sink before this
     /// reads it; a caller deciding on "no speech stop came" checks it first, because the thread
     /// may be busy with a Smart Turn run while the audio that holds the stop waits.
+    ///
+    /// Quiet chunks this handle holds back under the quiet guard count as judged: the thread
+    /// has said they are non-speech and decide nothing (`handoff.rs`).
     pub fn judged(&self) -> Duration {
-        Duration::from_nanos(self.judged.load(Ordering::Acquire))
+        let (chunks, _) = self.progress.load();
+        chunk_time(self.held.judged_chunks(chunks))
     }
 
     /// Queues decoded 8 kHz 16-bit PCM (any length; the pool chunks it). Audio that completes
@@ -454,31 +450,31 @@ impl CallInference {
         if !self.held.narrow.is_empty() && self.held.wide.is_empty() != wide.is_empty() {
             // The call changed between narrow- and wideband: what is held goes as it was
             // pushed (the thread takes a push without 16 kHz audio as the switch).
-            self.send_held()?;
+            self.send_held(self.held.narrow.len())?;
         }
-        let completes = self.held.completes_chunk(pcm.len());
         self.held.narrow.extend_from_slice(pcm);
         self.held.wide.extend_from_slice(wide);
-        if completes {
-            self.send_held()
-        } else {
-            Ok(())
+        match self.held.decide_send(self.progress.load(), self.quiet_peak) {
+            Some(n) => self.send_held(n),
+            None => Ok(()),
         }
     }
 
-    fn send_held(&mut self) -> Result<()> {
-        let samples = self.held.narrow.len() as u64;
+    /// Sends the first `narrow` held samples (and their 16 kHz twins).
+    fn send_held(&mut self, narrow: usize) -> Result<()> {
+        let (samples, wide) = self.held.split_to_send(narrow, WIDE_FACTOR);
+        let sent = samples.len() as u64;
         let job = AudioJob {
             id: self.id.0,
-            samples: std::mem::take(&mut self.held.narrow),
-            wide: std::mem::take(&mut self.held.wide),
+            samples,
+            wide,
             pushed_at: Instant::now(),
         };
         match self.audio.try_send(job) {
             Ok(()) => {
                 // Only what the thread got moves its chunk boundaries: after a dropped send
                 // the next ones still complete a chunk each.
-                self.held.sent += samples;
+                self.held.sent += sent;
                 Ok(())
             }
             Err(TrySendError::Full(_)) => {
@@ -523,7 +519,7 @@ struct WideTurn {
 struct CallSlot {
     sink: Sink,
     /// Shared with the call's [`CallInference`]: see [`CallInference::judged`].
-    judged: Arc<AtomicU64>,
+    progress: Arc<Progress>,
     pending: VecDeque<i16>,
     /// (absolute index one past the job's last sample, arrival) of jobs not fully consumed.
     arrivals: VecDeque<(u64, Instant)>,
@@ -571,7 +567,7 @@ impl CallSlot {
     fn new(sink: Sink, vad: &VadParams, turn: &TurnParams) -> Self {
         Self {
             sink,
-            judged: Arc::new(AtomicU64::new(0)),
+            progress: Arc::new(Progress::default()),
             pending: VecDeque::new(),
             arrivals: VecDeque::new(),
             pushed_samples: 0,
@@ -596,6 +592,22 @@ impl CallSlot {
 
     fn ready(&self) -> bool {
         self.pending.len() >= VAD_CHUNK_SAMPLES
+    }
+
+    /// What the call's handle may do with its next complete chunks, after the chunk just
+    /// decided: hold quiet ones only while quiet between turns with the guard on, where a quiet
+    /// chunk's verdict is the guard's and changes nothing (no turn open, so no stop, early end
+    /// or incomplete timeout rides on it).
+    fn handoff(&self, quiet_guard: bool) -> Handoff {
+        let between_turns = self.detector.state() == SpeechState::Quiet
+            && !self.turn.in_turn()
+            && self.incomplete_since.is_none()
+            && self.awaiting.is_none();
+        if quiet_guard && between_turns {
+            Handoff::Quiet
+        } else {
+            Handoff::Now
+        }
     }
 
     /// Chunks the detector has judged since the current speech's onset (meaningful while
@@ -1004,9 +1016,9 @@ impl Worker {
 
     fn handle_control(&mut self, c: Control) {
         match c {
-            Control::Register { id, sink, judged } => {
+            Control::Register { id, sink, progress } => {
                 let mut slot = CallSlot::new(sink, &self.config.vad, &self.config.turn);
-                slot.judged = judged;
+                slot.progress = progress;
                 self.calls.insert(id, slot);
             }
             Control::Unregister { id } => {
@@ -1027,6 +1039,7 @@ impl Worker {
     }
 
     fn handle_audio(&mut self, job: AudioJob) {
+        self.shared.audio_jobs.fetch_add(1, Ordering::Relaxed);
         if !self.calls.contains_key(&job.id) {
             // The registration was sent before this audio; it may still be in the control queue.
             self.drain_control();
@@ -1499,10 +1512,8 @@ impl Worker {
                 }
             }
             // After the chunk's events: a reader that sees this far has them all in its sink.
-            slot.judged.store(
-                u64::try_from(detected.as_nanos()).unwrap_or(u64::MAX),
-                Ordering::Release,
-            );
+            let handoff = slot.handoff(self.config.vad_quiet_peak.is_some());
+            slot.progress.store(chunk_index + 1, handoff);
         }
     }
 
@@ -1790,7 +1801,8 @@ mod tests {
     fn handle_on(audio: Sender<AudioJob>) -> CallInference {
         let (control, _) = unbounded();
         CallInference {
-            judged: Arc::new(AtomicU64::new(0)),
+            progress: Arc::new(Progress::default()),
+            quiet_peak: Some(crate::vad::QUIET_PEAK),
             id: CallId(7),
             control,
             audio,
@@ -1857,7 +1869,9 @@ mod tests {
             );
             at_thread += job.samples.len();
         }
-        assert_eq!((full, got.len()), (30, 3));
+        // 25 chunks complete, each one attempt: 3 sent, 22 dropped by the full queue (a dropped
+        // send takes its chunk only; the samples past the chunk's end stay for the next).
+        assert_eq!((full, got.len()), (22, 3));
     }
 
     #[test]
@@ -1870,6 +1884,8 @@ mod tests {
         let jobs: Vec<AudioJob> = rx.try_iter().collect();
         assert_eq!(jobs.len(), 2);
         assert_eq!((jobs[0].samples.len(), jobs[0].wide.len()), (160, 0));
-        assert_eq!((jobs[1].samples.len(), jobs[1].wide.len()), (160, 320));
+        // Then up to the thread's chunk boundary (256 - 160 samples); the rest stays held.
+        assert_eq!((jobs[1].samples.len(), jobs[1].wide.len()), (96, 192));
+        assert_eq!((call.held.narrow.len(), call.held.wide.len()), (64, 128));
     }
 }

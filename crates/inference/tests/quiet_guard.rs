@@ -131,6 +131,17 @@ struct Run {
     replayed: u64,
     paired: u64,
     batches: u64,
+    audio_jobs: u64,
+}
+
+/// How the calls' audio goes to the pool.
+#[derive(Clone, Copy, PartialEq)]
+enum Feed {
+    /// 2 s per call at a time, then wait for the thread to decide it.
+    Seconds,
+    /// 20 ms per call at a time, as a call's RTP brings it, and wait until every complete chunk
+    /// is judged (by the thread, or held back by the handle as quiet) before the next frame.
+    Frames,
 }
 
 fn chunk_of(t: Duration) -> u64 {
@@ -146,6 +157,16 @@ fn run_pool(
     quiet_peak: Option<i16>,
     pair_after: Option<Duration>,
 ) -> Run {
+    run_pool_fed(paths, set, quiet_peak, pair_after, Feed::Seconds)
+}
+
+fn run_pool_fed(
+    paths: &ModelPaths,
+    set: &[(String, Vec<i16>)],
+    quiet_peak: Option<i16>,
+    pair_after: Option<Duration>,
+    feed: Feed,
+) -> Run {
     let mut config = PoolConfig::new(paths.clone());
     config.vad_quiet_peak = quiet_peak;
     config.vad_pair_after = pair_after;
@@ -156,7 +177,10 @@ fn run_pool(
         .iter()
         .map(|_| pool.register_call().expect("register"))
         .collect();
-    let step = 16_000;
+    let step = match feed {
+        Feed::Seconds => 16_000,
+        Feed::Frames => 160,
+    };
     let longest = set.iter().map(|(_, a)| a.len()).max().unwrap_or(0);
     let mut want = 0u64;
     for from in (0..longest).step_by(step) {
@@ -168,9 +192,23 @@ fn run_pool(
             }
         }
         let until = Instant::now() + Duration::from_secs(120);
-        while pool.stats().vad_chunks < want {
-            assert!(Instant::now() < until, "the pool fell behind");
-            std::thread::sleep(Duration::from_millis(5));
+        match feed {
+            Feed::Seconds => {
+                while pool.stats().vad_chunks < want {
+                    assert!(Instant::now() < until, "the pool fell behind");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            Feed::Frames => {
+                for ((call, _), (_, audio)) in calls.iter().zip(set) {
+                    let complete = (from + step).min(audio.len()) / VAD_CHUNK_SAMPLES;
+                    let judged = Duration::from_millis(32) * complete as u32;
+                    while call.judged() < judged {
+                        assert!(Instant::now() < until, "the pool fell behind");
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+            }
         }
     }
     let stats = pool.stats();
@@ -180,6 +218,7 @@ fn run_pool(
         replayed: stats.vad_replayed,
         paired: stats.vad_paired,
         batches: stats.vad_batches,
+        audio_jobs: stats.audio_jobs,
         ..Run::default()
     };
     for (_, events) in &calls {
@@ -308,6 +347,53 @@ fn speech_pairing_moves_no_decision() {
     }
     assert_eq!((on.paired, later.paired), (PAIRED, PAIRED_AFTER_800_MS));
 }
+
+/// Quiet chunks a call's handle holds back (`crate::handoff` in the pool) change when the thread
+/// sees them, not what it decides: fed 20 ms at a time as RTP brings audio, every start, stop and
+/// detection on the fixed set is what the thread decides when it gets every chunk at once, and
+/// the sends to the thread (each a wake of an idle thread) are counted exactly.
+#[test]
+fn quiet_chunks_held_back_move_no_decision() {
+    let Some(paths) = model_paths() else { return };
+    let set = fixed_set();
+    let peak = Some(ontime_inference::vad::QUIET_PEAK);
+    let reference = run_pool(&paths, &set, peak, None);
+    let frames = run_pool_fed(&paths, &set, peak, None, Feed::Frames);
+    let unguarded = run_pool_fed(&paths, &set, None, None, Feed::Frames);
+    let chunks: u64 = set
+        .iter()
+        .map(|(_, a)| (a.len() / VAD_CHUNK_SAMPLES) as u64)
+        .sum();
+    eprintln!(
+        "{} calls, {chunks} chunks: {} sends to the thread without the guard, {} with it and \
+         quiet chunks held back; the thread decided {} of the chunks (the rest were a call's \
+         trailing quiet, still held)",
+        set.len(),
+        unguarded.audio_jobs,
+        frames.audio_jobs,
+        frames.vad_chunks
+    );
+    assert_eq!(
+        (&frames.starts, &frames.stops, &frames.detected),
+        (&reference.starts, &reference.stops, &reference.detected),
+        "starts, stops and their detections"
+    );
+    assert_eq!(
+        (unguarded.audio_jobs, unguarded.vad_chunks),
+        (chunks, chunks),
+        "without the guard every chunk is one send"
+    );
+    assert_eq!(
+        (frames.audio_jobs, frames.vad_chunks),
+        (HELD_BACK_SENDS, HELD_BACK_DECIDED),
+        "sends, and chunks the thread decided, with quiet chunks held back"
+    );
+}
+
+/// On the fixed set fed 20 ms at a time with the quiet guard on: sends to the thread, and
+/// chunks it decided (the rest, trailing quiet, stay held).
+const HELD_BACK_SENDS: u64 = 14_474;
+const HELD_BACK_DECIDED: u64 = 20_359;
 
 /// On the fixed set, chunks run as the second of a speaking pair: pairing from the onset, and
 /// from 800 ms into each speech.
