@@ -235,12 +235,15 @@ fn talk_over_for(gw_args: &[&str], over: Arc<[i16]>, max_duration: Duration) -> 
     run(&gw, &line)
 }
 
-/// Calls the interruption bound of (b) is taken over (its median).
-const CUT_CALLS: usize = 3;
+/// Calls the interruption bound of (b) is taken over (its median). Five, not three: single
+/// calls scatter across the bound (248-340 ms in 21 calls on 2026-12-06, before and after the
+/// quiet hand-off alike), and a median of three went over it once in a loaded CI run (280, 305,
+/// 321 ms).
+const CUT_CALLS: usize = 5;
 
 /// (b) The caller asks again 1.5 s into the reply, over its echo (150 ms, 12 dB): the reply
 /// stops within 300 ms (15 packets) of the onset, measured on the caller's own clock, in the
-/// median of three calls (single calls measured 256-315 ms on 2026-12-02: the VAD's start
+/// median of five calls (single calls measured 256-315 ms on 2026-12-02: the VAD's start
 /// window and a tick or two of the sender's ring sit close to the bound); on every call one
 /// barge-in, two turns, and the answer to the interruption is heard whole.
 #[test]
