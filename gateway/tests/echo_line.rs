@@ -236,7 +236,7 @@ fn talk_over_for(gw_args: &[&str], over: Arc<[i16]>, max_duration: Duration) -> 
 }
 
 /// Calls the interruption bound of (b) is taken over (its median). Five, not three: single
-/// calls scatter across the bound (248-340 ms in 21 calls on 2026-12-06, before and after the
+/// calls scatter across the bound (248-340 ms in 18 calls on 2026-12-06, before and after the
 /// quiet hand-off alike), and a median of three went over it once in a loaded CI run (280, 305,
 /// 321 ms).
 const CUT_CALLS: usize = 5;
