@@ -22,6 +22,7 @@ use crate::agent::{
 use crate::api::Callbacks;
 use crate::call::dial::DialEnd;
 use crate::call::{CallCommand, CallCore, CallOutput, CallStats, DialogEvent, SipRequest};
+use crate::call_timer::CallTimer;
 use crate::media_socket::MediaReader;
 use crate::ops::metrics::JitterDepthGauge;
 use crate::records::recording::CallRecording;
@@ -150,13 +151,14 @@ pub async fn run(
         span: _,
     } = start;
     let sid = info.call_sid.clone();
-    let (rtp_async, rtcp_async) = match (
+    let (rtp_async, rtcp_async, mut timer) = match (
         admitted.rtp.try_clone().and_then(MediaReader::new),
         admitted.rtcp.try_clone().and_then(MediaReader::new),
+        CallTimer::new(),
     ) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => {
-            warn!(error = %e, "RTP sockets unusable; hanging up");
+        (Ok(a), Ok(b), Ok(t)) => (a, b, t),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            warn!(error = %e, "RTP sockets or the call's timer unusable; hanging up");
             let _ = services.sip.send(SipCall {
                 call,
                 request: SipRequest::Hangup,
@@ -519,7 +521,7 @@ pub async fn run(
                     core.handle_rtcp(&mut rtcp_buf[..n], src, Instant::now());
                 }
             }
-            _ = tokio::time::sleep_until(wake.into()) => {
+            () = timer.sleep_until(wake) => {
                 let now = Instant::now();
                 catch_up_with_inference(&mut core, inference.as_ref(), &mut inference_rx, now);
                 core.handle_timeout(now);
