@@ -22,7 +22,6 @@ use crate::agent::{
 use crate::api::Callbacks;
 use crate::call::dial::DialEnd;
 use crate::call::{CallCommand, CallCore, CallOutput, CallStats, DialogEvent, SipRequest};
-use crate::call_timer::CallTimer;
 use crate::media_socket::MediaReader;
 use crate::ops::metrics::JitterDepthGauge;
 use crate::records::recording::CallRecording;
@@ -151,14 +150,13 @@ pub async fn run(
         span: _,
     } = start;
     let sid = info.call_sid.clone();
-    let (rtp_async, rtcp_async, mut timer) = match (
+    let (rtp_async, rtcp_async) = match (
         admitted.rtp.try_clone().and_then(MediaReader::new),
         admitted.rtcp.try_clone().and_then(MediaReader::new),
-        CallTimer::new(),
     ) {
-        (Ok(a), Ok(b), Ok(t)) => (a, b, t),
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
-            warn!(error = %e, "RTP sockets or the call's timer unusable; hanging up");
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => {
+            warn!(error = %e, "RTP sockets unusable; hanging up");
             let _ = services.sip.send(SipCall {
                 call,
                 request: SipRequest::Hangup,
@@ -521,7 +519,7 @@ pub async fn run(
                     core.handle_rtcp(&mut rtcp_buf[..n], src, Instant::now());
                 }
             }
-            () = timer.sleep_until(wake) => {
+            _ = tokio::time::sleep_until(wake.into()) => {
                 let now = Instant::now();
                 catch_up_with_inference(&mut core, inference.as_ref(), &mut inference_rx, now);
                 core.handle_timeout(now);

@@ -46,7 +46,6 @@ mod agent;
 mod api;
 mod call;
 mod call_driver;
-mod call_timer;
 mod config;
 mod gateway;
 mod media_socket;
