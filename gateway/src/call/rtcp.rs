@@ -359,12 +359,18 @@ mod tests {
             panic!("no VoIP metrics block")
         };
         assert_eq!(v.ssrc, 0xCA11);
-        assert!(
-            v.loss_rate > 0,
+        // One of 50 lost: 1/50 in RFC 3611's 1/256 units, rounded down.
+        assert_eq!(
+            v.loss_rate,
+            5,
             "one of 50 lost shows in the loss rate: {v:?} {:?}",
             inbound.jitter_counters()
         );
-        assert!(v.jb_abs_max_ms >= v.jb_nominal_ms);
+        // The buffer's floor, its deepest in this call and its configured ceiling.
+        assert_eq!(
+            (v.jb_nominal_ms, v.jb_maximum_ms, v.jb_abs_max_ms),
+            (20, 40, 200)
+        );
 
         // The caller's RR on our stream, with LSR = our SR's NTP middle bits: an RTT comes out.
         let rr = RtcpPacket::ReceiverReport(ReceiverReport {
