@@ -287,9 +287,6 @@ mod tests {
         let mut b = CpuBudget::new(quota(30), 20 * MS);
         let w = simulate(&mut b, 60 * MS, 60);
         let total: Duration = w.iter().sum();
-        // Long-run rate within the allowance (plus at most one job in flight at the end).
-        assert!(total <= 10 * MS * 60 + 60 * MS, "total {total:?}");
-        assert!(total >= 10 * MS * 60 - 60 * MS, "total {total:?}");
         // Each job is six windows' allowance: one every six windows, ten in sixty, and the
         // thread is told to wait in every window (the job's own and the five it pays back).
         assert_eq!(total, 600 * MS);
