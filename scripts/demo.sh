@@ -97,6 +97,7 @@ late=$(printf '%s\n' "$metrics" | awk '$1=="ontime_sender_late_ticks_total"{prin
 ticks=$(printf '%s\n' "$metrics" | awk '$1=="ontime_sender_ticks_total"{print $2}')
 rt=$(printf '%s\n' "$metrics" | awk '$1=="ontime_sender_realtime"{print $2}')
 echo "sender            ${late:-?} late ticks of ${ticks:-?} (SCHED_FIFO: ${rt:-?})"
-echo "call record       $(grep -o '"cdr":"[^}]*}' "$work/gateway.log" | tail -1 | sed 's/\\"/"/g')"
+# The log line carries the record as an escaped JSON string: print the record itself.
+echo "call record       $(grep -o '"cdr":"[^}]*}' "$work/gateway.log" | tail -1 | sed 's/^"cdr":"//; s/\\"/"/g')"
 kill -TERM "$gw_pid"; wait "$gw_pid"; status=$?; gw_pid=""
 echo "gateway stopped on SIGTERM with exit status $status"
