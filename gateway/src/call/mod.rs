@@ -4,6 +4,7 @@
 mod codec;
 mod core;
 pub(crate) mod dial;
+mod events;
 pub(crate) mod hold_back;
 mod inbound;
 mod outbound;
@@ -14,11 +15,10 @@ pub(crate) mod words;
 
 // Crate-private: the call core is the gateway's machinery, not its embedding surface (that is
 // `Gateway`, `Agent` and `Config`), so it can change without a semver break.
+pub(crate) use self::core::CallCore;
 #[cfg(test)]
-pub(crate) use self::core::AgentNotice;
-pub(crate) use self::core::{
-    CallCommand, CallCore, CallOutput, CallSettings, DialogEvent, SipRequest,
-};
+pub(crate) use self::events::AgentNotice;
+pub(crate) use self::events::{CallCommand, CallOutput, CallSettings, DialogEvent, SipRequest};
 pub(crate) use program::TransferOutcome;
 pub(crate) use stats::CallStats;
 
