@@ -1,6 +1,6 @@
 //! The embeddable gateway: [`Gateway::builder`] takes a [`Config`] and an [`Agent`],
-//! [`Gateway::bind`] starts the real-time sender and the inference thread and binds the sockets,
-//! and [`Gateway::run`] serves calls until the shutdown future resolves, then drains.
+//! [`GatewayBuilder::bind`] starts the real-time sender and the inference thread and binds the
+//! sockets, and [`Gateway::run`] serves calls until the shutdown future resolves, then drains.
 //!
 //! What belongs to the host program stays there: the global metrics recorder (the gateway only
 //! emits through the `metrics` facade; pass [`GatewayBuilder::metrics_renderer`] to serve it on

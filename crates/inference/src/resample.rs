@@ -48,8 +48,8 @@ pub fn upsample_2x(input: &[f32], out: &mut Vec<f32>) {
     }
 }
 
-/// The midpoint between x[k] and x[k+1] near an edge: inputs x[k−31] ..= x[k+32], zeros beyond
-/// the input, summed in tap order in f64 (as the numpy reference), rounded once to f32.
+/// The midpoint between `x[k]` and `x[k+1]` near an edge: inputs `x[k−31] ..= x[k+32]`, zeros
+/// beyond the input, summed in tap order in f64 (as the numpy reference), rounded once to f32.
 fn midpoint_at_edge(input: &[f32], k: usize) -> f32 {
     let n = input.len() as isize;
     let k = k as isize;

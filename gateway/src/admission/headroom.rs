@@ -12,7 +12,7 @@
 //! How full the gateway may be is a queueing question, not a fixed share. A turn's verdict waits
 //! behind the jobs ahead of it, and that wait grows like ρ/(1−ρ) with the utilisation ρ long
 //! before the CPU is full (Pollaczek–Khinchine: the mean wait of an M/G/1 queue is
-//! ρ·E[S²]/(2·E[S]·(1−ρ)); the long jobs here are Smart Turn runs of S ≈ 30–60 ms). The extra
+//! ρ·E\[S²\]/(2·E\[S\]·(1−ρ)); the long jobs here are Smart Turn runs of S ≈ 30–60 ms). The extra
 //! p95 turn latency is modelled as `wait_factor · S · ρ/(1−ρ)` and kept within
 //! `queueing_budget`, which gives the utilisation calls may fill: ρ* = B / (B + k·S), capped at
 //! `target_utilisation`. On a dedicated core every thread of the gateway shares the core, so ρ

@@ -145,8 +145,8 @@ impl CallSlots {
         Self::with_reserve(max_calls, ports, 0)
     }
 
-    /// [`CallSlots::new`] admitting a call only while the measured headroom is at least
-    /// `reserve` calls.
+    /// Room for `max_calls` calls on the RTP ports of `ports`, admitting a call only while the
+    /// measured headroom is at least `reserve` calls.
     pub fn with_reserve(max_calls: usize, ports: PortRange, reserve: usize) -> Arc<CallSlots> {
         Arc::new(CallSlots {
             sip_overloaded: AtomicBool::new(false),
