@@ -16,7 +16,8 @@ alone, at the same call counts and the same turn rate, on the same core.
   no STT, no LLM, no TTS: only the two analyzers, so pipecat's figure is a floor of what a pipecat
   bot spends.
 
-Prints a Markdown table (per-call CPU both ways, the ratio, turns per call-minute both ways) and
+Prints a Markdown table (per-call CPU both ways, the ratio, turns per call-minute both ways, and
+how much of the core the host took, `steal` in /proc/stat, during each side's window) and
 writes JSON. Every process started is stopped at the end.
 
     cargo build --release -p ontime-gateway -p ontime-loadgen
@@ -141,7 +142,21 @@ async def pipecat_call(index, utterances, gap_s, start, stop_at, counts):
         k += 1
 
 
-async def pipecat_worker(calls, gap_s, warmup_s, measure_s):
+def core_steal_s(core):
+    """Seconds the host has taken from CPU `core` since boot (its `steal` in /proc/stat): a
+    window in which the host took the measured core is not a measure of the process alone."""
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                fields = line.split()
+                if fields and fields[0] == f"cpu{core}":
+                    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+async def pipecat_worker(calls, gap_s, warmup_s, measure_s, core):
     utterances = [ulaw_to_16k(p) for p in CALLERS]
     counts = {"turns": 0, "smart_turn_runs": 0, "late_ms": 0.0}
     start = time.monotonic() + 1.0
@@ -153,12 +168,15 @@ async def pipecat_worker(calls, gap_s, warmup_s, measure_s):
     # The window: CPU of the whole process (every thread) from the warm-up's end.
     await asyncio.sleep(start + warmup_s - time.monotonic())
     before = resource.getrusage(resource.RUSAGE_SELF)
+    steal_before = core_steal_s(core)
     counts.update(turns=0, smart_turn_runs=0, late_ms=0.0)
     t0 = time.monotonic()
     await asyncio.gather(*tasks)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_SELF)
+    steal_after = core_steal_s(core)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    steal = None if steal_before is None or steal_after is None else steal_after - steal_before
     return {
         "calls": calls,
         "cpu_pct": 100.0 * cpu / wall,
@@ -166,6 +184,7 @@ async def pipecat_worker(calls, gap_s, warmup_s, measure_s):
         "turns": counts["turns"],
         "smart_turn_runs": counts["smart_turn_runs"],
         "worst_late_ms": counts["late_ms"],
+        "core_steal_pct": None if steal is None else 100.0 * steal / wall,
     }
 
 
@@ -207,6 +226,7 @@ def run_ontime(args, calls, out_dir):
         "p95_ms": step.get("lat_p95_ms"),
         "smart_turn_runs": step.get("smart_turn_runs"),
         "speculative_discarded": step.get("speculative_discarded"),
+        "core_steal_pct": step.get("core_steal_pct"),
     }
 
 
@@ -214,7 +234,7 @@ def run_pipecat(args, calls, gap_s):
     cmd = [
         "taskset", "-c", args.cpuset,
         str(VENV_PY), str(Path(__file__).resolve()), "--pipecat-worker",
-        "--calls", str(calls), "--gap", f"{gap_s:.3f}",
+        "--calls", str(calls), "--gap", f"{gap_s:.3f}", "--cpuset", args.cpuset,
         "--warmup", str(args.warmup), "--measure", str(args.measure),
     ]
     print("$", " ".join(cmd), file=sys.stderr, flush=True)
@@ -250,7 +270,8 @@ def main():
     args = ap.parse_args()
 
     if args.pipecat_worker:
-        result = asyncio.run(pipecat_worker(args.calls, args.gap, args.warmup, args.measure))
+        result = asyncio.run(pipecat_worker(args.calls, args.gap, args.warmup, args.measure,
+                                            args.cpuset))
         print(json.dumps(result), flush=True)
         return
 
@@ -287,8 +308,8 @@ def main():
     print("| calls | ontime: admitted | ontime: % per call | ontime: turns/call-min "
           "| ontime: CPU ms per turn | pipecat VAD + Smart Turn: % per call "
           "| pipecat: turns/call-min | pipecat: CPU ms per turn | pipecat: worst lag (ms) "
-          "| ratio per call | ratio per turn |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| ratio per call | ratio per turn | host steal of the core, ontime / pipecat window (%) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     fmt = lambda v, d=2: "–" if v is None else f"{v:.{d}f}"
     for r in rows:
         o, p = r.get("ontime"), r.get("pipecat")
@@ -302,12 +323,14 @@ def main():
         ratio_turn = p_turn / o_turn if o_turn and p_turn else None
         print(f"| {r['calls']} | {o['admitted'] if o else '–'} | {fmt(o_call)} | {fmt(o_rate, 1)} "
               f"| {fmt(o_turn, 0)} | {fmt(p_call)} | {fmt(p_rate, 1)} | {fmt(p_turn, 0)} "
-              f"| {fmt(p and p['worst_late_ms'], 0)} | {fmt(ratio, 1)}× | {fmt(ratio_turn, 1)}× |")
+              f"| {fmt(p and p['worst_late_ms'], 0)} | {fmt(ratio, 1)}× | {fmt(ratio_turn, 1)}× "
+              f"| {fmt(o and o.get('core_steal_pct'))} / {fmt(p and p.get('core_steal_pct'))} |")
         r.update(ontime_pct_per_call=o_call, pipecat_pct_per_call=p_call, ratio=ratio,
                  ontime_ms_per_turn=o_turn, pipecat_ms_per_turn=p_turn, ratio_per_turn=ratio_turn)
     print("\nA pipecat worst lag of more than a frame or two means its process did not keep up "
           "with real time: its turn rate, and so its cost per call, is then under what the calls "
-          "asked of it.")
+          "asked of it. Host steal above a few tenths of a percent means the host took the core "
+          "during that side's window: its figures then carry the host's load as well.")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     doc = {

@@ -310,6 +310,7 @@ fn main() -> anyhow::Result<()> {
             metrics,
             pid,
             cgroup: spawned.as_ref().and_then(|g| g.cgroup.as_ref()),
+            core: args.cpuset,
         };
         if args.soak {
             let plan = SoakPlan {

@@ -171,13 +171,13 @@ pub fn table(steps: &[StepReport]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>4} {:>5} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>9} {:>5} {:>9} {:>6} {:>11} {:>9} {:>4} {:>4} {:>4} {:>5} {:>6} {:>4}  ok",
-        "N", "media", "cpu%", "snd%", "inf%", "io%", "thr%", "rssMB", "late/wst", "infq", "turns", "p50", "p95", "undr/min", "offr", "adm", "ref", "fail", "cli", "cb"
+        "{:>4} {:>5} {:>6} {:>5} {:>5} {:>5} {:>6} {:>5} {:>6} {:>9} {:>5} {:>9} {:>6} {:>11} {:>9} {:>4} {:>4} {:>4} {:>5} {:>6} {:>4}  ok",
+        "N", "media", "cpu%", "snd%", "inf%", "io%", "thr%", "stl%", "rssMB", "late/wst", "infq", "turns", "p50", "p95", "undr/min", "offr", "adm", "ref", "fail", "cli", "cb"
     );
     for s in steps {
         let _ = writeln!(
             out,
-            "{:>4} {:>5} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>9} {:>5} {:>9} {:>6} {:>11} {:>9.2} {:>4} {:>4} {:>4} {:>5} {:>6} {:>4}  {}",
+            "{:>4} {:>5} {:>6} {:>5} {:>5} {:>5} {:>6} {:>5} {:>6} {:>9} {:>5} {:>9} {:>6} {:>11} {:>9.2} {:>4} {:>4} {:>4} {:>5} {:>6} {:>4}  {}",
             s.calls,
             s.media.name(),
             opt(s.cpu_pct, 1),
@@ -185,6 +185,7 @@ pub fn table(steps: &[StepReport]) -> String {
             opt(s.inference_cpu_pct, 1),
             opt(s.io_cpu_pct, 1),
             opt(s.throttle_ratio.map(|r| r * 100.0), 1),
+            opt(s.core_steal_pct, 1),
             opt(s.rss_mb, 0),
             format!(
                 "{}/{}",

@@ -36,6 +36,8 @@ pub struct GatewayView<'a> {
     pub pid: Option<u32>,
     /// Its quota cgroup, when the harness made one.
     pub cgroup: Option<&'a ChildCgroup>,
+    /// The core it has to itself (`--cpuset`), whose steal time each step reports.
+    pub core: Option<usize>,
 }
 
 /// How the run goes.
@@ -117,6 +119,8 @@ struct Snapshot {
     scrape: Option<Scrape>,
     proc: Option<ProcSample>,
     cgroup: Option<CpuStat>,
+    /// The gateway's core's steal time since boot.
+    steal: Option<Duration>,
     harness: SenderStats,
 }
 
@@ -135,6 +139,7 @@ async fn snapshot(gw: &GatewayView<'_>, harness: &Controller) -> Snapshot {
         scrape,
         proc: gw.pid.and_then(procstat::sample),
         cgroup: gw.cgroup.and_then(|c| c.stat().ok()),
+        steal: gw.core.and_then(ontime_sender::core_steal),
         harness: harness.stats(),
     }
 }
@@ -279,6 +284,7 @@ pub async fn run_step(
         scrape: None,
         proc: None,
         cgroup: None,
+        steal: None,
         harness: after.harness,
     });
     let mut step = summarize(
@@ -452,6 +458,9 @@ fn summarize(
         s.sender_cpu_pct = Some(cpu.thread_pct(SENDER_THREAD));
         s.inference_cpu_pct = Some(cpu.thread_pct(INFERENCE_THREAD));
         s.io_cpu_pct = Some(cpu.thread_pct(IO_THREAD));
+    }
+    if let (Some(x), Some(y)) = (before.steal, after.steal) {
+        s.core_steal_pct = Some(y.saturating_sub(x).as_secs_f64() / s.measure_s * 100.0);
     }
     s.rss_mb = rss_peak_kib.map(|k| k as f64 / 1024.0);
     s.harness_late_ticks = after

@@ -120,6 +120,10 @@ pub struct StepReport {
     pub io_cpu_pct: Option<f64>,
     /// Share of CFS periods throttled.
     pub throttle_ratio: Option<f64>,
+    /// Time the host took from the gateway's dedicated core over the window (its `steal` in
+    /// `/proc/stat`), % of that core; only with `--cpuset`. Above a few tenths of a percent the
+    /// step's CPU and lateness figures carry the host's load as well as the gateway's.
+    pub core_steal_pct: Option<f64>,
     /// Peak resident memory in the window, MB (MiB).
     pub rss_mb: Option<f64>,
     /// Harness sender ticks later than 20 ms.

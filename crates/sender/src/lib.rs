@@ -84,6 +84,7 @@ pub use stream::{
     PacketInfo, PacketSink, SentFrame, StreamConfig, StreamEvent, StreamId, StreamOutput,
     StreamProducer, StreamStats,
 };
+pub use witness::core_steal;
 
 use std::time::Duration;
 

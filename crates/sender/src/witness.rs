@@ -8,6 +8,7 @@
 //! call, i.e. over the window that holds the ticks the same publish drains.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Counters of the sender thread and its core, cumulative or (from [`ThreadWitness::advance`])
 /// over one window.
@@ -119,6 +120,18 @@ impl ThreadWitness {
     }
 }
 
+/// Time the host has taken from core `core` for other work since boot (that core's `steal` in
+/// `/proc/stat`: zero on bare metal); `None` where `/proc/stat` cannot be read or has no such
+/// core. A load harness reports it beside its figures: a window in which the host took the
+/// measured core is not a measure of the gateway alone.
+pub fn core_steal(core: usize) -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let (_, _, steal_ticks) = parse_core_line(&text, core)?;
+    Some(Duration::from_secs_f64(
+        steal_ticks as f64 * crate::os::ms_per_clock_tick() / 1000.0,
+    ))
+}
+
 /// `(minflt, majflt)` of a `/proc/.../stat` line: fields 10 and 12, counted after the name's
 /// closing parenthesis (the name may hold spaces and parentheses).
 pub(crate) fn parse_task_faults(text: &str) -> Option<(u64, u64)> {
@@ -203,6 +216,13 @@ mod tests {
         assert_eq!(parse_core_line(stat, 1), Some((2, 3, 4)));
         assert_eq!(parse_core_line(stat, 11), Some((7, 8, 9)));
         assert_eq!(parse_core_line(stat, 2), None);
+    }
+
+    #[test]
+    fn steal_is_read_for_a_core_that_exists_only() {
+        // The first core always exists; no machine has this many.
+        assert!(core_steal(0).is_some(), "cpu0 has a /proc/stat line");
+        assert_eq!(core_steal(usize::MAX), None);
     }
 
     #[test]
