@@ -619,7 +619,12 @@ impl JitterBuffer {
         let resync = self
             .last_transit_us
             .is_some_and(|last| (transit_us - last).abs() > us(RESYNC_THRESHOLD));
-        self.last_transit_us = Some(transit_us);
+        // The reference for the next packet's discontinuity test moves only with packets that
+        // stay on the timeline or are kept: a duplicate (its sequence number already seen,
+        // whatever timestamp it carries) or a late packet on a jumped timeline is discarded, and
+        // taking it as the reference would let the next packet of that timeline in unflagged,
+        // its transit in the history, and the depth computed against the wrong timeline.
+        let set_reference = |jb: &mut Self| jb.last_transit_us = Some(transit_us);
         // While a discontinuity waits in the buffer, new transits belong to the new timeline:
         // they enter the history when it is re-anchored, not before.
         let record = !resync && !self.resync_pending();
@@ -638,15 +643,21 @@ impl JitterBuffer {
                 self.counters.lost = self.counters.lost.saturating_sub(1);
             }
             self.counters.late += 1;
+            if !resync {
+                set_reference(self);
+            }
             if record {
                 self.record_transit(transit_us);
             }
             return Ok(PushOutcome::Late);
         }
         let cap = self.slots.len() as u64;
+        let mut resync = resync;
         if index >= st.next_index + cap {
             let drop_to = index + 1 - cap;
-            self.drop_oldest_until(drop_to);
+            // A discontinuity dropped with nothing buffered after it is this packet's: it is on
+            // the new timeline, which the history must not take in before it is re-anchored.
+            resync |= self.drop_oldest_until(drop_to);
         }
         let i = self.slot_of(index);
         let slot = &mut self.slots[i];
@@ -670,6 +681,7 @@ impl JitterBuffer {
         };
         slot.bytes[..pkt.payload.len()].copy_from_slice(pkt.payload);
         self.buffered += 1;
+        set_reference(self);
         if record {
             self.record_transit(transit_us);
         }
@@ -736,10 +748,12 @@ impl JitterBuffer {
     }
 
     /// Overflow: passes every index below `drop_to`, dropping buffered packets (counted) and
-    /// declaring the missing ones lost.
-    fn drop_oldest_until(&mut self, drop_to: u64) {
+    /// declaring the missing ones lost. Returns whether a dropped packet's discontinuity found
+    /// no later buffered packet to carry it: the packet being stored must carry it then.
+    #[must_use]
+    fn drop_oldest_until(&mut self, drop_to: u64) -> bool {
         let Some(st) = self.stream.as_mut() else {
-            return;
+            return false;
         };
         let mut carry_resync = false;
         while st.next_index < drop_to {
@@ -772,10 +786,12 @@ impl JitterBuffer {
                 .min_by_key(|s| s.index)
             {
                 slot.resync = true;
+                carry_resync = false;
             }
         }
         // The playout point stays: the next packet's timestamp is now ahead of it, so pop
         // re-anchors there as at a talkspurt start (overflow means the depth was wrong).
+        carry_resync
     }
 
     /// Whether a packet after `index` is buffered that arrived by `at_us`.

@@ -633,3 +633,71 @@ fn opus_on_its_48k_clock_plays_every_20_ms_and_conceals_a_gap() {
     };
     assert!(JitterBuffer::new(odd).is_err());
 }
+
+/// The smallest buffer the property test found these in: one packet of delay history, two
+/// slots, so a single wrong transit in the history or a single overflow decides the depth.
+fn tight() -> JitterConfig {
+    JitterConfig {
+        min_depth: Duration::ZERO,
+        capacity_packets: 2,
+        window_packets: 1,
+        percentile: 50,
+        ..JitterConfig::default()
+    }
+}
+
+/// Half the RTP timestamp range: a jump this far reads as a jump backwards.
+const HALF_RANGE: u32 = 1 << 31;
+
+#[test]
+fn a_duplicate_carrying_a_jumped_timestamp_does_not_hide_the_jump() {
+    let mut s = Sim::new(tight());
+    s.push_full(0, 0, false, 0);
+    s.run_until(40);
+    // Sequence 0 again, played already, now carrying a timestamp half the range away.
+    assert_eq!(
+        s.push_full(0, HALF_RANGE, false, 40),
+        PushOutcome::Duplicate
+    );
+    // The stream goes on with that timestamp: the jump is the next stored packet's to flag.
+    s.push_full(3, HALF_RANGE + 3 * TIMESTAMP_STEP, false, 60);
+    s.run_until(60_000);
+    assert_eq!(s.frames(), vec![0, 3]);
+    // After the last packet the buffer grows to its maximum (10 stretches from 0 to 200 ms),
+    // then conceals and falls silent: the stream's end, not a buffer waiting on its own clock.
+    let c = s.jb.counters();
+    assert_eq!(
+        (c.duplicates, c.lost, c.stretch_frames, s.jb.buffered()),
+        (1, 2, 10, 0),
+        "{c:?}"
+    );
+    s.assert_accounted();
+}
+
+#[test]
+fn a_jump_dropped_by_overflow_passes_to_the_packet_that_dropped_it() {
+    let mut s = Sim::new(tight());
+    s.push_full(0, 0, false, 276);
+    // A timestamp half the range away, then the same timeline: with two slots, sequence 3
+    // pushes out 0 and the jumped 1, and must carry the jump 1 would have re-anchored on.
+    let jumped = HALF_RANGE;
+    s.push_full(1, jumped, false, 276);
+    for seq in 3..8u16 {
+        s.push_full(
+            seq,
+            jumped + u32::from(seq - 1) * TIMESTAMP_STEP,
+            false,
+            276,
+        );
+    }
+    s.run_until(60_000);
+    assert_eq!(s.frames(), vec![6, 7]);
+    // As above: 9 stretches to the maximum depth after the last packet, then silence.
+    let c = s.jb.counters();
+    assert_eq!(
+        (c.overflow, c.lost, c.stretch_frames, s.jb.buffered()),
+        (5, 1, 9, 0),
+        "{c:?}"
+    );
+    s.assert_accounted();
+}
