@@ -616,9 +616,15 @@ impl JitterBuffer {
         let index = st.seq.extend(pkt.sequence_number);
         let ext_ts = st.extend_ts(pkt.timestamp);
         let transit_us = arrival_us - ts_to_us(ext_ts, i64::from(self.cfg.clock_rate_hz));
+        // A discontinuity against the previous packet, or against the timeline the history
+        // holds: packets of two timelines can arrive interleaved (a reordered packet from before
+        // a jump), and the previous packet's timeline need not be the one the playout follows.
+        // Whatever is flagged re-anchors at the playout point, which restarts the history.
+        let threshold = us(RESYNC_THRESHOLD);
         let resync = self
             .last_transit_us
-            .is_some_and(|last| (transit_us - last).abs() > us(RESYNC_THRESHOLD));
+            .is_some_and(|last| (transit_us - last).abs() > threshold)
+            || (self.transit_len > 0 && (transit_us - self.min_transit_us()).abs() > threshold);
         // The reference for the next packet's discontinuity test moves only with packets that
         // stay on the timeline or are kept: a duplicate (its sequence number already seen,
         // whatever timestamp it carries) or a late packet on a jumped timeline is discarded, and

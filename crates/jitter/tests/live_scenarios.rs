@@ -701,3 +701,28 @@ fn a_jump_dropped_by_overflow_passes_to_the_packet_that_dropped_it() {
     );
     s.assert_accounted();
 }
+
+#[test]
+fn a_packet_reordered_across_a_timestamp_jump_leaves_the_history_on_the_played_timeline() {
+    let mut s = Sim::new(JitterConfig {
+        capacity_packets: 5,
+        ..tight()
+    });
+    s.push_full(0, 0, false, 0);
+    s.push_full(2, 2 * TIMESTAMP_STEP, false, 200);
+    // Sequence 1 comes after 2, already on a timeline half the range away; then 4 on that one.
+    // The playout follows 2's timeline when 1 has played, so 4 is a jump against the history
+    // even though it is none against 1, the packet stored before it.
+    s.push_full(1, HALF_RANGE + 2 * TIMESTAMP_STEP, false, 200);
+    s.push_full(4, HALF_RANGE + 5 * TIMESTAMP_STEP, false, 240);
+    s.run_until(60_000);
+    assert_eq!(s.frames(), vec![0, 1, 2, 4]);
+    // 8 stretches while nothing came (60 to 200 ms), 10 to the maximum after the last packet.
+    let c = s.jb.counters();
+    assert_eq!(
+        (c.lost, c.stretch_frames, s.jb.buffered()),
+        (1, 18, 0),
+        "{c:?}"
+    );
+    s.assert_accounted();
+}
