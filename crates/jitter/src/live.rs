@@ -555,6 +555,13 @@ impl JitterBuffer {
         (*q - min + us(self.cfg.margin)).clamp(lo, hi)
     }
 
+    /// Whether `transit_us` is a discontinuity against the delay history's timeline (further
+    /// than [`RESYNC_THRESHOLD`] from its minimum). Push flags such a packet and re-anchoring
+    /// restarts the history on it: one test, so the two agree.
+    fn off_history(&self, transit_us: i64) -> bool {
+        self.transit_len > 0 && (transit_us - self.min_transit_us()).abs() > us(RESYNC_THRESHOLD)
+    }
+
     fn record_transit(&mut self, transit_us: i64) {
         let w = self.transits.len();
         self.transits[self.transit_pos] = transit_us;
@@ -620,17 +627,16 @@ impl JitterBuffer {
         // holds: packets of two timelines can arrive interleaved (a reordered packet from before
         // a jump), and the previous packet's timeline need not be the one the playout follows.
         // Whatever is flagged re-anchors at the playout point, which restarts the history.
-        let threshold = us(RESYNC_THRESHOLD);
         let resync = self
             .last_transit_us
-            .is_some_and(|last| (transit_us - last).abs() > threshold)
-            || (self.transit_len > 0 && (transit_us - self.min_transit_us()).abs() > threshold);
-        // The reference for the next packet's discontinuity test moves only with packets that
-        // stay on the timeline or are kept: a duplicate (its sequence number already seen,
-        // whatever timestamp it carries) or a late packet on a jumped timeline is discarded, and
-        // taking it as the reference would let the next packet of that timeline in unflagged,
-        // its transit in the history, and the depth computed against the wrong timeline.
-        let set_reference = |jb: &mut Self| jb.last_transit_us = Some(transit_us);
+            .is_some_and(|last| (transit_us - last).abs() > us(RESYNC_THRESHOLD))
+            || self.off_history(transit_us);
+        // The reference for the next packet's discontinuity test (`last_transit_us`) moves only
+        // with packets that stay on the timeline or are kept: a duplicate (its sequence number
+        // already seen, whatever timestamp it carries) or a late packet on a jumped timeline is
+        // discarded, and taking it as the reference would let the next packet of that timeline
+        // in unflagged, its transit in the history, and the depth measured against the wrong
+        // timeline.
         // While a discontinuity waits in the buffer, new transits belong to the new timeline:
         // they enter the history when it is re-anchored, not before.
         let record = !resync && !self.resync_pending();
@@ -650,7 +656,7 @@ impl JitterBuffer {
             }
             self.counters.late += 1;
             if !resync {
-                set_reference(self);
+                self.last_transit_us = Some(transit_us);
             }
             if record {
                 self.record_transit(transit_us);
@@ -687,7 +693,7 @@ impl JitterBuffer {
         };
         slot.bytes[..pkt.payload.len()].copy_from_slice(pkt.payload);
         self.buffered += 1;
-        set_reference(self);
+        self.last_transit_us = Some(transit_us);
         if record {
             self.record_transit(transit_us);
         }
@@ -1009,8 +1015,7 @@ impl JitterBuffer {
     fn reanchor(&mut self, i: usize, now_us: i64) {
         let t0 = self.slots[i].transit_us;
         let threshold = us(RESYNC_THRESHOLD);
-        let discontinuity = self.slots[i].resync
-            || (self.transit_len > 0 && (t0 - self.min_transit_us()).abs() > threshold);
+        let discontinuity = self.slots[i].resync || self.off_history(t0);
         if discontinuity {
             // A timing discontinuity: the history describes the old timeline. Restart it from
             // the buffered packets of the new one (those within the threshold of this one).
