@@ -621,6 +621,9 @@ fn pool_config(config: &Config) -> PoolConfig {
     if config.turn_float_softmax {
         pool_config.turn_graph = ontime_inference::TurnGraph::FloatAttentionSoftmax;
     }
+    if config.vad_published_graph {
+        pool_config.vad_graph = ontime_inference::VadGraph::Published;
+    }
     // The inference budget keeps model work inside the container's CFS quota: a throttled
     // period would freeze the sender too.
     cgroup_watch::publish_quota();
@@ -714,6 +717,22 @@ mod tests {
             ..Args::default()
         });
         assert_eq!(pool_config(&c).vad_pair_after, None);
+    }
+
+    #[test]
+    fn the_vad_runs_the_lean_graph_unless_asked() {
+        assert_eq!(
+            pool_config(&config(Args::default())).vad_graph,
+            ontime_inference::VadGraph::Lean
+        );
+        let c = config(Args {
+            vad_published_graph: Some(true),
+            ..Args::default()
+        });
+        assert_eq!(
+            pool_config(&c).vad_graph,
+            ontime_inference::VadGraph::Published
+        );
     }
 
     #[test]

@@ -17,6 +17,8 @@
 //! so if a run after a spin costs what one after a sleep does, the caches were not lost to the
 //! core idling but to other work sharing it (a hyperthread sibling, the host). Page faults per run (the thread's, from
 //! `/proc/thread-self/stat`) tell whether ONNX Runtime's memory goes back to the system between runs.
+//! Then Silero's lean 8 kHz graph (`ontime_inference::vad_graph`, the pool's default) alternated
+//! with the published one, back to back and one batch every 32 ms, batches of 1 and 8.
 //! Then Smart Turn the same way at the cadence of turn ends: back to back against one run every
 //! 2 s, asleep or spinning between; then its float-softmax graph (`TurnGraph::FloatAttentionSoftmax`)
 //! alternated with the published one.
@@ -333,6 +335,44 @@ fn main() {
                 "| {name} | {:.1} | {:.1} | {:.2} |",
                 r.cpu_us, r.wall_us, r.faults
             );
+        }
+        // The lean 8 kHz graph (`VadGraph::Lean`, the pool's default) against the published
+        // one, alternated so both see the same machine, batches of 1 and 8.
+        let published = std::fs::read(&paths.silero_vad).expect("Silero VAD bytes");
+        let lean_bytes =
+            ontime_inference::vad_graph::lean_silero_8k(&published).expect("lean VAD graph");
+        let mut lean = runtime::one_thread_session_from_memory(&env, &lean_bytes, "Silero VAD")
+            .expect("lean session");
+        println!();
+        println!("| VAD graph, cadence | B | CPU µs / run | wall µs / run | max \\|Δp\\| against published |");
+        println!("| --- | --- | --- | --- | --- |");
+        for round in 0..2 {
+            for (name, gap) in [
+                ("back to back", Gap::None),
+                ("one every 32 ms, asleep between", Gap::Sleep(every)),
+            ] {
+                for b in [1, 8] {
+                    let (rp, pp) = vad_runs(&mut session, &pcm, b, runs, gap);
+                    let (rl, pl) = vad_runs(&mut lean, &pcm, b, runs, gap);
+                    let worst = pp
+                        .iter()
+                        .zip(&pl)
+                        .map(|(a, b)| (a - b).abs())
+                        .fold(0.0f32, f32::max);
+                    println!(
+                        "| published, {name} (round {}) | {b} | {:.1} | {:.1} | – |",
+                        round + 1,
+                        rp.cpu_us,
+                        rp.wall_us
+                    );
+                    println!(
+                        "| lean, {name} (round {}) | {b} | {:.1} | {:.1} | {worst} |",
+                        round + 1,
+                        rl.cpu_us,
+                        rl.wall_us
+                    );
+                }
+            }
         }
         // Smart Turn at the cadence of turn ends: one run every few seconds at one call.
         let mut up = Vec::new();

@@ -214,6 +214,10 @@ pub struct PoolConfig {
     /// attention softmax in float ([`crate::TurnGraph::FloatAttentionSoftmax`], about a fifth
     /// less CPU per run; docs/inference.md, *Float attention softmax*).
     pub turn_graph: crate::TurnGraph,
+    /// Silero VAD's graph for 8 kHz chunks: the lean one (the default; the published graph's
+    /// arithmetic without its control flow, checked bit for bit against it at load,
+    /// [`crate::VadGraph::Lean`]) or the published one.
+    pub vad_graph: crate::VadGraph,
 }
 
 impl PoolConfig {
@@ -233,6 +237,7 @@ impl PoolConfig {
             vad_gather: DEFAULT_VAD_GATHER,
             vad_pair_after: DEFAULT_VAD_PAIR_AFTER,
             turn_graph: crate::TurnGraph::Published,
+            vad_graph: crate::VadGraph::Lean,
         }
     }
 

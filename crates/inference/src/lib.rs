@@ -23,6 +23,8 @@
 //! ```
 //!
 //! Modules: [`pool`] (the thread and the per-call API), [`vad`] (Silero session, batched rows),
+//! [`vad_graph`] (Silero's 8 kHz graph without its control flow), [`turn_graph`] (Smart Turn's
+//! optional float-softmax graph),
 //! [`speech`] (pipecat's speech state machine, sans-IO), [`turn`] (Smart Turn session and the turn
 //! audio buffer), [`speculative`] (the speculative end of turn and Smart Turn job order, sans-IO),
 //! [`features`] (Whisper log-mel), [`resample`] (8→16 kHz), [`budget`] (CPU per CFS window,
@@ -41,6 +43,7 @@ pub mod features;
 mod handoff;
 mod math_threads;
 pub mod metrics;
+mod onnx_wire;
 pub mod pool;
 pub mod prosody;
 pub mod resample;
@@ -51,6 +54,7 @@ mod thread_cpu;
 pub mod turn;
 pub mod turn_graph;
 pub mod vad;
+pub mod vad_graph;
 
 pub use budget::{BudgetDecision, CpuBudget, CpuQuota};
 pub use config::{EarlyEnd, ModelPaths, PoolConfig, TurnParams};
@@ -63,4 +67,4 @@ pub use pool::{CallId, CallInference, InferenceEvent, InferencePool, PoolStats};
 pub use speech::{SpeechDetector, SpeechState, SpeechTransition, VadParams};
 pub use thread_cpu::{process_cpu_time, thread_cpu_time};
 pub use turn::{SmartTurn, TurnGraph};
-pub use vad::{SileroVad, VadStream};
+pub use vad::{SileroVad, VadGraph, VadStream};

@@ -918,13 +918,14 @@ impl Worker {
         shared: Arc<Shared>,
     ) -> Result<Self> {
         let env = crate::runtime::load_runtime(&config.paths.ort_dylib)?;
-        let vad = SileroVad::load(&env, &config.paths.silero_vad)?;
+        let vad = SileroVad::load_graph(&env, &config.paths.silero_vad, config.vad_graph)?;
         let turn = SmartTurn::load_graph(&env, &config.paths.smart_turn, config.turn_graph)?;
         let budget = CpuBudget::new(config.quota, config.budget_reserve);
         tracing::info!(
             quota_cores = config.quota.map(|q| q.cores()),
             allowance_ms = budget.allowance().map(|a| a.as_secs_f64() * 1e3),
             turn_graph = ?config.turn_graph,
+            vad_graph = ?vad.graph(),
             "inference pool loaded Silero VAD and Smart Turn v3.2 on one thread"
         );
         Ok(Self {

@@ -12,34 +12,16 @@
 //! arithmetic (agreement with the published graph measured on the labelled sets), so it is an
 //! option, off by default.
 //!
-//! Written by hand, at the protobuf wire level: the edit must keep every other byte of the
-//! model as published (fields this code does not know included), and the Rust protobuf crates
-//! either drop unknown fields on re-encoding (`prost`) or need code generated from the whole
-//! ONNX schema. Only the graph's node list and initializers are touched.
+//! Done at the protobuf wire level (`onnx_wire`): every other byte of the model stays
+//! as published. Only the graph's node list and initializers are touched.
 
 use std::collections::{HashMap, HashSet};
 
-use crate::{Error, Result};
-
-/// `ModelProto.graph`.
-const MODEL_GRAPH: u32 = 7;
-/// `GraphProto.node`, `.initializer`, `.output`.
-const GRAPH_NODE: u32 = 1;
-const GRAPH_INITIALIZER: u32 = 5;
-const GRAPH_OUTPUT: u32 = 12;
-/// `NodeProto.input`, `.output`, `.op_type`, `.domain`.
-const NODE_INPUT: u32 = 1;
-const NODE_OUTPUT: u32 = 2;
-const NODE_OP_TYPE: u32 = 4;
-const NODE_DOMAIN: u32 = 7;
-/// `TensorProto.name` and `ValueInfoProto.name`.
-const TENSOR_NAME: u32 = 8;
-const VALUE_INFO_NAME: u32 = 1;
-
-const WIRE_VARINT: u8 = 0;
-const WIRE_I64: u8 = 1;
-const WIRE_LEN: u8 = 2;
-const WIRE_I32: u8 = 5;
+use crate::onnx_wire::{
+    malformed, name_of, put_len_field, Fields, Node, GRAPH_INITIALIZER, GRAPH_NODE, GRAPH_OUTPUT,
+    MODEL_GRAPH, NODE_INPUT, TENSOR_NAME, VALUE_INFO_NAME, WIRE_LEN,
+};
+use crate::Result;
 
 /// The Smart Turn graph with every `QuantizeLinear → DequantizeLinear → Softmax` chain's
 /// int8 round trip removed (the softmax reads the float scores), and the initializers only
@@ -67,40 +49,6 @@ pub fn float_attention_softmax(model: &[u8]) -> Result<(Vec<u8>, usize)> {
         }
     }
     Ok((out, rewired))
-}
-
-/// One node's fields this edit reads.
-#[derive(Debug, Default)]
-struct Node<'a> {
-    inputs: Vec<&'a [u8]>,
-    outputs: Vec<&'a [u8]>,
-    op_type: &'a [u8],
-    domain: &'a [u8],
-}
-
-impl<'a> Node<'a> {
-    fn parse(bytes: &'a [u8]) -> Result<Self> {
-        let mut node = Node::default();
-        for field in Fields::new(bytes) {
-            let field = field?;
-            if field.wire != WIRE_LEN {
-                continue;
-            }
-            match field.number {
-                NODE_INPUT => node.inputs.push(field.payload),
-                NODE_OUTPUT => node.outputs.push(field.payload),
-                NODE_OP_TYPE => node.op_type = field.payload,
-                NODE_DOMAIN => node.domain = field.payload,
-                _ => {}
-            }
-        }
-        Ok(node)
-    }
-
-    /// An operator of the default ONNX domain.
-    fn is(&self, op: &str) -> bool {
-        self.op_type == op.as_bytes() && (self.domain.is_empty() || self.domain == b"ai.onnx")
-    }
 }
 
 fn edit_graph(graph: &[u8]) -> Result<(Vec<u8>, usize)> {
@@ -229,131 +177,11 @@ fn with_first_input(node: &[u8], input: &[u8]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The first `number` string field of a message.
-fn name_of(message: &[u8], number: u32) -> Result<Option<&[u8]>> {
-    for field in Fields::new(message) {
-        let field = field?;
-        if field.number == number && field.wire == WIRE_LEN {
-            return Ok(Some(field.payload));
-        }
-    }
-    Ok(None)
-}
-
-fn malformed(what: &str) -> Error {
-    Error::ModelFormat(what.to_string())
-}
-
-/// One field of a protobuf message: its number, wire type, the whole encoded field (key
-/// included, to copy it unchanged) and its payload (a LEN field's contents).
-#[derive(Debug, Clone, Copy)]
-struct Field<'a> {
-    number: u32,
-    wire: u8,
-    raw: &'a [u8],
-    payload: &'a [u8],
-}
-
-/// The fields of a protobuf message, in order.
-struct Fields<'a> {
-    buf: &'a [u8],
-    at: usize,
-    failed: bool,
-}
-
-impl<'a> Fields<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Self {
-            buf,
-            at: 0,
-            failed: false,
-        }
-    }
-
-    fn next_field(&mut self) -> Result<Field<'a>> {
-        let start = self.at;
-        let key = read_varint(self.buf, &mut self.at)?;
-        let wire = (key & 7) as u8;
-        let number = u32::try_from(key >> 3).map_err(|_| malformed("field number too large"))?;
-        let (payload_start, payload_end) = match wire {
-            WIRE_VARINT => {
-                let s = self.at;
-                read_varint(self.buf, &mut self.at)?;
-                (s, self.at)
-            }
-            WIRE_I64 | WIRE_I32 => {
-                let n = if wire == WIRE_I64 { 8 } else { 4 };
-                let s = self.at;
-                self.at = s
-                    .checked_add(n)
-                    .filter(|&e| e <= self.buf.len())
-                    .ok_or_else(|| malformed("truncated fixed-width field"))?;
-                (s, self.at)
-            }
-            WIRE_LEN => {
-                let len = read_varint(self.buf, &mut self.at)?;
-                let s = self.at;
-                self.at = usize::try_from(len)
-                    .ok()
-                    .and_then(|l| s.checked_add(l))
-                    .filter(|&e| e <= self.buf.len())
-                    .ok_or_else(|| malformed("length-delimited field past the end"))?;
-                (s, self.at)
-            }
-            _ => return Err(malformed("unsupported protobuf wire type (a group?)")),
-        };
-        Ok(Field {
-            number,
-            wire,
-            raw: &self.buf[start..self.at],
-            payload: &self.buf[payload_start..payload_end],
-        })
-    }
-}
-
-impl<'a> Iterator for Fields<'a> {
-    type Item = Result<Field<'a>>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.failed || self.at >= self.buf.len() {
-            return None;
-        }
-        let field = self.next_field();
-        self.failed = field.is_err();
-        Some(field)
-    }
-}
-
-fn read_varint(buf: &[u8], at: &mut usize) -> Result<u64> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = *buf.get(*at).ok_or_else(|| malformed("truncated varint"))?;
-        *at += 1;
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Ok(value);
-        }
-    }
-    Err(malformed("varint longer than 10 bytes"))
-}
-
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
-fn put_len_field(out: &mut Vec<u8>, number: u32, payload: &[u8]) {
-    put_varint(out, (u64::from(number) << 3) | u64::from(WIRE_LEN));
-    put_varint(out, payload.len() as u64);
-    out.extend_from_slice(payload);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::onnx_wire::{put_varint, NODE_OP_TYPE, NODE_OUTPUT, WIRE_I32};
+    use crate::Error;
 
     fn node(inputs: &[&str], outputs: &[&str], op: &str) -> Vec<u8> {
         let mut n = Vec::new();
