@@ -181,3 +181,22 @@ fn sixteen_khz_recordings_run_on_the_published_graph_kept_beside_the_lean_one() 
         b.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn a_truncated_or_damaged_model_is_an_error_not_a_panic() {
+    let Some(paths) = model_paths() else { return };
+    let model = std::fs::read(&paths.silero_vad).expect("model bytes");
+    let mut refused = 0;
+    for k in 1..200 {
+        let cut = model.len() * k / 200;
+        if vad_graph::lean_silero_8k(&model[..cut]).is_err() {
+            refused += 1;
+        }
+        // A byte changed inside the graph (flipped to a value no field key has).
+        let mut damaged = model.clone();
+        damaged[cut] = 0xff;
+        let _ = vad_graph::lean_silero_8k(&damaged);
+    }
+    // Every cut falls inside the graph field (the bulk of the file), so every one is refused.
+    assert_eq!(refused, 199);
+}
