@@ -425,10 +425,15 @@ fn lean_graph(w: &[Weight]) -> Vec<u8> {
         }
     }
     let row = HIDDEN as usize * 4;
-    let w_ih = onnx_gate_order(w[9].raw, row);
-    let w_hh = onnx_gate_order(w[10].raw, row);
-    let mut bias = onnx_gate_order(w[11].raw, 4);
-    bias.extend_from_slice(&onnx_gate_order(w[12].raw, 4));
+    let raw = |name: &str| {
+        let i = WEIGHTS.iter().position(|(n, _)| *n == name);
+        // ok: the names are this module's own constants, all in WEIGHTS.
+        w[i.expect("a name from WEIGHTS")].raw
+    };
+    let w_ih = onnx_gate_order(raw("decoder.rnn.weight_ih"), row);
+    let w_hh = onnx_gate_order(raw("decoder.rnn.weight_hh"), row);
+    let mut bias = onnx_gate_order(raw("decoder.rnn.bias_ih"), 4);
+    bias.extend_from_slice(&onnx_gate_order(raw("decoder.rnn.bias_hh"), 4));
     init("lstm_w", FLOAT, &[1, 4 * HIDDEN, HIDDEN], &w_ih);
     init("lstm_r", FLOAT, &[1, 4 * HIDDEN, HIDDEN], &w_hh);
     init("lstm_b", FLOAT, &[1, 8 * HIDDEN], &bias);
