@@ -86,7 +86,7 @@ pub fn pcm_to_f32(pcm: &[i16], out: &mut [f32]) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum VadGraph {
     /// The 8 kHz branch without its control flow ([`crate::vad_graph`]): the same arithmetic
-    /// in 26 nodes instead of 55, about a third less CPU per run at the gateway's cadence.
+    /// in 20 nodes a run instead of 55, about a third less CPU per run at the gateway's cadence.
     /// Used only when it gives bit-identical probabilities and states to the published graph
     /// on a fixed input at load ([`SileroVad::graph`] says which one runs).
     #[default]

@@ -10,7 +10,8 @@
 //! docs/inference.md, *The VAD's graph without its control flow*.
 //!
 //! [`lean_silero_8k`] builds the graph the 8 kHz branch computes for ontime's input, a
-//! `[B, 288]` window (32 samples of context, then a 256-sample chunk), as 26 nodes: the same
+//! `[B, 288]` window (32 samples of context, then a 256-sample chunk), as 26 nodes (20 a run once
+//! ONNX Runtime has fused them, counted as the published graph's 55 were): the same
 //! operators with the same weights and attributes, the control flow resolved for that window.
 //! With 288 samples the encoder's output has one time step, so every `If` of the branch takes
 //! the same side for any batch size `B`: the squeeze of the time axis, the LSTM's 3-D input and
