@@ -6,7 +6,7 @@
 //! probability) and `stateN` [2, B, 128]. Each row of a batch is independent, so many calls' next
 //! chunks run in one call to ONNX Runtime; [`VadStream`] keeps one stream's context and state.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ort::environment::Environment;
 use ort::session::Session;
@@ -99,10 +99,14 @@ pub enum VadGraph {
 pub struct SileroVad {
     /// The session that runs 8 kHz chunks: the graph [`SileroVad::graph`] names.
     session: Session,
-    /// The published graph, kept when `session` runs the lean one: 16 kHz recordings
-    /// ([`SileroVad::probabilities`]) need its other branch.
+    /// The published graph when `session` runs the lean one, loaded from `model` the first
+    /// time a 16 kHz recording ([`SileroVad::probabilities`]) needs its other branch: the
+    /// gateway's 8 kHz calls never do, so it holds no memory there.
     published: Option<Session>,
     graph: VadGraph,
+    /// What loads `published` on demand.
+    env: Environment,
+    model: PathBuf,
     input: Vec<f32>,
     state: Vec<f32>,
     probabilities: Vec<f32>,
@@ -132,6 +136,8 @@ impl SileroVad {
         let published = Self::on(
             one_thread_session(env, model, MODEL_FILE)?,
             VadGraph::Published,
+            env,
+            model,
         );
         if graph == VadGraph::Published {
             return Ok(published);
@@ -141,17 +147,16 @@ impl SileroVad {
             .and_then(|bytes| one_thread_session_from_memory(env, &bytes, MODEL_FILE));
         let mut published = published;
         let mut lean = match lean {
-            Ok(session) => Self::on(session, VadGraph::Lean),
+            Ok(session) => Self::on(session, VadGraph::Lean, env, model),
             Err(e) => {
                 tracing::warn!(error = %e, "Silero VAD: no lean 8 kHz graph from this model; running the published graph");
                 return Ok(published);
             }
         };
         match agreement_check(&mut published, &mut lean)? {
-            None => {
-                lean.published = Some(published.session);
-                Ok(lean)
-            }
+            // The published session goes here: `probabilities` loads it again only if a
+            // 16 kHz recording asks for it.
+            None => Ok(lean),
             Some(difference) => {
                 tracing::warn!(%difference, "Silero VAD: the lean 8 kHz graph differs from the published one; running the published graph");
                 Ok(published)
@@ -159,11 +164,13 @@ impl SileroVad {
         }
     }
 
-    fn on(session: Session, graph: VadGraph) -> Self {
+    fn on(session: Session, graph: VadGraph, env: &Environment, model: &Path) -> Self {
         Self {
             session,
             published: None,
             graph,
+            env: env.clone(),
+            model: model.to_path_buf(),
             input: Vec::new(),
             state: Vec::new(),
             probabilities: Vec::new(),
@@ -334,7 +341,13 @@ impl SileroVad {
         for block in pcm.chunks_exact(CHUNK) {
             input.copy_within(CHUNK.., 0);
             pcm_to_f32(block, &mut input[CONTEXT..]);
-            let session = self.published.as_mut().unwrap_or(&mut self.session);
+            let session = match (self.graph, &mut self.published) {
+                (VadGraph::Published, _) => &mut self.session,
+                (VadGraph::Lean, Some(published)) => published,
+                (VadGraph::Lean, published @ None) => {
+                    published.insert(one_thread_session(&self.env, &self.model, MODEL_FILE)?)
+                }
+            };
             let outputs = session
                 .run(ort::inputs![
                     TensorRef::from_array_view(([1, CONTEXT + CHUNK], &input[..]))
