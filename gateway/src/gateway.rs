@@ -618,8 +618,11 @@ fn pool_config(config: &Config) -> PoolConfig {
     pool_config.vad_pair_after = config
         .vad_pair_speech
         .then(|| barge_in_horizon(config.barge_in_min_speech));
+    // The float softmax is another arithmetic; the runtime's kernel the same bytes as ours.
     if config.turn_float_softmax {
         pool_config.turn_graph = ontime_inference::TurnGraph::FloatAttentionSoftmax;
+    } else if config.turn_runtime_softmax {
+        pool_config.turn_graph = ontime_inference::TurnGraph::Published;
     }
     if config.vad_published_graph {
         pool_config.vad_graph = ontime_inference::VadGraph::Published;
@@ -736,9 +739,17 @@ mod tests {
     }
 
     #[test]
-    fn smart_turn_runs_the_published_graph_unless_asked() {
+    fn smart_turn_runs_its_softmax_on_our_kernel_unless_asked() {
         assert_eq!(
             pool_config(&config(Args::default())).turn_graph,
+            ontime_inference::TurnGraph::OwnSoftmaxKernel
+        );
+        let c = config(Args {
+            turn_runtime_softmax: Some(true),
+            ..Args::default()
+        });
+        assert_eq!(
+            pool_config(&c).turn_graph,
             ontime_inference::TurnGraph::Published
         );
         let c = config(Args {

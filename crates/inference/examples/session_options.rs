@@ -21,7 +21,9 @@
 //! with the published one, back to back and one batch every 32 ms, batches of 1 and 8.
 //! Then Smart Turn the same way at the cadence of turn ends: back to back against one run every
 //! 2 s, asleep or spinning between; then its float-softmax graph (`TurnGraph::FloatAttentionSoftmax`)
-//! alternated with the published one.
+//! alternated with the published one; then its attention softmax on ontime's kernel
+//! (`TurnGraph::OwnSoftmaxKernel`, the pool's default) alternated with the published graph,
+//! asserting the same probability bit for bit.
 //!
 //! With `--profile` (`-- RUNS --profile`), ONNX Runtime's profiler on RUNS / 15 Smart Turn runs
 //! of each graph: every kernel's share of the kernel time and its nodes per run.
@@ -36,7 +38,7 @@ use ort::value::TensorRef;
 use ontime_inference::resample::upsample_2x;
 use ontime_inference::speech::{VAD_CHUNK_SAMPLES, VAD_CONTEXT_SAMPLES};
 use ontime_inference::vad::{VAD_ROW, VAD_STATE};
-use ontime_inference::{runtime, thread_cpu_time, ModelPaths, SmartTurn};
+use ontime_inference::{runtime, thread_cpu_time, ModelPaths, SmartTurn, TurnGraph};
 
 type Tune = fn(SessionBuilder) -> Result<SessionBuilder, String>;
 
@@ -194,11 +196,8 @@ fn vad_runs(
 /// Runs Smart Turn `runs` times on `features`, waiting `gap` before each; returns thread CPU,
 /// wall time and page faults per run (CPU and wall in µs) and the last probability.
 fn turn_runs(session: &mut Session, features: &[f32], runs: usize, gap: Gap) -> (PerRun, f32) {
-    let mut tally = Tally::default();
-    let mut last = f32::NAN;
-    for run in 0..runs + 2 {
-        gap.wait();
-        last = tally.measure(run >= 2, || {
+    timed_turn_runs(
+        |features| {
             let outputs = session
                 .run(ort::inputs![TensorRef::from_array_view((
                     [1, 80, 800],
@@ -210,7 +209,34 @@ fn turn_runs(session: &mut Session, features: &[f32], runs: usize, gap: Gap) -> 
                 .try_extract_tensor::<f32>()
                 .expect("logits");
             p[0]
-        });
+        },
+        features,
+        runs,
+        gap,
+    )
+}
+
+/// [`turn_runs`] on a loaded `SmartTurn` (whatever graph it runs).
+fn smart_turn_runs(turn: &mut SmartTurn, features: &[f32], runs: usize, gap: Gap) -> (PerRun, f32) {
+    timed_turn_runs(
+        |features| turn.predict_features(features).expect("Smart Turn run"),
+        features,
+        runs,
+        gap,
+    )
+}
+
+fn timed_turn_runs(
+    mut run: impl FnMut(&[f32]) -> f32,
+    features: &[f32],
+    runs: usize,
+    gap: Gap,
+) -> (PerRun, f32) {
+    let mut tally = Tally::default();
+    let mut last = f32::NAN;
+    for i in 0..runs + 2 {
+        gap.wait();
+        last = tally.measure(i >= 2, || run(features));
     }
     (tally.per_run(), last)
 }
@@ -428,6 +454,35 @@ fn main() {
                 r.wall_us / 1e3,
                 r.faults
             );
+        }
+        // The attention softmax on ontime's kernel (`TurnGraph::OwnSoftmaxKernel`, the pool's
+        // default) alternated with the published graph: the same probability, bit for bit.
+        let mut own = SmartTurn::load(&env, &paths.smart_turn).expect("own-kernel Smart Turn");
+        let mut published = SmartTurn::load_graph(&env, &paths.smart_turn, TurnGraph::Published)
+            .expect("published Smart Turn");
+        assert_eq!(own.graph(), TurnGraph::OwnSoftmaxKernel);
+        for round in 0..2 {
+            for (name, gap) in [
+                ("back to back", Gap::None),
+                ("one every 2 s, asleep between", two_s),
+            ] {
+                let (ro, po) = smart_turn_runs(&mut own, &features, turn_n, gap);
+                let (rp, pp) = smart_turn_runs(&mut published, &features, turn_n, gap);
+                assert_eq!(
+                    po.to_bits(),
+                    pp.to_bits(),
+                    "own kernel {po} against published {pp}"
+                );
+                for (graph, r) in [("own softmax kernel", ro), ("published", rp)] {
+                    println!(
+                        "| {graph}, {name} (round {}) | {:.2} | {:.2} | {:.2} |",
+                        round + 1,
+                        r.cpu_us / 1e3,
+                        r.wall_us / 1e3,
+                        r.faults
+                    );
+                }
+            }
         }
         return;
     }

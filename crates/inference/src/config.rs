@@ -210,9 +210,11 @@ pub struct PoolConfig {
     /// horizon. Default [`DEFAULT_VAD_PAIR_AFTER`] (from the onset's confirmation); `None`
     /// judges every chunk as it comes.
     pub vad_pair_after: Option<Duration>,
-    /// Smart Turn's arithmetic: as published (the default; pipecat's, bit for bit), or with the
-    /// attention softmax in float ([`crate::TurnGraph::FloatAttentionSoftmax`], about a fifth
-    /// less CPU per run; docs/inference.md, *Float attention softmax*).
+    /// Smart Turn's graph: the published one with its attention softmax on ontime's kernel (the
+    /// default, [`crate::TurnGraph::OwnSoftmaxKernel`]: pipecat's probabilities bit for bit,
+    /// checked at load), as published, or with the attention softmax in float
+    /// ([`crate::TurnGraph::FloatAttentionSoftmax`], about a fifth less CPU per run;
+    /// docs/inference.md, *Float attention softmax*).
     pub turn_graph: crate::TurnGraph,
     /// Silero VAD's graph for 8 kHz chunks: the lean one (the default; the published graph's
     /// arithmetic without its control flow, checked bit for bit against it at load,
@@ -236,7 +238,7 @@ impl PoolConfig {
             vad_quiet_peak: Some(crate::vad::QUIET_PEAK),
             vad_gather: DEFAULT_VAD_GATHER,
             vad_pair_after: DEFAULT_VAD_PAIR_AFTER,
-            turn_graph: crate::TurnGraph::Published,
+            turn_graph: crate::TurnGraph::OwnSoftmaxKernel,
             vad_graph: crate::VadGraph::Lean,
         }
     }

@@ -35,6 +35,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+pub mod attention_softmax;
 pub mod budget;
 pub mod config;
 mod env_vars;
@@ -48,6 +49,7 @@ pub mod pool;
 pub mod prosody;
 pub mod resample;
 pub mod runtime;
+mod softmax_op;
 pub mod speculative;
 pub mod speech;
 mod thread_cpu;

@@ -44,14 +44,20 @@ pub(crate) const ATTR_TYPE: u32 = 20;
 pub(crate) const ATTR_TYPE_INT: u64 = 2;
 pub(crate) const ATTR_TYPE_STRING: u64 = 3;
 pub(crate) const ATTR_TYPE_INTS: u64 = 7;
-/// `TensorProto.dims`, `.data_type`, `.int64_data`, `.raw_data`.
+/// `TensorProto.dims`, `.data_type`, `.float_data`, `.int32_data`, `.int64_data`, `.raw_data`.
 pub(crate) const TENSOR_DIMS: u32 = 1;
 pub(crate) const TENSOR_DATA_TYPE: u32 = 2;
+pub(crate) const TENSOR_FLOAT_DATA: u32 = 4;
+pub(crate) const TENSOR_INT32_DATA: u32 = 5;
 pub(crate) const TENSOR_INT64_DATA: u32 = 7;
 pub(crate) const TENSOR_RAW_DATA: u32 = 9;
-/// `TensorProto.DataType`: FLOAT, INT64.
+/// `TensorProto.DataType`: FLOAT, UINT8, INT64.
 pub(crate) const FLOAT: u64 = 1;
+pub(crate) const UINT8: u64 = 2;
 pub(crate) const INT64: u64 = 7;
+/// `OperatorSetIdProto.domain`, `.version`.
+pub(crate) const OPSET_DOMAIN: u32 = 1;
+pub(crate) const OPSET_VERSION: u32 = 2;
 /// `ValueInfoProto.type`; `TypeProto.tensor_type`; `TypeProto.Tensor.elem_type`,
 /// `.shape`; `TensorShapeProto.dim`; `Dimension.dim_value`, `.dim_param`.
 pub(crate) const VALUE_INFO_TYPE: u32 = 2;
@@ -212,6 +218,11 @@ pub(crate) fn read_varint(buf: &[u8], at: &mut usize) -> Result<u64> {
     Err(malformed("varint longer than 10 bytes"))
 }
 
+/// A varint field's value, from its payload (the bytes after the key).
+pub(crate) fn varint(payload: &[u8]) -> Result<u64> {
+    read_varint(payload, &mut 0)
+}
+
 pub(crate) fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         out.push((value as u8) | 0x80);
@@ -224,4 +235,77 @@ pub(crate) fn put_len_field(out: &mut Vec<u8>, number: u32, payload: &[u8]) {
     put_varint(out, (u64::from(number) << 3) | u64::from(WIRE_LEN));
     put_varint(out, payload.len() as u64);
     out.extend_from_slice(payload);
+}
+
+// Writers for the messages a built graph needs (the lean VAD graph, the softmax check's model).
+
+pub(crate) fn put_varint_field(out: &mut Vec<u8>, number: u32, value: u64) {
+    put_varint(out, (u64::from(number) << 3) | u64::from(WIRE_VARINT));
+    put_varint(out, value);
+}
+
+pub(crate) fn attr_int(name: &str, value: i64) -> Vec<u8> {
+    let mut a = Vec::new();
+    put_len_field(&mut a, ATTR_NAME, name.as_bytes());
+    put_varint_field(&mut a, ATTR_I, value as u64);
+    put_varint_field(&mut a, ATTR_TYPE, ATTR_TYPE_INT);
+    a
+}
+
+pub(crate) fn attr_ints(name: &str, values: &[i64]) -> Vec<u8> {
+    let mut a = Vec::new();
+    put_len_field(&mut a, ATTR_NAME, name.as_bytes());
+    for &v in values {
+        put_varint_field(&mut a, ATTR_INTS, v as u64);
+    }
+    put_varint_field(&mut a, ATTR_TYPE, ATTR_TYPE_INTS);
+    a
+}
+
+pub(crate) fn attr_str(name: &str, value: &str) -> Vec<u8> {
+    let mut a = Vec::new();
+    put_len_field(&mut a, ATTR_NAME, name.as_bytes());
+    put_len_field(&mut a, ATTR_S, value.as_bytes());
+    put_varint_field(&mut a, ATTR_TYPE, ATTR_TYPE_STRING);
+    a
+}
+
+pub(crate) fn tensor(name: &str, data_type: u64, dims: &[i64], raw: &[u8]) -> Vec<u8> {
+    let mut t = Vec::new();
+    for &d in dims {
+        put_varint_field(&mut t, TENSOR_DIMS, d as u64);
+    }
+    put_varint_field(&mut t, TENSOR_DATA_TYPE, data_type);
+    put_len_field(&mut t, TENSOR_NAME, name.as_bytes());
+    put_len_field(&mut t, TENSOR_RAW_DATA, raw);
+    t
+}
+
+/// One dimension of a graph input's or output's shape.
+#[derive(Clone, Copy)]
+pub(crate) enum Dim {
+    Value(i64),
+    Param(&'static str),
+}
+
+pub(crate) fn value_info(name: &str, elem_type: u64, dims: &[Dim]) -> Vec<u8> {
+    let mut shape = Vec::new();
+    for d in dims {
+        let mut dim = Vec::new();
+        match *d {
+            Dim::Value(v) => put_varint_field(&mut dim, DIM_VALUE, v as u64),
+            Dim::Param(p) => put_len_field(&mut dim, DIM_PARAM, p.as_bytes()),
+        }
+        put_len_field(&mut shape, SHAPE_DIM, &dim);
+    }
+    let mut tensor_type = Vec::new();
+    put_varint_field(&mut tensor_type, TENSOR_TYPE_ELEM, elem_type);
+    // An empty shape is a scalar (`sr`); a missing one would be an unknown rank.
+    put_len_field(&mut tensor_type, TENSOR_TYPE_SHAPE, &shape);
+    let mut ty = Vec::new();
+    put_len_field(&mut ty, TYPE_TENSOR, &tensor_type);
+    let mut v = Vec::new();
+    put_len_field(&mut v, VALUE_INFO_NAME, name.as_bytes());
+    put_len_field(&mut v, VALUE_INFO_TYPE, &ty);
+    v
 }

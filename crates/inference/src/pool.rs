@@ -924,7 +924,7 @@ impl Worker {
         tracing::info!(
             quota_cores = config.quota.map(|q| q.cores()),
             allowance_ms = budget.allowance().map(|a| a.as_secs_f64() * 1e3),
-            turn_graph = ?config.turn_graph,
+            turn_graph = ?turn.graph(),
             vad_graph = ?vad.graph(),
             "inference pool loaded Silero VAD and Smart Turn v3.2 on one thread"
         );

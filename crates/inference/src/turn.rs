@@ -8,23 +8,39 @@ use ort::environment::Environment;
 use ort::session::Session;
 use ort::value::TensorRef;
 
+use crate::attention_softmax::{
+    lookup_table, output_multiplier, reproducible, softmax_u8, ShiftLog,
+};
 use crate::features::{MelFrontend, N_FRAMES, N_MELS, TURN_SAMPLE_RATE_HZ};
 use crate::resample::upsample_2x;
-use crate::runtime::{one_thread_session, one_thread_session_from_memory, read_model_file};
+use crate::runtime::{
+    one_thread_builder, one_thread_session, one_thread_session_from_memory, read_model_file,
+};
+use crate::turn_graph::{own_softmax_kernel, QuantisedSoftmax};
 use crate::{Error, Result};
 
 const MODEL: &str = "Smart Turn v3.2";
 const MODEL_FILE: &str = "Smart Turn v3.2 model";
 /// The attention layers of Smart Turn v3.2 (Whisper tiny's encoder): the softmaxes
-/// [`TurnGraph::FloatAttentionSoftmax`] rewires.
+/// [`TurnGraph::FloatAttentionSoftmax`] rewires and [`TurnGraph::OwnSoftmaxKernel`] replaces.
 const ATTENTION_LAYERS: usize = 4;
+/// The length of an attention softmax's rows: the encoder's time steps, its second
+/// convolution halving the 800 feature frames.
+pub const ATTENTION_LENGTH: usize = N_FRAMES / 2;
 
-/// Which arithmetic the Smart Turn session runs.
+/// Which graph the Smart Turn session runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TurnGraph {
+    /// The published graph with its quantised attention softmaxes on ontime's kernel
+    /// ([`crate::attention_softmax`], through [`crate::turn_graph`]): the same bytes as ONNX
+    /// Runtime's `QLinearSoftmax`, eight rows at a time, so the same probabilities, bit for
+    /// bit, for less CPU. Used only when [`softmax_agreement`] finds the kernel identical to
+    /// ONNX Runtime's at load; otherwise the published graph runs, with a warning
+    /// ([`SmartTurn::graph`] says which one runs).
+    #[default]
+    OwnSoftmaxKernel,
     /// The model as published, run as ONNX Runtime optimises it (and as pipecat runs it):
     /// probabilities bit-identical to the Python reference.
-    #[default]
     Published,
     /// The attention scores stay in float into the softmax ([`crate::turn_graph`]): about a
     /// fifth less CPU per run, verdicts of a slightly different arithmetic.
@@ -34,6 +50,7 @@ pub enum TurnGraph {
 /// The Smart Turn session, its feature front end and reusable buffers.
 pub struct SmartTurn {
     session: Session,
+    graph: TurnGraph,
     mel: MelFrontend,
     audio: Vec<f32>,
     upsampled: Vec<f32>,
@@ -47,15 +64,32 @@ impl std::fmt::Debug for SmartTurn {
 }
 
 impl SmartTurn {
-    /// Loads the model as published on a one-thread session.
+    /// Loads the model on a one-thread session, its attention softmax on ontime's kernel when
+    /// that gives ONNX Runtime's bytes ([`TurnGraph::OwnSoftmaxKernel`]).
     pub fn load(env: &Environment, model: &Path) -> Result<Self> {
-        Self::load_graph(env, model, TurnGraph::Published)
+        Self::load_graph(env, model, TurnGraph::OwnSoftmaxKernel)
     }
 
     /// Loads the model on a one-thread session, its graph as `graph` says.
     pub fn load_graph(env: &Environment, model: &Path, graph: TurnGraph) -> Result<Self> {
-        let session = match graph {
-            TurnGraph::Published => one_thread_session(env, model, MODEL_FILE)?,
+        let (session, graph) = match graph {
+            TurnGraph::Published => (
+                one_thread_session(env, model, MODEL_FILE)?,
+                TurnGraph::Published,
+            ),
+            TurnGraph::OwnSoftmaxKernel => {
+                let bytes = read_model_file(model, MODEL_FILE)?;
+                match own_kernel_session(env, &bytes) {
+                    Ok(session) => (session, TurnGraph::OwnSoftmaxKernel),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Smart Turn: the attention softmax stays on ONNX Runtime's kernel");
+                        (
+                            one_thread_session_from_memory(env, &bytes, MODEL_FILE)?,
+                            TurnGraph::Published,
+                        )
+                    }
+                }
+            }
             TurnGraph::FloatAttentionSoftmax => {
                 let bytes = read_model_file(model, MODEL_FILE)?;
                 let (edited, rewired) = crate::turn_graph::float_attention_softmax(&bytes)?;
@@ -68,16 +102,25 @@ impl SmartTurn {
                         model.display()
                     )));
                 }
-                one_thread_session_from_memory(env, &edited, MODEL_FILE)?
+                (
+                    one_thread_session_from_memory(env, &edited, MODEL_FILE)?,
+                    TurnGraph::FloatAttentionSoftmax,
+                )
             }
         };
         Ok(Self {
             session,
+            graph,
             mel: MelFrontend::new(),
             audio: Vec::new(),
             upsampled: Vec::new(),
             features: Vec::new(),
         })
+    }
+
+    /// The graph the session runs.
+    pub fn graph(&self) -> TurnGraph {
+        self.graph
     }
 
     /// Probability that the turn is complete, from `[1, 80, 800]` features (already a sigmoid).
@@ -136,6 +179,237 @@ impl SmartTurn {
         self.mel.compute(audio_16k, &mut out);
         out
     }
+}
+
+/// The session on the published graph with its attention softmaxes on ontime's kernel, if
+/// [`softmax_agreement`] finds the kernel identical to ONNX Runtime's for this model and
+/// runtime; otherwise an error saying why not.
+fn own_kernel_session(env: &Environment, model: &[u8]) -> Result<Session> {
+    let agreement = softmax_agreement(env, model)?;
+    let Some(shift_log) = agreement.identical() else {
+        return Err(Error::ModelFormat(format!(
+            "ontime's attention softmax differs from ONNX Runtime's: {agreement:?}"
+        )));
+    };
+    let (edited, _) = own_softmax_kernel(model, shift_log)?;
+    one_thread_builder(env)?
+        .with_operators(crate::softmax_op::domain()?)
+        .map_err(Error::ort("registering the attention softmax operator"))?
+        .commit_from_memory(&edited)
+        .map_err(Error::ort(MODEL_FILE))
+}
+
+/// How ontime's attention softmax kernel compared with ONNX Runtime's on one model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SoftmaxAgreement {
+    /// The quantised softmax chains found (Smart Turn v3.2 has one per attention layer).
+    pub chains: usize,
+    /// Bytes compared, over every chain.
+    pub bytes_compared: usize,
+    /// Rows among them on which the two [`ShiftLog`]s give different bytes on ontime's kernel
+    /// (found by [`telling_rows`]): the comparison can tell them apart only on such rows.
+    pub telling_rows: usize,
+    /// For each way of evaluating the table's shift, the bytes (over every chain) that differ
+    /// from ONNX Runtime's kernel.
+    pub differing: Vec<(ShiftLog, usize)>,
+}
+
+impl SoftmaxAgreement {
+    /// The shift evaluation that gave every byte of every chain, if the model has the chains
+    /// Smart Turn v3.2 has. When both did (no row told them apart), [`ShiftLog::Single`]: what
+    /// ONNX Runtime's source asks for (`log` of a `float` is `std::log(float)`), and what its
+    /// pinned build was found to do (`tests/own_softmax.rs`).
+    pub fn identical(&self) -> Option<ShiftLog> {
+        if self.chains != ATTENTION_LAYERS {
+            return None;
+        }
+        let matching: Vec<ShiftLog> = self
+            .differing
+            .iter()
+            .filter(|(_, n)| *n == 0)
+            .map(|(log, _)| *log)
+            .collect();
+        match matching[..] {
+            [only] => Some(only),
+            [] => None,
+            _ => Some(ShiftLog::Single),
+        }
+    }
+}
+
+/// Rows per chain of [`check_rows`] in the load-time comparison (a layer has 2 400).
+const CHECK_ROWS: usize = 1_200;
+/// Candidate rows per chain [`telling_rows`] tries at load (about 10 ms each thousand).
+const TELLING_CANDIDATES: usize = 6_000;
+
+/// Runs each quantised attention softmax chain of `model` alone on ONNX Runtime (which fuses it
+/// into its own `QLinearSoftmax`, with the model's scales) and on ontime's kernel with each
+/// [`ShiftLog`], on the same rows ([`check_rows`] and, for the chain's scales,
+/// [`telling_rows`]), and counts the bytes that differ.
+pub fn softmax_agreement(env: &Environment, model: &[u8]) -> Result<SoftmaxAgreement> {
+    let (_, chains) = own_softmax_kernel(model, ShiftLog::Double)?;
+    let mut differing: Vec<(ShiftLog, usize)> = ShiftLog::ALL.iter().map(|&l| (l, 0)).collect();
+    let mut bytes_compared = 0;
+    let mut telling = 0;
+    let mut scratch = Vec::new();
+    for chain in &chains {
+        let multiplier = output_multiplier(chain.y_scale);
+        let d = ATTENTION_LENGTH;
+        let tables = ShiftLog::ALL.map(|log| lookup_table(chain.x_scale, d, log));
+        let mut x = check_rows(CHECK_ROWS, d);
+        let told = telling_rows(
+            &tables,
+            multiplier,
+            chain.y_zero_point,
+            d,
+            TELLING_CANDIDATES,
+        );
+        telling += told.len() / d;
+        x.extend(told);
+        let theirs = reference_softmax(env, chain, d, &x)?;
+        let mut ours = vec![0u8; x.len()];
+        for ((_, count), table) in differing.iter_mut().zip(&tables) {
+            if !reproducible(table, multiplier) || theirs.len() != x.len() {
+                *count += x.len();
+                continue;
+            }
+            softmax_u8(
+                &x,
+                d,
+                table,
+                multiplier,
+                chain.y_zero_point,
+                &mut ours,
+                &mut scratch,
+            );
+            *count += ours.iter().zip(&theirs).filter(|(a, b)| a != b).count();
+        }
+        bytes_compared += x.len();
+    }
+    Ok(SoftmaxAgreement {
+        chains: chains.len(),
+        bytes_compared,
+        telling_rows: telling,
+        differing,
+    })
+}
+
+/// ONNX Runtime's bytes for rows `x` of length `d` through `chain` alone.
+fn reference_softmax(
+    env: &Environment,
+    chain: &QuantisedSoftmax,
+    d: usize,
+    x: &[u8],
+) -> Result<Vec<u8>> {
+    let mut reference = one_thread_session_from_memory(
+        env,
+        &chain.reference_model(d),
+        "the attention softmax's reference model",
+    )?;
+    let outputs = reference
+        .run(ort::inputs![TensorRef::from_array_view((
+            [x.len() / d, d],
+            x
+        ))
+        .map_err(Error::ort("softmax reference input"))?])
+        .map_err(Error::ort("softmax reference run"))?;
+    let (_, theirs) = outputs[0]
+        .try_extract_tensor::<u8>()
+        .map_err(Error::ort("softmax reference output"))?;
+    Ok(theirs.to_vec())
+}
+
+/// A deterministic pseudo-random stream (xorshift), so every load compares the same rows.
+fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
+/// `rows` rows of `d` uint8 attention scores: narrow and wide spreads at every level and
+/// single peaks over a floor, so the table's every entry and both saturation ends are read.
+pub fn check_rows(rows: usize, d: usize) -> Vec<u8> {
+    let mut next = xorshift(0x2545_f491_4f6c_dd1d);
+    let mut x = Vec::with_capacity(rows * d);
+    for r in 0..rows {
+        let centre = (r * 37 % 256) as i64;
+        let spread = [1i64, 4, 12, 30, 64, 128][r % 6];
+        let peak = r % 7 == 3;
+        for j in 0..d {
+            let v = if peak {
+                if j == r % d {
+                    255
+                } else {
+                    centre / 2
+                }
+            } else {
+                centre + (next() % (2 * spread as u64 + 1)) as i64 - spread
+            };
+            x.push(v.clamp(0, 255) as u8);
+        }
+    }
+    x
+}
+
+/// The rows of `d` values, among `candidates` from a fixed search, on which the kernel gives
+/// different bytes with the two `tables` (one per [`ShiftLog`]): rows with a few values at the
+/// top and the rest some way below, so that the top values' quotients fall mid-range, where a
+/// change of a few units in the last place of the row's sum moves a rounding. Such rows are
+/// rare (a few in ten thousand here): the two tables differ by a common factor, which cancels
+/// out of every quotient but for rounding.
+pub fn telling_rows(
+    tables: &[[f32; 256]; 2],
+    multiplier: f32,
+    zero_point: u8,
+    d: usize,
+    candidates: usize,
+) -> Vec<u8> {
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
+    let mut found = Vec::new();
+    let mut row = vec![0u8; d];
+    let mut a = vec![0u8; d];
+    let mut b = vec![0u8; d];
+    let mut scratch = Vec::new();
+    for _ in 0..candidates {
+        let gap = 10 + (next() % 40) as i64;
+        let width = (next() % 16) as i64;
+        for v in row.iter_mut() {
+            let level = 255 - gap + (next() % (2 * width as u64 + 1)) as i64 - width;
+            *v = level.clamp(0, 255) as u8;
+        }
+        for _ in 0..1 + next() % 4 {
+            let j = (next() % d as u64) as usize;
+            row[j] = 255 - (next() % 3) as u8;
+        }
+        if !tables.iter().all(|t| reproducible(t, multiplier)) {
+            break;
+        }
+        softmax_u8(
+            &row,
+            d,
+            &tables[0],
+            multiplier,
+            zero_point,
+            &mut a,
+            &mut scratch,
+        );
+        softmax_u8(
+            &row,
+            d,
+            &tables[1],
+            multiplier,
+            zero_point,
+            &mut b,
+            &mut scratch,
+        );
+        if a != b {
+            found.extend_from_slice(&row);
+        }
+    }
+    found
 }
 
 /// One call's turn audio (8 kHz, or 16 kHz from a wideband call), like pipecat's turn analyzer:

@@ -27,13 +27,11 @@
 //! computes the 8 kHz model whatever `sr` says.
 
 use crate::onnx_wire::{
-    malformed, put_len_field, put_varint, read_varint, Fields, Node, ATTR_G, ATTR_I, ATTR_INTS,
-    ATTR_NAME, ATTR_S, ATTR_T, ATTR_TYPE, ATTR_TYPE_INT, ATTR_TYPE_INTS, ATTR_TYPE_STRING,
-    DIM_PARAM, DIM_VALUE, FLOAT, GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_NAME, GRAPH_NODE,
-    GRAPH_OUTPUT, INT64, MODEL_GRAPH, MODEL_IR_VERSION, MODEL_OPSET_IMPORT, NODE_ATTRIBUTE,
-    NODE_INPUT, NODE_NAME, NODE_OP_TYPE, NODE_OUTPUT, SHAPE_DIM, TENSOR_DATA_TYPE, TENSOR_DIMS,
-    TENSOR_INT64_DATA, TENSOR_NAME, TENSOR_RAW_DATA, TENSOR_TYPE_ELEM, TENSOR_TYPE_SHAPE,
-    TYPE_TENSOR, VALUE_INFO_NAME, VALUE_INFO_TYPE, WIRE_LEN, WIRE_VARINT,
+    attr_int, attr_ints, attr_str, malformed, put_len_field, read_varint, tensor, value_info,
+    varint, Dim, Fields, Node, ATTR_G, ATTR_NAME, ATTR_T, FLOAT, GRAPH_INITIALIZER, GRAPH_INPUT,
+    GRAPH_NAME, GRAPH_NODE, GRAPH_OUTPUT, INT64, MODEL_GRAPH, MODEL_IR_VERSION, MODEL_OPSET_IMPORT,
+    NODE_ATTRIBUTE, NODE_INPUT, NODE_NAME, NODE_OP_TYPE, NODE_OUTPUT, TENSOR_DATA_TYPE,
+    TENSOR_DIMS, TENSOR_INT64_DATA, TENSOR_NAME, TENSOR_RAW_DATA, WIRE_LEN, WIRE_VARINT,
 };
 use crate::Result;
 
@@ -188,10 +186,8 @@ fn constant_i64(node: &Node) -> Result<i64> {
                 let t = t?;
                 match (t.number, t.wire) {
                     (TENSOR_INT64_DATA, WIRE_VARINT) => return Ok(varint_i64(t.payload)),
-                    (TENSOR_INT64_DATA, WIRE_LEN) => {
-                        let mut at = 0;
-                        return read_varint(t.payload, &mut at).map(|v| v as i64);
-                    }
+                    // Packed: the first value.
+                    (TENSOR_INT64_DATA, WIRE_LEN) => return varint(t.payload).map(|v| v as i64),
                     (TENSOR_RAW_DATA, WIRE_LEN) if t.payload.len() == 8 => {
                         let mut b = [0u8; 8];
                         b.copy_from_slice(t.payload);
@@ -207,8 +203,7 @@ fn constant_i64(node: &Node) -> Result<i64> {
 
 /// A varint field's payload (its bytes after the key) as the int64 it encodes.
 fn varint_i64(payload: &[u8]) -> i64 {
-    let mut at = 0;
-    read_varint(payload, &mut at).map_or(0, |v| v as i64)
+    varint(payload).map_or(0, |v| v as i64)
 }
 
 /// Subgraphs nest three deep in the published branch; deeper is not the pinned model.
@@ -463,77 +458,6 @@ fn lean_graph(w: &[Weight]) -> Vec<u8> {
         &value_info("stateN", FLOAT, &[Dim::Value(2), batch, Dim::Value(HIDDEN)]),
     );
     g
-}
-
-fn put_varint_field(out: &mut Vec<u8>, number: u32, value: u64) {
-    put_varint(out, (u64::from(number) << 3) | u64::from(WIRE_VARINT));
-    put_varint(out, value);
-}
-
-fn attr_int(name: &str, value: i64) -> Vec<u8> {
-    let mut a = Vec::new();
-    put_len_field(&mut a, ATTR_NAME, name.as_bytes());
-    put_varint_field(&mut a, ATTR_I, value as u64);
-    put_varint_field(&mut a, ATTR_TYPE, ATTR_TYPE_INT);
-    a
-}
-
-fn attr_ints(name: &str, values: &[i64]) -> Vec<u8> {
-    let mut a = Vec::new();
-    put_len_field(&mut a, ATTR_NAME, name.as_bytes());
-    for &v in values {
-        put_varint_field(&mut a, ATTR_INTS, v as u64);
-    }
-    put_varint_field(&mut a, ATTR_TYPE, ATTR_TYPE_INTS);
-    a
-}
-
-fn attr_str(name: &str, value: &str) -> Vec<u8> {
-    let mut a = Vec::new();
-    put_len_field(&mut a, ATTR_NAME, name.as_bytes());
-    put_len_field(&mut a, ATTR_S, value.as_bytes());
-    put_varint_field(&mut a, ATTR_TYPE, ATTR_TYPE_STRING);
-    a
-}
-
-fn tensor(name: &str, data_type: u64, dims: &[i64], raw: &[u8]) -> Vec<u8> {
-    let mut t = Vec::new();
-    for &d in dims {
-        put_varint_field(&mut t, TENSOR_DIMS, d as u64);
-    }
-    put_varint_field(&mut t, TENSOR_DATA_TYPE, data_type);
-    put_len_field(&mut t, TENSOR_NAME, name.as_bytes());
-    put_len_field(&mut t, TENSOR_RAW_DATA, raw);
-    t
-}
-
-/// One dimension of a graph input's or output's shape.
-#[derive(Clone, Copy)]
-enum Dim {
-    Value(i64),
-    Param(&'static str),
-}
-
-fn value_info(name: &str, elem_type: u64, dims: &[Dim]) -> Vec<u8> {
-    let mut shape = Vec::new();
-    for d in dims {
-        let mut dim = Vec::new();
-        match *d {
-            Dim::Value(v) => put_varint_field(&mut dim, DIM_VALUE, v as u64),
-            Dim::Param(p) => put_len_field(&mut dim, DIM_PARAM, p.as_bytes()),
-        }
-        put_len_field(&mut shape, SHAPE_DIM, &dim);
-    }
-    let mut tensor_type = Vec::new();
-    put_varint_field(&mut tensor_type, TENSOR_TYPE_ELEM, elem_type);
-    // An empty shape is a scalar (`sr`); a missing one would be an unknown rank.
-    put_len_field(&mut tensor_type, TENSOR_TYPE_SHAPE, &shape);
-    let mut ty = Vec::new();
-    put_len_field(&mut ty, TYPE_TENSOR, &tensor_type);
-    let mut v = Vec::new();
-    put_len_field(&mut v, VALUE_INFO_NAME, name.as_bytes());
-    put_len_field(&mut v, VALUE_INFO_TYPE, &ty);
-    v
 }
 
 #[cfg(test)]

@@ -115,6 +115,11 @@ pub struct Args {
     /// (about 95 % the same as the published model's on the labelled sets, as accurate).
     #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_TURN_FLOAT_SOFTMAX"))]
     pub turn_float_softmax: Option<bool>,
+    /// Smart Turn's attention softmax on ONNX Runtime's own kernel, `false` (the default) or
+    /// `true`: the default runs ontime's kernel, which gives the same bytes eight rows at a
+    /// time (checked against ONNX Runtime's at start); this is for comparing the two.
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_TURN_RUNTIME_SOFTMAX"))]
+    pub turn_runtime_softmax: Option<bool>,
     /// Silero VAD on its published graph, `false` (the default) or `true`: the default runs
     /// the same arithmetic on a graph without the published one's control flow (checked bit
     /// for bit at start), about a third less CPU per VAD run; this is for comparing the two.
@@ -406,6 +411,7 @@ impl Args {
             vad_quiet_peak,
             vad_pair_speech,
             turn_float_softmax,
+            turn_runtime_softmax,
             vad_published_graph,
             answer_delay,
             log_format,

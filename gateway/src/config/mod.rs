@@ -336,6 +336,8 @@ pub struct Config {
     pub vad_pair_speech: bool,
     /// Smart Turn's attention softmax in float (`PoolConfig::turn_graph`).
     pub turn_float_softmax: bool,
+    /// Smart Turn's attention softmax on ONNX Runtime's kernel (`PoolConfig::turn_graph`).
+    pub turn_runtime_softmax: bool,
     /// Silero VAD on its published graph (`PoolConfig::vad_graph`).
     pub vad_published_graph: bool,
     /// Ring time before answering.
@@ -463,6 +465,7 @@ impl Default for Config {
             vad_quiet_peak: ontime_inference::vad::QUIET_PEAK.unsigned_abs(),
             vad_pair_speech: true,
             turn_float_softmax: false,
+            turn_runtime_softmax: false,
             vad_published_graph: false,
             answer_delay: Duration::ZERO,
             log_format: LogFormat::Text,
@@ -631,6 +634,9 @@ impl Config {
         }
         if let Some(v) = a.turn_float_softmax {
             c.turn_float_softmax = v;
+        }
+        if let Some(v) = a.turn_runtime_softmax {
+            c.turn_runtime_softmax = v;
         }
         if let Some(v) = a.vad_published_graph {
             c.vad_published_graph = v;
