@@ -25,6 +25,9 @@
 //! (`TurnGraph::OwnSoftmaxKernel`, the pool's default) alternated with the published graph,
 //! asserting the same probability bit for bit.
 //!
+//! With `--softmax` (`-- RUNS --softmax`), ontime's attention softmax kernel alone on one Smart
+//! Turn run's rows (`attention_softmax::softmax_u8`, RUNS / 15 runs).
+//!
 //! With `--profile` (`-- RUNS --profile`), ONNX Runtime's profiler on RUNS / 15 Smart Turn runs
 //! of each graph: every kernel's share of the kernel time and its nodes per run.
 
@@ -320,6 +323,35 @@ fn profile_turn_kernels(
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// ontime's attention softmax kernel alone on one run's worth of rows (4 layers × 6 heads ×
+/// 400 rows of 400, the load check's fixed rows), with the first layer's scales.
+fn softmax_kernel_alone(runs: usize) {
+    use ontime_inference::attention_softmax::{
+        lookup_table, output_multiplier, softmax_u8, ShiftLog,
+    };
+    use ontime_inference::turn::{check_rows, ATTENTION_LENGTH};
+    let d = ATTENTION_LENGTH;
+    let x = check_rows(4 * 6 * d, d);
+    let table = lookup_table(0.208_193_59, d, ShiftLog::Single);
+    let multiplier = output_multiplier(0.003_875_127);
+    let mut y = vec![0u8; x.len()];
+    let mut scratch = Vec::new();
+    let runs = (runs / 15).max(2);
+    let mut tally = Tally::default();
+    for i in 0..runs + 2 {
+        tally.measure(i >= 2, || {
+            softmax_u8(&x, d, &table, multiplier, 0, &mut y, &mut scratch)
+        });
+    }
+    let r = tally.per_run();
+    println!(
+        "own softmax kernel, {} rows of {d}: {:.2} ms CPU / run, {:.2} ms wall / run ({runs} runs)",
+        x.len() / d,
+        r.cpu_us / 1e3,
+        r.wall_us / 1e3
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let cadence = args.iter().any(|a| a == "--cadence");
@@ -340,6 +372,10 @@ fn main() {
     let pcm: Vec<f32> = pcm16.iter().map(|&s| f32::from(s) / 32768.0).collect();
     if profile {
         profile_turn_kernels(&env, &paths, &pcm, (runs / 15).max(2));
+        return;
+    }
+    if args.iter().any(|a| a == "--softmax") {
+        softmax_kernel_alone(runs);
         return;
     }
     if cadence {

@@ -24,7 +24,9 @@
 //!
 //! Modules: [`pool`] (the thread and the per-call API), [`vad`] (Silero session, batched rows),
 //! [`vad_graph`] (Silero's 8 kHz graph without its control flow), [`turn_graph`] (Smart Turn's
-//! optional float-softmax graph),
+//! graph edits: its attention softmax on ontime's kernel, the optional float softmax),
+//! [`attention_softmax`] (that kernel: ONNX Runtime's `QLinearSoftmax` bytes, eight rows at a
+//! time),
 //! [`speech`] (pipecat's speech state machine, sans-IO), [`turn`] (Smart Turn session and the turn
 //! audio buffer), [`speculative`] (the speculative end of turn and Smart Turn job order, sans-IO),
 //! [`features`] (Whisper log-mel), [`resample`] (8→16 kHz), [`budget`] (CPU per CFS window,
