@@ -340,7 +340,15 @@ fn softmax_kernel_alone(runs: usize) {
     let mut tally = Tally::default();
     for i in 0..runs + 2 {
         tally.measure(i >= 2, || {
-            softmax_u8(&x, d, &table, multiplier, 0, &mut y, &mut scratch)
+            assert!(softmax_u8(
+                &x,
+                d,
+                &table,
+                multiplier,
+                0,
+                &mut y,
+                &mut scratch
+            ))
         });
     }
     let r = tally.per_run();

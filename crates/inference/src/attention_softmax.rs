@@ -104,7 +104,8 @@ pub fn reproducible(table: &[f32; 256], multiplier: f32) -> bool {
 /// Softmax of `x`, rows of `d` uint8 values, into `y` (the same length), to the same bytes as
 /// ONNX Runtime's uint8 `QLinearSoftmax` with `table` ([`lookup_table`]) and `multiplier`
 /// ([`output_multiplier`]), when [`reproducible`] says so. `scratch` holds the table values of the
-/// rows in flight between the two passes (`ROWS_AT_ONCE · d` floats once grown).
+/// rows in flight between the two passes (`ROWS_AT_ONCE · d` floats once grown). Returns
+/// `false`, writing nothing, when `x` is not whole rows of `d` or `y` is not its length.
 pub fn softmax_u8(
     x: &[u8],
     d: usize,
@@ -113,8 +114,10 @@ pub fn softmax_u8(
     zero_point: u8,
     y: &mut [u8],
     scratch: &mut Vec<f32>,
-) {
-    debug_assert!(d > 0 && x.len().is_multiple_of(d) && x.len() == y.len());
+) -> bool {
+    if d == 0 || !x.len().is_multiple_of(d) || x.len() != y.len() {
+        return false;
+    }
     debug_assert!(reproducible(table, multiplier));
     scratch.resize(ROWS_AT_ONCE * d, 0.0);
     for (xs, ys) in x
@@ -161,6 +164,7 @@ pub fn softmax_u8(
             );
         }
     }
+    true
 }
 
 /// Eight rows' table values into `scratch` and their sums, each row's sum in row order.
@@ -265,7 +269,7 @@ mod tests {
                 let table = lookup_table(x_scale, d, log);
                 let m = output_multiplier(y_scale);
                 let mut y = vec![0u8; x.len()];
-                softmax_u8(&x, d, &table, m, zp, &mut y, &mut scratch);
+                assert!(softmax_u8(&x, d, &table, m, zp, &mut y, &mut scratch));
                 assert_eq!(y, scalar_kernel(&x, d, &table, m, zp));
                 compared += y.len();
             }
@@ -284,7 +288,7 @@ mod tests {
         let mut x = vec![0u8; d];
         x[17] = 255;
         let mut y = vec![9u8; d];
-        softmax_u8(&x, d, &table, m, 0, &mut y, &mut Vec::new());
+        assert!(softmax_u8(&x, d, &table, m, 0, &mut y, &mut Vec::new()));
         assert_eq!(y.iter().filter(|&&v| v == 255).count(), 1);
         assert_eq!(y[17], 255);
         assert_eq!(y.iter().filter(|&&v| v == 0).count(), d - 1);
@@ -298,6 +302,37 @@ mod tests {
         let m = output_multiplier(0.003_875_13);
         assert!(!reproducible(&lookup_table(0.2, 1, ShiftLog::Double), m));
         assert!(reproducible(&lookup_table(0.2, 400, ShiftLog::Double), m));
+    }
+
+    #[test]
+    fn rows_that_do_not_fit_are_refused_and_nothing_written() {
+        let table = lookup_table(0.2, 4, ShiftLog::Single);
+        let m = output_multiplier(0.003_875_13);
+        let mut scratch = Vec::new();
+        let mut y = [7u8; 8];
+        assert!(!softmax_u8(&[1; 8], 0, &table, m, 0, &mut y, &mut scratch));
+        assert!(!softmax_u8(
+            &[1; 6],
+            4,
+            &table,
+            m,
+            0,
+            &mut y[..6],
+            &mut scratch
+        ));
+        assert!(!softmax_u8(
+            &[1; 8],
+            4,
+            &table,
+            m,
+            0,
+            &mut y[..4],
+            &mut scratch
+        ));
+        assert_eq!(y, [7; 8]);
+        assert!(softmax_u8(&[1; 8], 4, &table, m, 0, &mut y, &mut scratch));
+        // Four equal values: a quarter of 258 each, 64.5, rounded to even as `nearbyintf` does.
+        assert_eq!(y, [64; 8]);
     }
 
     #[test]

@@ -145,14 +145,13 @@ impl Kernel for SoftmaxKernel {
             .output(0, shape.to_vec())?
             .ok_or_else(|| ort::Error::new(format!("{OP_TYPE}: output 0 missing")))?;
         let (_, ys) = y.try_extract_tensor_mut::<u8>()?;
-        if ys.len() != xs.len() {
+        if !softmax_u8(xs, d, table, multiplier, zero_point, ys, &mut self.scratch) {
             return Err(ort::Error::new(format!(
-                "{OP_TYPE}: output of {} values for an input of {}",
+                "{OP_TYPE}: output of {} values for an input of {} in rows of {d}",
                 ys.len(),
                 xs.len()
             )));
         }
-        softmax_u8(xs, d, table, multiplier, zero_point, ys, &mut self.scratch);
         Ok(())
     }
 }

@@ -269,19 +269,21 @@ pub fn softmax_agreement(env: &Environment, model: &[u8]) -> Result<SoftmaxAgree
         let theirs = reference_softmax(env, chain, d, &x)?;
         let mut ours = vec![0u8; x.len()];
         for ((_, count), table) in differing.iter_mut().zip(&tables) {
-            if !reproducible(table, multiplier) || theirs.len() != x.len() {
+            if !reproducible(table, multiplier)
+                || theirs.len() != x.len()
+                || !softmax_u8(
+                    &x,
+                    d,
+                    table,
+                    multiplier,
+                    chain.y_zero_point,
+                    &mut ours,
+                    &mut scratch,
+                )
+            {
                 *count += x.len();
                 continue;
             }
-            softmax_u8(
-                &x,
-                d,
-                table,
-                multiplier,
-                chain.y_zero_point,
-                &mut ours,
-                &mut scratch,
-            );
             *count += ours.iter().zip(&theirs).filter(|(a, b)| a != b).count();
         }
         bytes_compared += x.len();
@@ -387,7 +389,7 @@ pub fn telling_rows(
         if !tables.iter().all(|t| reproducible(t, multiplier)) {
             break;
         }
-        softmax_u8(
+        let told_apart = softmax_u8(
             &row,
             d,
             &tables[0],
@@ -395,8 +397,7 @@ pub fn telling_rows(
             zero_point,
             &mut a,
             &mut scratch,
-        );
-        softmax_u8(
+        ) && softmax_u8(
             &row,
             d,
             &tables[1],
@@ -404,8 +405,8 @@ pub fn telling_rows(
             zero_point,
             &mut b,
             &mut scratch,
-        );
-        if a != b {
+        ) && a != b;
+        if told_apart {
             found.extend_from_slice(&row);
         }
     }

@@ -7,11 +7,11 @@
 //! a quarter of a run's time (ONNX Runtime's profiler, docs/inference.md, *Float attention
 //! softmax*). Two edits address it:
 //!
-//! - [`own_softmax_kernel`] (the default, through [`crate::TurnGraph::OwnSoftmaxKernel`])
-//!   replaces each such chain with one node of ontime's operator ([`crate::softmax_op`]), which
+//! - `own_softmax_kernel` (the default, through [`crate::TurnGraph::OwnSoftmaxKernel`])
+//!   replaces each such chain with one node of ontime's operator (`softmax_op`), which
 //!   computes the same bytes as ONNX Runtime's kernel several rows at a time. Nothing else in
 //!   the graph changes, and the session checks the bytes against ONNX Runtime's kernel at load.
-//! - [`float_attention_softmax`] removes the int8 round trip *before* each such softmax, so the
+//! - [`float_attention_softmax`] removes the 8-bit round trip *before* each such softmax, so the
 //!   scores stay in float (`Q·Kᵀ` becomes ONNX Runtime's `MatMulIntegerToFloat`) and `Softmax`
 //!   runs on its vectorised float kernel; the probabilities are quantised after it as before.
 //!   About a fifth less CPU per run; the verdicts are those of a slightly different arithmetic
