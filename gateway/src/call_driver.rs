@@ -27,7 +27,6 @@ use crate::ops::metrics::JitterDepthGauge;
 use crate::records::recording::CallRecording;
 use crate::registry::CallRegistry;
 use crate::switchboard::CallStart;
-use crate::tick_alarm::{TickAlarm, TickAlarms};
 use ontime_twilio::{CallStatus, MachineDetection, Verb};
 
 /// Sent frames the sender keeps for a recording call: the driver drains them every 20 ms, so a
@@ -64,9 +63,6 @@ pub struct CallServices {
     pub ws_base: Arc<WsAgentConfig>,
     /// Latch each call's media to its first source (`--symmetric-rtp`).
     pub symmetric_rtp: bool,
-    /// The calls' tick deadlines on one kernel timer (`None`: it could not be created, and
-    /// each call waits on tokio's timer).
-    pub ticks: Option<Arc<TickAlarms>>,
 }
 
 /// The agent of a call whose TwiML connects its own bot, until that bot is connected.
@@ -135,15 +131,6 @@ impl HeldProgram {
     }
 }
 
-/// Waits for the call's next tick: on the calls' shared kernel timer, or on tokio's if there is
-/// none.
-async fn wait_for_tick(alarm: Option<&TickAlarm>, at: Instant) {
-    match alarm {
-        Some(alarm) => alarm.sleep_until(at).await,
-        None => tokio::time::sleep_until(at.into()).await,
-    }
-}
-
 /// Run one call to its end.
 pub async fn run(
     services: CallServices,
@@ -163,7 +150,6 @@ pub async fn run(
         span: _,
     } = start;
     let sid = info.call_sid.clone();
-    let tick_alarm = services.ticks.as_ref().map(|t| t.alarm());
     let (rtp_async, rtcp_async) = match (
         admitted.rtp.try_clone().and_then(MediaReader::new),
         admitted.rtcp.try_clone().and_then(MediaReader::new),
@@ -533,7 +519,7 @@ pub async fn run(
                     core.handle_rtcp(&mut rtcp_buf[..n], src, Instant::now());
                 }
             }
-            () = wait_for_tick(tick_alarm.as_ref(), wake) => {
+            _ = tokio::time::sleep_until(wake.into()) => {
                 let now = Instant::now();
                 catch_up_with_inference(&mut core, inference.as_ref(), &mut inference_rx, now);
                 core.handle_timeout(now);

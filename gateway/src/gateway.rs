@@ -372,9 +372,6 @@ impl Gateway {
             registry: registry.clone(),
             ws_base: Arc::new(ws_base),
             symmetric_rtp: config.symmetric_rtp,
-            ticks: crate::tick_alarm::TickAlarms::start()
-                .map_err(|e| warn!(error = %e, "no kernel timer for the calls' ticks; tokio's timer instead"))
-                .ok(),
         };
         let streams = bind_streams(&config).await?;
         let (sip_tcp, sip_tls) = (streams.tcp, streams.tls);

@@ -56,7 +56,6 @@ mod resolve;
 mod routing;
 mod sip_driver;
 mod switchboard;
-mod tick_alarm;
 mod tls;
 mod transport;
 
