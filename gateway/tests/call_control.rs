@@ -461,7 +461,7 @@ fn check_twilio_error(r: &Resp, status: u16, code: u64, what: &str) -> Value {
 fn api_hangup_sends_bye_with_cause_16_and_the_call_reads_completed() {
     let Some(_one) = begin() else { return };
     let cc = start_with_api(&[], free_tcp_port());
-    let caller = caller_hung_up_by_api(&cc, free_udp_port() & !1);
+    let caller = caller_hung_up_by_api(&cc, free_media_port());
     let call = cc.live_call();
     let sid = call["sid"].as_str().unwrap_or_default().to_string();
     assert!(sid.starts_with("CA") && sid.len() == 34, "sid {call}");
@@ -567,7 +567,7 @@ fn digit_groups<'a>(events: &[&'a RtpPkt]) -> Vec<Vec<&'a RtpPkt>> {
 fn play_digits_reach_the_caller_as_rfc4733_events_in_order() {
     let Some(_one) = begin() else { return };
     let cc = start_with_api(&[], free_tcp_port());
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let cap = capture(&[media_port]);
     // The caller offers `a=rtpmap:101 telephone-event/8000`.
     let caller = caller_hung_up_by_api(&cc, media_port);
@@ -666,7 +666,7 @@ fn refer_accepted_then_notify_200_and_the_gateway_leaves_with_bye() {
             ("@REFER_WITHIN_MS@", "30000"),
             ("@REFER_TO_RE@", TRANSFER_TARGET_RE),
         ],
-        free_udp_port() & !1,
+        free_media_port(),
     );
     let sid = cc.live_call()["sid"].as_str().unwrap().to_string();
     let twiml = format!("<Response><Refer><Sip>{TRANSFER_TARGET}</Sip></Refer></Response>");
@@ -756,7 +756,7 @@ fn refer_declined_603_keeps_the_call_up_and_tells_the_bot() {
         &cc,
         "caller_refer_decline.xml",
         &[("@REFER_WITHIN_MS@", "30000"), ("@STAY_MS@", "5000")],
-        free_udp_port() & !1,
+        free_media_port(),
     );
     let start = wait_event(&bot, "start", Duration::from_secs(20))
         .unwrap_or_else(|| panic!("the bot got no start message\n{}", cc.context()));
@@ -1026,7 +1026,7 @@ print(json.dumps(out))
 /// even port for its media.
 fn with_trunk(extra: &[&str], env: &[(&str, &str)]) -> (ApiGateway, u16, u16) {
     let trunk_sip = free_udp_port();
-    let media = free_udp_port() & !1;
+    let media = free_media_port();
     let trunk = format!("sip:127.0.0.1:{trunk_sip}");
     let mut args = vec!["--trunk-uri", trunk.as_str()];
     args.extend_from_slice(extra);
@@ -1265,7 +1265,7 @@ fn routed_transfer(
             ("@REFER_WITHIN_MS@", "30000"),
             ("@REFER_TO_RE@", refer_to_re),
         ],
-        free_udp_port() & !1,
+        free_media_port(),
     );
     let failed = format!(
         "the routed call's transfer failed (webhook requests: {:?})",
@@ -1443,7 +1443,7 @@ fn wrong_credentials_unknown_calls_and_unsupported_twiml_get_twilios_errors() {
     );
 
     // A live call and a verb ontime does not run: 400 naming it, the call untouched.
-    let caller = caller_hung_up_by_api(&cc, free_udp_port() & !1);
+    let caller = caller_hung_up_by_api(&cc, free_media_port());
     let sid = cc.live_call()["sid"].as_str().unwrap().to_string();
     let say = cc.update(
         &sid,
@@ -1542,8 +1542,7 @@ fn pipecat_twilio_serializer_hangs_up_the_sip_call_through_the_api() {
         token,
     };
     // The BYE must be the API's (Normal call clearing), not the one a closed WebSocket brings.
-    let (ok, log) =
-        caller_hung_up_by_api(&cc, free_udp_port() & !1).finish(Duration::from_secs(70));
+    let (ok, log) = caller_hung_up_by_api(&cc, free_media_port()).finish(Duration::from_secs(70));
     let records = bot.wait_records(1, Duration::from_secs(15));
     let context = format!(
         "bot records: {records:?}\nbot log (tail):\n{}\n{}",
@@ -2089,7 +2088,7 @@ fn dial_bridges_the_caller_and_the_callee_then_runs_the_action() {
     let Some(_one) = begin() else { return };
     let sink = HttpSink::start(r#"<Response><Play digits="7"/><Hangup/></Response>"#);
     let trunk_sip = free_udp_port();
-    let (callee_media, caller_media) = (free_udp_port() & !1, free_udp_port() & !1);
+    let (callee_media, caller_media) = (free_media_port(), free_media_port());
     let cc = dialling_gateway(
         trunk_sip,
         &format!(
@@ -2262,7 +2261,7 @@ fn dial_desk(
         &scenario(callee_scenario, &all),
         trunk_sip,
         1,
-        free_udp_port() & !1,
+        free_media_port(),
         Duration::from_secs(30),
     );
     std::thread::sleep(Duration::from_millis(500));
@@ -2301,7 +2300,7 @@ fn call_through_dial(
         cc,
         "caller_speaks_waits_bye.xml",
         &[("@BYE_WITHIN_MS@", "30000"), ("@REASON@", "cause=16")],
-        free_udp_port() & !1,
+        free_media_port(),
     );
     let (callees_ok, callees_log) = callees.finish(Duration::from_secs(40));
     let (caller_ok, caller_log) = caller.finish(Duration::from_secs(30));
@@ -2386,7 +2385,7 @@ fn dial_of_two_bridges_the_one_that_answers_and_cancels_the_other() {
         ),
         trunk_sip,
         2,
-        free_udp_port() & !1,
+        free_media_port(),
         Duration::from_secs(40),
     );
     std::thread::sleep(Duration::from_millis(500));
@@ -2485,7 +2484,7 @@ fn dial_to_a_busy_callee_tells_the_action_busy() {
         &cc,
         "caller_speaks_waits_bye.xml",
         &[("@BYE_WITHIN_MS@", "20000"), ("@REASON@", "cause=16")],
-        free_udp_port() & !1,
+        free_media_port(),
     );
     let (callee_ok, callee_log) = callee.finish(Duration::from_secs(30));
     let (caller_ok, caller_log) = caller.finish(Duration::from_secs(30));
@@ -2527,7 +2526,7 @@ fn dial_unanswered_at_its_timeout_tells_the_action_no_answer() {
         &cc,
         "caller_speaks_waits_bye.xml",
         &[("@BYE_WITHIN_MS@", "20000"), ("@REASON@", "cause=16")],
-        free_udp_port() & !1,
+        free_media_port(),
     );
     let (callee_ok, callee_log) = callee.finish(Duration::from_secs(30));
     let cancelled_after = started.elapsed();
@@ -2560,7 +2559,7 @@ fn the_caller_hanging_up_while_the_dial_rings_cancels_the_leg() {
         &cc,
         "caller_speaks.xml",
         &[("@LISTEN_MS@", "1500")],
-        free_udp_port() & !1,
+        free_media_port(),
     );
     let (caller_ok, caller_log) = caller.finish(Duration::from_secs(30));
     let (callee_ok, callee_log) = callee.finish(Duration::from_secs(30));
@@ -2795,7 +2794,7 @@ fn refer_accepting_caller(cc: &ApiGateway, refer_to_re: &str) -> SippCall {
             ("@REFER_WITHIN_MS@", "20000"),
             ("@REFER_TO_RE@", refer_to_re),
         ],
-        free_udp_port() & !1,
+        free_media_port(),
     )
 }
 
@@ -2865,7 +2864,7 @@ fn the_curl_examples_of_the_docs_do_what_they_say() {
     docs.check_setup();
 
     // A call for the list, the read, the digits and the pause.
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let cap = capture(&[media_port]);
     let first = caller_hung_up_by_api(&cc, media_port);
     let sid = cc.live_call()["sid"]
@@ -2941,7 +2940,7 @@ fn the_curl_examples_of_the_docs_do_what_they_say() {
             ("@BYE_WITHIN_MS@", "20000"),
             ("@REASON@", "Q\\.850;cause=21;text=.Call rejected."),
         ],
-        free_udp_port() & !1,
+        free_media_port(),
     );
     run_on_a_call(&mut docs, &cc, "reject", rejected);
 
@@ -2954,7 +2953,7 @@ fn the_curl_examples_of_the_docs_do_what_they_say() {
         "Front desk.",
         "1000",
     );
-    let bridged = caller_hung_up_by_api(&cc, free_udp_port() & !1);
+    let bridged = caller_hung_up_by_api(&cc, free_media_port());
     run_on_a_call(&mut docs, &cc, "dial-number", bridged);
     let (ok, log) = callee.finish(Duration::from_secs(30));
     assert!(
@@ -2973,7 +2972,7 @@ fn the_curl_examples_of_the_docs_do_what_they_say() {
         "Agent speaking.",
         "1000",
     );
-    let bridged = caller_hung_up_by_api(&cc, free_udp_port() & !1);
+    let bridged = caller_hung_up_by_api(&cc, free_media_port());
     run_on_a_call(&mut docs, &cc, "dial-sip", bridged);
     let (ok, log) = callee.finish(Duration::from_secs(30));
     assert!(ok, "dial-sip: the callee failed:\n{log}\n{}", cc.context());
@@ -2996,7 +2995,7 @@ fn the_curl_examples_of_the_docs_do_what_they_say() {
     );
 
     // <Connect><Stream>: the bot gets the call, with its parameter; then the API hangs up.
-    let streamed = caller_hung_up_by_api(&cc, free_udp_port() & !1);
+    let streamed = caller_hung_up_by_api(&cc, free_media_port());
     let sid = cc.live_call()["sid"]
         .as_str()
         .unwrap_or_default()
@@ -3018,7 +3017,7 @@ fn the_curl_examples_of_the_docs_do_what_they_say() {
     );
 
     // Url=: the gateway fetches the TwiML (the sink's <Hangup/>) with a signed POST.
-    let fetched = caller_hung_up_by_api(&cc, free_udp_port() & !1);
+    let fetched = caller_hung_up_by_api(&cc, free_media_port());
     run_on_a_call(&mut docs, &cc, "update-url", fetched);
     let fetches: Vec<Received> = sink
         .received()

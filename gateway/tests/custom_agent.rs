@@ -43,7 +43,7 @@ fn custom_agent_example_echoes_the_callers_turn() {
     let gw = start_program(&program, &[]);
     let dir = gw.log.parent().unwrap().to_path_buf();
     let speech = fresh_speech(&dir, "Please repeat after me the numbers one two three.");
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let cap = capture(&[media_port]);
     let scen = scenario(
         "caller_speaks.xml",

@@ -5,7 +5,8 @@
 //!
 //! The asserted expectation is the gateway with its echo canceller (on by default). The gateway's
 //! flags can be extended through `ONTIME_ECHO_TEST_GW_ARGS` (e.g. `--echo-canceller false`, to
-//! measure the line without it); `make test` does not set it. The control on a line without echo
+//! measure the line without it); `make test` does not set it. `ONTIME_ECHO_TEST_LOG_DIR` keeps
+//! each call's gateway log. The control on a line without echo
 //! (`a_whole_reply_on_a_line_without_echo_is_heard_whole`) holds on any gateway; (b), (c) and (d)
 //! were checked to hold on such a line too.
 
@@ -26,6 +27,10 @@ use serde_json::Value;
 
 /// Extra gateway flags for a before/after comparison (whitespace-separated).
 const GW_ARGS_ENV: &str = "ONTIME_ECHO_TEST_GW_ARGS";
+
+/// A directory to write each call's whole gateway log to, as `<Call-ID>.log`: where the echo
+/// path was placed and when, to read a rare failure against the calls that passed.
+const LOG_DIR_ENV: &str = "ONTIME_ECHO_TEST_LOG_DIR";
 
 /// The echo under the interruptions and the backchannel of (b) and (c): delay (ms), ERL (dB), the
 /// issue's line.
@@ -111,6 +116,12 @@ fn run(gw: &Gateway, line: &EchoLine) -> Done {
     let cdr = cdr_end(gw, &call.ids.call_id, Duration::from_secs(10))
         .unwrap_or_else(|| panic!("no end record for {}:\n{}", call.ids.call_id, gw.stdout()));
     let metrics = gw.metrics_text();
+    if let Some(dir) = std::env::var_os(LOG_DIR_ENV) {
+        let path = std::path::Path::new(&dir).join(format!("{}.log", call.ids.call_id));
+        if let Err(e) = std::fs::write(&path, gw.stdout()) {
+            eprintln!("{LOG_DIR_ENV}: cannot write {}: {e}", path.display());
+        }
+    }
     let barge_in_log = gw
         .stdout()
         .lines()

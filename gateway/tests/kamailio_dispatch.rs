@@ -59,7 +59,7 @@ fn caller(kam: SocketAddr, hold: Duration) -> SippCall {
     // Each caller gets its own copy (the file name is per scenario, the hold differs).
     let own = scen.with_extension(format!("{}.xml", free_udp_port()));
     std::fs::rename(&scen, &own).unwrap();
-    spawn_sipp(kam, &own, 1, free_udp_port() & !1, Duration::from_secs(60))
+    spawn_sipp(kam, &own, 1, free_media_port(), Duration::from_secs(60))
 }
 
 fn report(kam: &Kamailio, gws: &[&Gateway]) -> String {
@@ -211,7 +211,7 @@ fn kamailio_spreads_fails_over_and_drains() {
         kam.sip,
         &refused,
         1,
-        free_udp_port() & !1,
+        free_media_port(),
         Duration::from_secs(15),
     )
     .finish(Duration::from_secs(20));

@@ -122,7 +122,7 @@ fn run_call(
     let mut args = vec!["--agent", url.as_str()];
     args.extend_from_slice(gw_args);
     let gw = start_gateway(&args);
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let cap = capture(&[media_port, gw.sip.port()]);
     let reps: Vec<(&str, &str)> = replacements.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let scen = scenario(scenario_name, &reps);

@@ -48,7 +48,7 @@ fn a_call_over_tcp_hears_the_reply_and_its_record_says_tcp() {
         &dir,
         "Please tell me when the next train to the airport leaves.",
     );
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let cap = capture(&[media_port]);
     let scen = scenario(
         "caller_speaks.xml",

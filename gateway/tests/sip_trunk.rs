@@ -34,7 +34,7 @@ fn register_with_digest_refreshes_before_expiry_and_unregisters_on_sigterm() {
         &scen,
         registrar_port,
         1,
-        free_udp_port() & !1,
+        free_media_port(),
         Duration::from_secs(60),
     );
     std::thread::sleep(Duration::from_millis(500));
@@ -88,12 +88,7 @@ fn trunk_auth_challenges_invites_and_admits_the_right_credentials() {
             // The digest uri must be the Request-URI (sipp's default leaves out the user).
             .args(["-auth_uri", &format!("bot@{}", gw.sip)])
             .args(["-i", "127.0.0.1", "-p", &free_udp_port().to_string()])
-            .args([
-                "-mi",
-                "127.0.0.1",
-                "-mp",
-                &(free_udp_port() & !1).to_string(),
-            ])
+            .args(["-mi", "127.0.0.1", "-mp", &(free_media_port()).to_string()])
             .args(["-timeout", "20s", "-timeout_error", "-nostdin"])
             .stdin(Stdio::null())
             .output()
@@ -133,7 +128,7 @@ fn a_late_offer_call_hears_the_reply() {
     let gw = start_gateway(&[]);
     let dir = gw.log.parent().unwrap().to_path_buf();
     let speech = fresh_speech(&dir, "I need to change the address on my insurance policy.");
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let cap = capture(&[media_port]);
     let scen = scenario(
         "caller_late_offer.xml",

@@ -28,7 +28,7 @@ fn caller_hears_the_reply_after_its_turn_paced() {
     let gw = start_gateway(&[]);
     let dir = gw.log.parent().unwrap().to_path_buf();
     let speech = fresh_speech(&dir, fresh_sentence());
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let cap = capture(&[media_port]);
     let scen = scenario(
         "caller_speaks.xml",

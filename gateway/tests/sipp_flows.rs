@@ -25,7 +25,7 @@ fn cancel_while_ringing_gets_487_and_is_counted() {
     }
     let gw = start_gateway(&["--answer-delay", "4s"]);
     let scen = scenario("caller_cancels.xml", &[]);
-    let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(20));
+    let (ok, log) = sipp(&gw, &scen, 1, free_media_port(), Duration::from_secs(20));
     assert!(ok, "CANCEL flow failed:\n{log}\n{}", gw.stderr());
     assert!(wait_until(Duration::from_secs(5), || gw
         .metric("ontime_calls_total{result=\"cancelled\"}")
@@ -45,7 +45,7 @@ fn offer_without_common_codec_gets_488() {
     }
     let gw = start_gateway(&[]);
     let scen = scenario("caller_no_codec.xml", &[]);
-    let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(20));
+    let (ok, log) = sipp(&gw, &scen, 1, free_media_port(), Duration::from_secs(20));
     assert!(ok, "488 flow failed:\n{log}");
     assert_eq!(
         gw.metric("ontime_calls_rejected_total{reason=\"no_common_codec\"}"),
@@ -64,7 +64,7 @@ fn full_gateway_refuses_with_503_options_follow_and_rtp_timeout_hangs_up() {
         &gw,
         &options_200,
         1,
-        free_udp_port() & !1,
+        free_media_port(),
         Duration::from_secs(10),
     );
     assert!(ok, "OPTIONS while free should get 200:\n{log}");
@@ -72,7 +72,7 @@ fn full_gateway_refuses_with_503_options_follow_and_rtp_timeout_hangs_up() {
     // A silent caller holds the only slot until the RTP timeout hangs it up.
     let silent = scenario("caller_silent_waits_bye.xml", &[]);
     let holder = {
-        let (sip, media) = (gw.sip, free_udp_port() & !1);
+        let (sip, media) = (gw.sip, free_media_port());
         let silent = silent.clone();
         std::thread::spawn(move || {
             let g = Gateway::borrowed(sip);
@@ -91,13 +91,7 @@ fn full_gateway_refuses_with_503_options_follow_and_rtp_timeout_hangs_up() {
     );
 
     let refused = scenario("caller_expects_503.xml", &[]);
-    let (ok, log) = sipp(
-        &gw,
-        &refused,
-        1,
-        free_udp_port() & !1,
-        Duration::from_secs(10),
-    );
+    let (ok, log) = sipp(&gw, &refused, 1, free_media_port(), Duration::from_secs(10));
     assert!(
         ok,
         "INVITE above max-calls should get 503 with Retry-After:\n{log}"
@@ -107,7 +101,7 @@ fn full_gateway_refuses_with_503_options_follow_and_rtp_timeout_hangs_up() {
         &gw,
         &options_503,
         1,
-        free_udp_port() & !1,
+        free_media_port(),
         Duration::from_secs(10),
     );
     assert!(ok, "OPTIONS while full should get 503:\n{log}");
@@ -136,7 +130,7 @@ fn sigterm_drains_then_hangs_up_and_exits_zero() {
     let mut gw = start_gateway(&["--drain-timeout", "3s", "--rtp-timeout", "60s"]);
     let silent = scenario("caller_silent_waits_bye.xml", &[]);
     let holder = {
-        let (sip, media) = (gw.sip, free_udp_port() & !1);
+        let (sip, media) = (gw.sip, free_media_port());
         std::thread::spawn(move || {
             sipp(
                 &Gateway::borrowed(sip),
@@ -166,7 +160,7 @@ fn sigterm_drains_then_hangs_up_and_exits_zero() {
         &gw,
         &options_503,
         1,
-        free_udp_port() & !1,
+        free_media_port(),
         Duration::from_secs(10),
     );
     assert!(ok, "OPTIONS while draining should get 503:\n{log}");
@@ -197,7 +191,7 @@ fn thread_count_does_not_grow_with_twenty_calls() {
     let idle = threads_of(pid);
     let silent = scenario("caller_silent_waits_bye.xml", &[]);
     let holder = {
-        let (sip, media) = (gw.sip, free_udp_port() & !1);
+        let (sip, media) = (gw.sip, free_media_port());
         std::thread::spawn(move || {
             sipp(
                 &Gateway::borrowed(sip),
@@ -233,7 +227,7 @@ fn invite_from_outside_the_trunk_gets_403_when_asked_to_reject() {
     // silence (tests/hardening.rs); `--untrusted-sip reject` answers one stateless 403.
     let gw = start_gateway(&["--trunk-cidr", "192.0.2.0/24", "--untrusted-sip", "reject"]);
     let scen = scenario("caller_expects_403.xml", &[]);
-    let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(20));
+    let (ok, log) = sipp(&gw, &scen, 1, free_media_port(), Duration::from_secs(20));
     assert!(ok, "403 flow failed:\n{log}");
     assert_eq!(gw.metric("ontime_sip_untrusted_rejected_total"), Some(1.0));
     // sipp's ACK to the 403 is a stranger's too: dropped.
@@ -259,7 +253,7 @@ fn rfc4733_digits_reach_the_call_record_once_each() {
         "caller_dtmf.xml",
         &[("@PCAP1@", &pcap(4)), ("@PCAP2@", &pcap(7))],
     );
-    let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(30));
+    let (ok, log) = sipp(&gw, &scen, 1, free_media_port(), Duration::from_secs(30));
     assert!(ok, "DTMF call failed:\n{log}");
     assert!(wait_until(Duration::from_secs(5), || gw
         .metric("ontime_calls_total{result=\"completed\"}")

@@ -466,7 +466,7 @@ fn a_plain_rtp_offer_gets_488_with_warning_when_srtp_is_required() {
         return;
     }
     let t = tls_gateway("required");
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let scen = scenario(
         "caller_expects_488_warning.xml",
         &[("@WARNING@", "SRTP required")],

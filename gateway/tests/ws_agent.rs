@@ -95,7 +95,7 @@ fn burst_reply_is_paced_and_its_mark_returns_after_it_played() {
         &dir_of(&gw),
         "I would like to know when my parcel will arrive please.",
     );
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let cap = capture(&[media_port]);
     let scen = scenario(
         "caller_speaks_dtmf.xml",
@@ -300,7 +300,7 @@ fn local_barge_in_clears_the_reply_and_tells_the_bot() {
         &dir_of(&gw),
         "Sorry to interrupt, but I need to speak to a person about my bill.",
     );
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let cap = capture(&[media_port]);
     let scen = scenario(
         "caller_speaks.xml",
@@ -382,7 +382,7 @@ fn bot_barge_in_leaves_the_reply_to_the_bot() {
         &dir_of(&gw),
         "I am talking over you and you should keep going anyway.",
     );
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let scen = scenario(
         "caller_speaks.xml",
         &[
@@ -455,7 +455,7 @@ fn junk_is_counted_clear_returns_marks_and_the_buffer_is_bounded() {
         "4096",
     ]);
     let quiet = silence(&dir_of(&gw));
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let scen = scenario(
         "caller_speaks.xml",
         &[
@@ -543,7 +543,7 @@ fn unreachable_bot_gets_503_after_ringing_within_the_connect_timeout() {
     );
     let scen = scenario("caller_expects_ring_503.xml", &[]);
     let started = Instant::now();
-    let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(20));
+    let (ok, log) = sipp(&gw, &scen, 1, free_media_port(), Duration::from_secs(20));
     let took = started.elapsed();
     assert!(ok, "503 flow failed:\n{log}\n{}", gw.stderr());
     assert!(took < Duration::from_secs(6), "503 took {took:?}");
@@ -585,7 +585,7 @@ fn unreachable_bot_with_fallback_plays_the_message_and_hangs_up_with_a_reason() 
         "--agent-unreachable",
         "fallback",
     ]);
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let cap = capture(&[media_port]);
     let scen = scenario(
         "caller_waits_bye_reason.xml",
@@ -624,7 +624,7 @@ fn a_goodbye_then_a_normal_close_is_heard_whole_before_the_bye() {
         Step::CloseNormal,
     ]);
     let gw = start_gateway(&["--agent", &bot.url()]);
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let cap = capture(&[media_port]);
     let scen = scenario(
         "caller_waits_bye_reason.xml",
@@ -665,7 +665,7 @@ fn bot_that_goes_away_mid_call_gets_the_caller_a_bye_with_a_reason() {
         "caller_waits_bye_reason.xml",
         &[("@REASON@", "Q.850;cause=41;text=\"agent disconnected\"")],
     );
-    let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(20));
+    let (ok, log) = sipp(&gw, &scen, 1, free_media_port(), Duration::from_secs(20));
     assert!(ok, "disconnect flow failed:\n{log}\n{}", gw.stderr());
     let conn = bot.connection(0).unwrap();
     assert_eq!(conn.events("connected").len(), 1);
@@ -709,7 +709,7 @@ fn wss_bot_is_reached_with_its_ca_and_refused_without_it() {
             ("@LISTEN_MS@", "4000"),
         ],
     );
-    let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(20));
+    let (ok, log) = sipp(&gw, &scen, 1, free_media_port(), Duration::from_secs(20));
     assert!(ok, "wss call failed:\n{log}\n{}", gw.stderr());
     wait_for(&bot, 0, Duration::from_secs(5), |c| {
         !c.events("stop").is_empty()
@@ -729,7 +729,7 @@ fn wss_bot_is_reached_with_its_ca_and_refused_without_it() {
     // Without the CA the certificate is not trusted: no connection, 503.
     let gw = start_gateway(&["--agent", &url]);
     let scen = scenario("caller_expects_ring_503.xml", &[]);
-    let (ok, log) = sipp(&gw, &scen, 1, free_udp_port() & !1, Duration::from_secs(20));
+    let (ok, log) = sipp(&gw, &scen, 1, free_media_port(), Duration::from_secs(20));
     assert!(ok, "untrusted wss did not get 503:\n{log}\n{}", gw.stderr());
     assert_eq!(
         metric(
@@ -818,7 +818,7 @@ fn a_transcript_that_stops_on_and_holds_the_reply_until_the_caller_goes_on() {
     ]);
     let gw = start_gateway(&["--agent", &bot.url(), "--ws-ontime-events", "true"]);
     let speech = spoken(&dir_of(&gw), &[(PAUSED_FIRST, 1.0), (PAUSED_REST, 0.0)]);
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let cap = capture(&[media_port]);
     let scen = scenario(
         "caller_speaks.xml",
@@ -906,7 +906,7 @@ fn a_caller_who_paused_once_has_the_next_reply_held_and_dropped_when_they_go_on(
     // (Said as two utterances, the first ends falling, −3.7: a statement's end.)
     let sentence = format!("{PAUSED_FIRST} <break time=\"1000ms\"/> {PAUSED_REST}");
     let speech = spoken(&dir_of(&gw), &[(&sentence, 10.0), (&sentence, 0.0)]);
-    let media_port = free_udp_port() & !1;
+    let media_port = free_media_port();
     let scen = scenario(
         "caller_speaks.xml",
         &[

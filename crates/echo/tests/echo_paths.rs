@@ -797,3 +797,40 @@ fn speech_in_step_with_the_reply_does_not_move_a_fitted_filter() {
         MID_LINE.delay_ms,
     );
 }
+
+/// The same speech at its onset: it swells from 30 dB under the reply to 6 dB under over 0.6 s,
+/// so its first frames stand out of neither the level nor the residual, and the filter is not
+/// frozen yet when the envelope looks. A converged filter moves only where the waveform puts
+/// the echo too; moved by the envelope alone, it learnt afresh mid-interruption and the next
+/// reply's echo reached the VAD as the caller.
+#[test]
+fn speech_swelling_in_step_with_the_reply_does_not_move_a_fitted_filter() {
+    for (seed, offset_ms) in [(5u64, 12usize), (6, 10), (7, 16), (8, 24)] {
+        let played = with_tail([reply(), reply()].concat(), 1);
+        let mut caller = caller_side(&played, |_| MID_LINE, &[], 0, 3);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let lag = (MID_LINE.delay_ms + offset_ms) * 8;
+        let (from, to) = (3 * 8000, 5 * 8000);
+        let swell = 4800.0;
+        for i in from..to {
+            let window = &played[i - lag - 8..i - lag + 8];
+            let rms = (window.iter().map(|x| f32::from(*x).powi(2)).sum::<f32>() / 16.0).sqrt();
+            let db = -30.0 + 24.0 * ((i - from) as f32 / swell).min(1.0);
+            let talk = rms * 10f32.powf(db / 20.0) * 3f32.sqrt() * rng.random_range(-1.0f32..1.0);
+            caller[i] = (f32::from(caller[i]) + talk).clamp(-32768.0, 32767.0) as i16;
+        }
+        let r = run(&played, &caller);
+        let after = r.tail_from((to + 8000) / FRAME_SAMPLES);
+        let (frames, bursts) = leaks(&after);
+        eprintln!(
+            "+{offset_ms} ms: {frames} leaked frames after, {bursts} bursts, {:?}",
+            r.report
+        );
+        expect_nothing_leaked(
+            &after,
+            &format!("after speech swelling {offset_ms} ms behind the echo"),
+            0,
+            MID_LINE.delay_ms,
+        );
+    }
+}

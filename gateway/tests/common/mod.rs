@@ -50,6 +50,26 @@ pub fn free_udp_port() -> u16 {
         .port()
 }
 
+/// A free even UDP port on loopback for a peer's RTP (sipp's `-mp`, a softphone's media port),
+/// with the three ports above it free too: RTCP on the next, and sipp binds its video pair at
+/// `+2`.
+///
+/// Masking the low bit off [`free_udp_port`] is not the same: the even port below an odd free
+/// one was never probed, and may be the gateway's own SIP port.
+pub fn free_media_port() -> u16 {
+    for _ in 0..200 {
+        let probe = free_udp_port();
+        let base = probe & !1;
+        if base != probe || u32::from(base) + 3 > u32::from(u16::MAX) {
+            continue;
+        }
+        if (base..base + 4).all(|p| UdpSocket::bind(("127.0.0.1", p)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no free media port");
+}
+
 /// A free TCP port on loopback.
 pub fn free_tcp_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
