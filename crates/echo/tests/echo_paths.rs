@@ -772,30 +772,7 @@ fn the_answer_after_an_interruption_is_not_barged_in_by_its_echo() {
 /// caller stops does not reach the VAD.
 #[test]
 fn speech_in_step_with_the_reply_does_not_move_a_fitted_filter() {
-    let played = with_tail([reply(), reply()].concat(), 1);
-    let mut caller = caller_side(&played, |_| MID_LINE, &[], 0, 3);
-    let mut rng = StdRng::seed_from_u64(5);
-    let lag = (MID_LINE.delay_ms + 12) * 8;
-    let (from, to) = (3 * 8000, 5 * 8000);
-    for i in from..to {
-        let window = &played[i - lag - 8..i - lag + 8];
-        let rms = (window.iter().map(|x| f32::from(*x).powi(2)).sum::<f32>() / 16.0).sqrt();
-        let talk = rms * 10f32.powf(-6.0 / 20.0) * 3f32.sqrt() * rng.random_range(-1.0f32..1.0);
-        caller[i] = (f32::from(caller[i]) + talk).clamp(-32768.0, 32767.0) as i16;
-    }
-    let r = run(&played, &caller);
-    let after = r.tail_from((to + 8000) / FRAME_SAMPLES);
-    let (frames, bursts) = leaks(&after);
-    eprintln!(
-        "{frames} leaked frames after, {bursts} bursts, {:?}",
-        r.report
-    );
-    expect_nothing_leaked(
-        &after,
-        "after speech in step with the reply",
-        0,
-        MID_LINE.delay_ms,
-    );
+    talk_in_step_then_expect_no_move(5, 12, |_| -6.0);
 }
 
 /// The same speech at its onset: it swells from 30 dB under the reply to 6 dB under over 0.6 s,
@@ -806,31 +783,39 @@ fn speech_in_step_with_the_reply_does_not_move_a_fitted_filter() {
 #[test]
 fn speech_swelling_in_step_with_the_reply_does_not_move_a_fitted_filter() {
     for (seed, offset_ms) in [(5u64, 12usize), (6, 10), (7, 16), (8, 24)] {
-        let played = with_tail([reply(), reply()].concat(), 1);
-        let mut caller = caller_side(&played, |_| MID_LINE, &[], 0, 3);
-        let mut rng = StdRng::seed_from_u64(seed);
-        let lag = (MID_LINE.delay_ms + offset_ms) * 8;
-        let (from, to) = (3 * 8000, 5 * 8000);
-        let swell = 4800.0;
-        for i in from..to {
-            let window = &played[i - lag - 8..i - lag + 8];
-            let rms = (window.iter().map(|x| f32::from(*x).powi(2)).sum::<f32>() / 16.0).sqrt();
-            let db = -30.0 + 24.0 * ((i - from) as f32 / swell).min(1.0);
-            let talk = rms * 10f32.powf(db / 20.0) * 3f32.sqrt() * rng.random_range(-1.0f32..1.0);
-            caller[i] = (f32::from(caller[i]) + talk).clamp(-32768.0, 32767.0) as i16;
-        }
-        let r = run(&played, &caller);
-        let after = r.tail_from((to + 8000) / FRAME_SAMPLES);
-        let (frames, bursts) = leaks(&after);
-        eprintln!(
-            "+{offset_ms} ms: {frames} leaked frames after, {bursts} bursts, {:?}",
-            r.report
-        );
-        expect_nothing_leaked(
-            &after,
-            &format!("after speech swelling {offset_ms} ms behind the echo"),
-            0,
-            MID_LINE.delay_ms,
-        );
+        talk_in_step_then_expect_no_move(seed, offset_ms, |since| {
+            -30.0 + 24.0 * (since as f32 / 4800.0).min(1.0)
+        });
     }
+}
+
+/// Noise under the reply's envelope `offset_ms` behind the line's echo, from 3 s to 5 s into
+/// two replies, `level_db(samples since 3 s)` under the reply; then no path change, and no
+/// echo frame leaks from a second after it.
+fn talk_in_step_then_expect_no_move(seed: u64, offset_ms: usize, level_db: impl Fn(usize) -> f32) {
+    let played = with_tail([reply(), reply()].concat(), 1);
+    let mut caller = caller_side(&played, |_| MID_LINE, &[], 0, 3);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let lag = (MID_LINE.delay_ms + offset_ms) * 8;
+    let (from, to) = (3 * 8000, 5 * 8000);
+    for i in from..to {
+        let window = &played[i - lag - 8..i - lag + 8];
+        let rms = (window.iter().map(|x| f32::from(*x).powi(2)).sum::<f32>() / 16.0).sqrt();
+        let gain = 10f32.powf(level_db(i - from) / 20.0);
+        let talk = rms * gain * 3f32.sqrt() * rng.random_range(-1.0f32..1.0);
+        caller[i] = (f32::from(caller[i]) + talk).clamp(-32768.0, 32767.0) as i16;
+    }
+    let r = run(&played, &caller);
+    let after = r.tail_from((to + 8000) / FRAME_SAMPLES);
+    let (frames, bursts) = leaks(&after);
+    eprintln!(
+        "+{offset_ms} ms: {frames} leaked frames after, {bursts} bursts, {:?}",
+        r.report
+    );
+    expect_nothing_leaked(
+        &after,
+        &format!("after speech in step with the reply, {offset_ms} ms behind the echo"),
+        0,
+        MID_LINE.delay_ms,
+    );
 }
