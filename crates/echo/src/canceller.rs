@@ -584,35 +584,35 @@ impl EchoCanceller {
             // the fine alignment around this lag once the filter adapts again without
             // converging. A lag further off is taken as before: the waveform cannot reach it,
             // and a path that jumped that far looks like double talk for as long as it is missed.
-            let talked_over = self.double_talk_hold > 0
+            let near = placed
                 && self.converged()
                 && self.coarse_lag.abs_diff(self.path_delay) <= FINE_SPAN;
+            let talked_over = near && self.double_talk_hold > 0;
             let same = placed
                 && ((self.finely_placed && self.coarse_lag.abs_diff(self.path_delay) <= LEAD / 2)
                     || self.fits_now()
                     || talked_over);
             // Nor, unconfirmed, at the interruption's first syllable: the freeze comes a frame
             // or more after it (above), and the envelope's peak moved by it took a converged
-            // filter 12 ms off its path just before the freeze would have held it (in about one
-            // interruption in 25 on the test line, and the next reply's echo barged in). So a
-            // converged filter moves within the fine span only where the waveform puts the echo
-            // too; the envelope only looks for a new lock once a frame, so this is rare work.
-            let near = placed
-                && self.converged()
-                && self.coarse_lag.abs_diff(self.path_delay) <= FINE_SPAN;
-            if !same && near {
-                match self.fine_lag(at + FRAME_SAMPLES as u64) {
-                    Some(delay) if delay.abs_diff(self.path_delay) > REALIGN_TOLERANCE => {
-                        self.report.path_changes += 1;
-                        self.place_filter(delay, true);
+            // filter 12 ms off its path just before the freeze would have held it (3 calls of
+            // 37 on the test line, and the next reply's echo barged in). So a converged filter
+            // moves within the fine span only where the waveform puts the echo too, with its
+            // taps; the envelope locks anew a few times a call at most, so this is rare work.
+            if !same {
+                if near {
+                    match self.fine_lag(at + FRAME_SAMPLES as u64) {
+                        Some(delay) if delay.abs_diff(self.path_delay) > REALIGN_TOLERANCE => {
+                            self.report.path_changes += 1;
+                            self.place_filter(delay, true);
+                        }
+                        _ => {}
                     }
-                    _ => {}
+                } else {
+                    if placed {
+                        self.report.path_changes += 1;
+                    }
+                    self.place_filter(self.coarse_lag, false);
                 }
-            } else if !same {
-                if placed {
-                    self.report.path_changes += 1;
-                }
-                self.place_filter(self.coarse_lag, false);
             }
         }
         let frame_energy: f32 = mic.iter().map(|x| x * x).sum::<f32>() / FRAME_SAMPLES as f32;
