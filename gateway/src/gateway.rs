@@ -618,11 +618,13 @@ fn pool_config(config: &Config) -> PoolConfig {
     pool_config.vad_pair_after = config
         .vad_pair_speech
         .then(|| barge_in_horizon(config.barge_in_min_speech));
-    // The float softmax is another arithmetic; the runtime's kernel the same bytes as ours.
+    // The float softmax is another arithmetic; the runtime's kernels the same bytes as ours.
     if config.turn_float_softmax {
         pool_config.turn_graph = ontime_inference::TurnGraph::FloatAttentionSoftmax;
     } else if config.turn_runtime_softmax {
         pool_config.turn_graph = ontime_inference::TurnGraph::Published;
+    } else if config.turn_runtime_products {
+        pool_config.turn_graph = ontime_inference::TurnGraph::OwnSoftmaxKernel;
     }
     if config.vad_published_graph {
         pool_config.vad_graph = ontime_inference::VadGraph::Published;
@@ -739,9 +741,17 @@ mod tests {
     }
 
     #[test]
-    fn smart_turn_runs_its_softmax_on_our_kernel_unless_asked() {
+    fn smart_turn_runs_its_attention_on_our_kernels_unless_asked() {
         assert_eq!(
             pool_config(&config(Args::default())).turn_graph,
+            ontime_inference::TurnGraph::OwnAttentionKernels
+        );
+        let c = config(Args {
+            turn_runtime_products: Some(true),
+            ..Args::default()
+        });
+        assert_eq!(
+            pool_config(&c).turn_graph,
             ontime_inference::TurnGraph::OwnSoftmaxKernel
         );
         let c = config(Args {

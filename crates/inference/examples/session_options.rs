@@ -21,12 +21,16 @@
 //! with the published one, back to back and one batch every 32 ms, batches of 1 and 8.
 //! Then Smart Turn the same way at the cadence of turn ends: back to back against one run every
 //! 2 s, asleep or spinning between; then its float-softmax graph (`TurnGraph::FloatAttentionSoftmax`)
-//! alternated with the published one; then its attention softmax on ontime's kernel
-//! (`TurnGraph::OwnSoftmaxKernel`, the pool's default) alternated with the published graph,
-//! asserting the same probability bit for bit.
+//! alternated with the published one; then its attention layers on ontime's kernels
+//! (`TurnGraph::OwnAttentionKernels`, the pool's default), its softmaxes alone on ontime's kernel
+//! (`TurnGraph::OwnSoftmaxKernel`) and the published graph, alternated, asserting the same
+//! probability bit for bit.
 //!
 //! With `--softmax` (`-- RUNS --softmax`), ontime's attention softmax kernel alone on one Smart
 //! Turn run's rows (`attention_softmax::softmax_u8`, RUNS / 15 runs).
+//!
+//! With `--products` (`-- RUNS --products`), ontime's attention product kernel alone on one
+//! Smart Turn run's products (`attention_matmul::QuantisedMatMul`, RUNS / 15 runs).
 //!
 //! With `--profile` (`-- RUNS --profile`), ONNX Runtime's profiler on RUNS / 15 Smart Turn runs
 //! of each graph: every kernel's share of the kernel time and its nodes per run.
@@ -323,6 +327,63 @@ fn profile_turn_kernels(
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// ontime's attention product kernel alone on one run's worth of products (4 layers × a
+/// `Q·Kᵀ` of 6 × 400 × 64 × 400 and a `P·V` of 6 × 400 × 400 × 64), with the first layer's
+/// scales and zero points, pseudo-random operands.
+fn product_kernel_alone(runs: usize) {
+    use ontime_inference::attention_matmul::{Dims, QuantisedMatMul, Requantisation};
+    let shapes = [
+        Dims {
+            batch: 6,
+            m: 400,
+            k: 64,
+            n: 400,
+        },
+        Dims {
+            batch: 6,
+            m: 400,
+            k: 400,
+            n: 64,
+        },
+    ];
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 32) as u8
+    };
+    let operands: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = shapes
+        .iter()
+        .map(|d| {
+            let a = (0..d.batch * d.m * d.k).map(|_| next()).collect();
+            let b = (0..d.batch * d.k * d.n).map(|_| next()).collect();
+            (a, b, vec![0u8; d.batch * d.m * d.n])
+        })
+        .collect();
+    let rq = Requantisation::new(0.023_968_54, 141, 0.022_464_39, 130, 0.208_193_59, 114);
+    let mut kernel = QuantisedMatMul::new();
+    let mut operands = operands;
+    let runs = (runs / 15).max(2);
+    let mut tally = Tally::default();
+    for i in 0..runs + 2 {
+        tally.measure(i >= 2, || {
+            for _layer in 0..4 {
+                for (d, (a, b, y)) in shapes.iter().zip(operands.iter_mut()) {
+                    assert!(kernel.run(a, b, *d, &rq, y));
+                }
+            }
+        });
+    }
+    let r = tally.per_run();
+    println!(
+        "own product kernel (fast path: {}), 4 layers' Q·Kᵀ and P·V: {:.2} ms CPU / run, {:.2} ms wall / run ({runs} runs)",
+        ontime_inference::attention_matmul::fast_path_available(),
+        r.cpu_us / 1e3,
+        r.wall_us / 1e3
+    );
+}
+
 /// ontime's attention softmax kernel alone on one run's worth of rows (4 layers × 6 heads ×
 /// 400 rows of 400, the load check's fixed rows), with the first layer's scales.
 fn softmax_kernel_alone(runs: usize) {
@@ -384,6 +445,10 @@ fn main() {
     }
     if args.iter().any(|a| a == "--softmax") {
         softmax_kernel_alone(runs);
+        return;
+    }
+    if args.iter().any(|a| a == "--products") {
+        product_kernel_alone(runs);
         return;
     }
     if cadence {
@@ -499,25 +564,40 @@ fn main() {
                 r.faults
             );
         }
-        // The attention softmax on ontime's kernel (`TurnGraph::OwnSoftmaxKernel`, the pool's
-        // default) alternated with the published graph: the same probability, bit for bit.
+        // The attention layers on ontime's kernels (`TurnGraph::OwnAttentionKernels`, the pool's
+        // default), the softmaxes alone on ontime's kernel (`TurnGraph::OwnSoftmaxKernel`) and
+        // the published graph, alternated: the same probability, bit for bit.
         let mut own = SmartTurn::load(&env, &paths.smart_turn).expect("own-kernel Smart Turn");
+        let mut softmax_only =
+            SmartTurn::load_graph(&env, &paths.smart_turn, TurnGraph::OwnSoftmaxKernel)
+                .expect("own-softmax Smart Turn");
         let mut published = SmartTurn::load_graph(&env, &paths.smart_turn, TurnGraph::Published)
             .expect("published Smart Turn");
-        assert_eq!(own.graph(), TurnGraph::OwnSoftmaxKernel);
+        println!("(default graph here: {:?})", own.graph());
+        assert_eq!(softmax_only.graph(), TurnGraph::OwnSoftmaxKernel);
         for round in 0..2 {
             for (name, gap) in [
                 ("back to back", Gap::None),
                 ("one every 2 s, asleep between", two_s),
             ] {
                 let (ro, po) = smart_turn_runs(&mut own, &features, turn_n, gap);
+                let (rs, ps) = smart_turn_runs(&mut softmax_only, &features, turn_n, gap);
                 let (rp, pp) = smart_turn_runs(&mut published, &features, turn_n, gap);
                 assert_eq!(
                     po.to_bits(),
                     pp.to_bits(),
-                    "own kernel {po} against published {pp}"
+                    "own kernels {po} against published {pp}"
                 );
-                for (graph, r) in [("own softmax kernel", ro), ("published", rp)] {
+                assert_eq!(
+                    ps.to_bits(),
+                    pp.to_bits(),
+                    "own softmax {ps} against published {pp}"
+                );
+                for (graph, r) in [
+                    ("own attention kernels", ro),
+                    ("own softmax kernel", rs),
+                    ("published", rp),
+                ] {
                     println!(
                         "| {graph}, {name} (round {}) | {:.2} | {:.2} | {:.2} |",
                         round + 1,

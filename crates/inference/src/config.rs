@@ -210,9 +210,10 @@ pub struct PoolConfig {
     /// horizon. Default [`DEFAULT_VAD_PAIR_AFTER`] (from the onset's confirmation); `None`
     /// judges every chunk as it comes.
     pub vad_pair_after: Option<Duration>,
-    /// Smart Turn's graph: the published one with its attention softmax on ontime's kernel (the
-    /// default, [`crate::TurnGraph::OwnSoftmaxKernel`]: pipecat's probabilities bit for bit,
-    /// checked at load), as published, or with the attention softmax in float
+    /// Smart Turn's graph: the published one with its attention softmaxes and products on
+    /// ontime's kernels (the default, [`crate::TurnGraph::OwnAttentionKernels`]: pipecat's
+    /// probabilities bit for bit, checked at load), with the softmaxes alone on ontime's kernel,
+    /// as published, or with the attention softmax in float
     /// ([`crate::TurnGraph::FloatAttentionSoftmax`], about a fifth less CPU per run;
     /// docs/inference.md, *Float attention softmax*).
     pub turn_graph: crate::TurnGraph,
@@ -238,7 +239,7 @@ impl PoolConfig {
             vad_quiet_peak: Some(crate::vad::QUIET_PEAK),
             vad_gather: DEFAULT_VAD_GATHER,
             vad_pair_after: DEFAULT_VAD_PAIR_AFTER,
-            turn_graph: crate::TurnGraph::OwnSoftmaxKernel,
+            turn_graph: crate::TurnGraph::OwnAttentionKernels,
             vad_graph: crate::VadGraph::Lean,
         }
     }

@@ -37,6 +37,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+pub mod attention_matmul;
 pub mod attention_softmax;
 pub mod budget;
 pub mod config;
@@ -45,8 +46,10 @@ mod error;
 pub mod features;
 mod handoff;
 mod math_threads;
+mod matmul_op;
 pub mod metrics;
 mod onnx_wire;
+mod op_input;
 pub mod pool;
 pub mod prosody;
 pub mod resample;

@@ -17,6 +17,7 @@ use ort::value::TensorElementType;
 use crate::attention_softmax::{
     lookup_table, output_multiplier, reproducible, softmax_u8, ShiftLog,
 };
+use crate::op_input::scalar;
 use crate::{Error, Result};
 
 /// The operator's domain, as the edited graph's nodes and opset import name it.
@@ -26,11 +27,13 @@ pub(crate) const OP_TYPE: &str = "QLinearSoftmaxRows";
 /// The node attribute carrying [`ShiftLog::attribute`].
 pub(crate) const SHIFT_LOG_ATTRIBUTE: &str = "shift_log";
 
-/// The domain to register on a session that runs an edited graph.
+/// The domain to register on a session that runs an edited graph: this operator and the
+/// attention products' ([`crate::matmul_op`]).
 pub(crate) fn domain() -> Result<OperatorDomain> {
     OperatorDomain::new(DOMAIN)
         .and_then(|d| d.add(QLinearSoftmaxRows))
-        .map_err(Error::ort("registering the attention softmax operator"))
+        .and_then(|d| d.add(crate::matmul_op::QLinearMatMulTiles))
+        .map_err(Error::ort("registering the attention operators"))
 }
 
 struct QLinearSoftmaxRows;
@@ -91,22 +94,6 @@ struct SoftmaxKernel {
     scratch: Vec<f32>,
 }
 
-fn scalar<T: ort::value::PrimitiveTensorElementType + Copy>(
-    ctx: &ComputeContext,
-    index: usize,
-) -> ort::Result<T> {
-    let value = ctx
-        .input(index)?
-        .ok_or_else(|| ort::Error::new(format!("{OP_TYPE}: input {index} missing")))?;
-    match value.try_extract_tensor::<T>()?.1 {
-        [v] => Ok(*v),
-        values => Err(ort::Error::new(format!(
-            "{OP_TYPE}: input {index} has {} values, a scalar expected",
-            values.len()
-        ))),
-    }
-}
-
 /// A table and what it was built for: the input scale's bits and the row length.
 struct BuiltTable {
     key: (u32, usize),
@@ -115,9 +102,9 @@ struct BuiltTable {
 
 impl Kernel for SoftmaxKernel {
     fn compute(&mut self, ctx: &ComputeContext) -> ort::Result<()> {
-        let x_scale: f32 = scalar(ctx, 1)?;
-        let multiplier = output_multiplier(scalar::<f32>(ctx, 2)?);
-        let zero_point: u8 = scalar(ctx, 3)?;
+        let x_scale: f32 = scalar(ctx, 1, OP_TYPE)?;
+        let multiplier = output_multiplier(scalar::<f32>(ctx, 2, OP_TYPE)?);
+        let zero_point: u8 = scalar(ctx, 3, OP_TYPE)?;
         let x = ctx
             .input(0)?
             .ok_or_else(|| ort::Error::new(format!("{OP_TYPE}: input 0 missing")))?;

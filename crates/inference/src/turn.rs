@@ -8,6 +8,7 @@ use ort::environment::Environment;
 use ort::session::Session;
 use ort::value::TensorRef;
 
+use crate::attention_matmul::{Dims, QuantisedMatMul};
 use crate::attention_softmax::{
     lookup_table, output_multiplier, reproducible, softmax_u8, ShiftLog,
 };
@@ -16,7 +17,9 @@ use crate::resample::upsample_2x;
 use crate::runtime::{
     one_thread_builder, one_thread_session, one_thread_session_from_memory, read_model_file,
 };
-use crate::turn_graph::{own_softmax_kernel, QuantisedSoftmax};
+use crate::turn_graph::{
+    own_attention_products, own_softmax_kernel, QuantisedProduct, QuantisedSoftmax,
+};
 use crate::{Error, Result};
 
 const MODEL: &str = "Smart Turn v3.2";
@@ -31,13 +34,18 @@ pub const ATTENTION_LENGTH: usize = N_FRAMES / 2;
 /// Which graph the Smart Turn session runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TurnGraph {
-    /// The published graph with its quantised attention softmaxes on ontime's kernel
-    /// ([`crate::attention_softmax`], through [`crate::turn_graph`]): the same bytes as ONNX
-    /// Runtime's `QLinearSoftmax`, eight rows at a time, so the same probabilities, bit for
-    /// bit, for less CPU. Used only when [`softmax_agreement`] finds the kernel identical to
-    /// ONNX Runtime's at load; otherwise the published graph runs, with a warning
-    /// ([`SmartTurn::graph`] says which one runs).
+    /// The published graph with its attention layers' quantised softmaxes and products of two
+    /// activations (`Q·Kᵀ`, `P·V`) on ontime's kernels ([`crate::attention_softmax`],
+    /// [`crate::attention_matmul`]): the same bytes as ONNX Runtime's `QLinearSoftmax` and
+    /// `QLinearMatMul`, so the same probabilities, bit for bit, for less CPU. Each kernel is used
+    /// only when it gives ONNX Runtime's bytes on the model's own chains at load
+    /// ([`softmax_agreement`], [`product_agreement`]); otherwise ONNX Runtime's runs, with a
+    /// warning ([`SmartTurn::graph`] says which graph runs).
     #[default]
+    OwnAttentionKernels,
+    /// Only the attention softmaxes on ontime's kernel (as [`TurnGraph::OwnAttentionKernels`]
+    /// less the products): what the default falls back to where the products' kernel cannot
+    /// run (no AVX-512 VNNI) or differs from ONNX Runtime's.
     OwnSoftmaxKernel,
     /// The model as published, run as ONNX Runtime optimises it (and as pipecat runs it):
     /// probabilities bit-identical to the Python reference.
@@ -64,10 +72,10 @@ impl std::fmt::Debug for SmartTurn {
 }
 
 impl SmartTurn {
-    /// Loads the model on a one-thread session, its attention softmax on ontime's kernel when
-    /// that gives ONNX Runtime's bytes ([`TurnGraph::OwnSoftmaxKernel`]).
+    /// Loads the model on a one-thread session, its attention softmaxes and products on
+    /// ontime's kernels where they give ONNX Runtime's bytes ([`TurnGraph::OwnAttentionKernels`]).
     pub fn load(env: &Environment, model: &Path) -> Result<Self> {
-        Self::load_graph(env, model, TurnGraph::OwnSoftmaxKernel)
+        Self::load_graph(env, model, TurnGraph::OwnAttentionKernels)
     }
 
     /// Loads the model on a one-thread session, its graph as `graph` says.
@@ -77,10 +85,10 @@ impl SmartTurn {
                 one_thread_session(env, model, MODEL_FILE)?,
                 TurnGraph::Published,
             ),
-            TurnGraph::OwnSoftmaxKernel => {
+            wanted @ (TurnGraph::OwnAttentionKernels | TurnGraph::OwnSoftmaxKernel) => {
                 let bytes = read_model_file(model, MODEL_FILE)?;
-                match own_kernel_session(env, &bytes) {
-                    Ok(session) => (session, TurnGraph::OwnSoftmaxKernel),
+                match own_kernel_session(env, &bytes, wanted == TurnGraph::OwnAttentionKernels) {
+                    Ok(ran) => ran,
                     Err(e) => {
                         tracing::warn!(error = %e, "Smart Turn: the attention softmax stays on ONNX Runtime's kernel");
                         (
@@ -183,8 +191,14 @@ impl SmartTurn {
 
 /// The session on the published graph with its attention softmaxes on ontime's kernel, if
 /// [`softmax_agreement`] finds the kernel identical to ONNX Runtime's for this model and
-/// runtime; otherwise an error saying why not.
-fn own_kernel_session(env: &Environment, model: &[u8]) -> Result<Session> {
+/// runtime (otherwise an error saying why not), and, if `products` asks, its attention
+/// products too where [`product_agreement`] finds that kernel identical (otherwise they stay
+/// on ONNX Runtime's, with a warning); with the graph that runs.
+fn own_kernel_session(
+    env: &Environment,
+    model: &[u8],
+    products: bool,
+) -> Result<(Session, TurnGraph)> {
     // Edited once with the shift ONNX Runtime's source asks for; again only if the comparison
     // finds the runtime does otherwise.
     let (edited, chains) = own_softmax_kernel(model, ShiftLog::Single)?;
@@ -198,11 +212,124 @@ fn own_kernel_session(env: &Environment, model: &[u8]) -> Result<Session> {
             )))
         }
     };
-    one_thread_builder(env)?
+    let (edited, graph) = if products {
+        match with_own_products(env, &edited) {
+            Ok(with_products) => (with_products, TurnGraph::OwnAttentionKernels),
+            Err(e) => {
+                tracing::warn!(error = %e, "Smart Turn: the attention products stay on ONNX Runtime's kernel");
+                (edited, TurnGraph::OwnSoftmaxKernel)
+            }
+        }
+    } else {
+        (edited, TurnGraph::OwnSoftmaxKernel)
+    };
+    let session = one_thread_builder(env)?
         .with_operators(crate::softmax_op::domain()?)
-        .map_err(Error::ort("registering the attention softmax operator"))?
+        .map_err(Error::ort("registering the attention operators"))?
         .commit_from_memory(&edited)
-        .map_err(Error::ort(MODEL_FILE))
+        .map_err(Error::ort(MODEL_FILE))?;
+    Ok((session, graph))
+}
+
+/// `model` with its attention products on ontime's kernel, if the CPU runs the kernel's fast
+/// path and [`product_agreement`] finds it identical to ONNX Runtime's on every chain.
+fn with_own_products(env: &Environment, model: &[u8]) -> Result<Vec<u8>> {
+    if !crate::attention_matmul::fast_path_available() {
+        return Err(Error::ModelFormat(
+            "this CPU has no AVX-512 VNNI, which ontime's attention products need to be faster"
+                .into(),
+        ));
+    }
+    let (edited, chains) = own_attention_products(model)?;
+    let agreement = compare_products(env, &chains)?;
+    if agreement.identical() {
+        Ok(edited)
+    } else {
+        Err(Error::ModelFormat(format!(
+            "ontime's attention products differ from ONNX Runtime's: {agreement:?}"
+        )))
+    }
+}
+
+/// How ontime's attention product kernel compared with ONNX Runtime's `QLinearMatMul` on one
+/// model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProductAgreement {
+    /// The quantised products of two activations found (Smart Turn v3.2 has two per attention
+    /// layer).
+    pub chains: usize,
+    /// Bytes compared, over every chain.
+    pub bytes_compared: usize,
+    /// Of those, the bytes that differ.
+    pub differing: usize,
+}
+
+impl ProductAgreement {
+    /// Every byte of every chain the same, on a model with Smart Turn v3.2's chains.
+    pub fn identical(&self) -> bool {
+        self.chains == 2 * ATTENTION_LAYERS && self.bytes_compared > 0 && self.differing == 0
+    }
+}
+
+/// The shapes each product chain is compared on at load (`batch, m, k, n`): an attention
+/// layer's `Q·Kᵀ` and `P·V` (six heads, 400 steps, 64 values a head), and a small odd one
+/// that takes every edge of the kernel's tiles.
+const PRODUCT_CHECK_SHAPES: [(usize, usize, usize, usize); 3] = [
+    (6, 400, 64, ATTENTION_LENGTH),
+    (6, ATTENTION_LENGTH, 400, 64),
+    (2, 13, 36, 21),
+];
+
+/// Runs each quantised product of two activations of `model` alone on ONNX Runtime (which
+/// fuses it into its `QLinearMatMul`, with the model's scales and zero points) and on ontime's
+/// kernel, on the same pseudo-random operands of a layer's two shapes and a small odd one, and counts the bytes
+/// that differ.
+pub fn product_agreement(env: &Environment, model: &[u8]) -> Result<ProductAgreement> {
+    compare_products(env, &own_attention_products(model)?.1)
+}
+
+/// [`product_agreement`] on chains already found.
+fn compare_products(env: &Environment, chains: &[QuantisedProduct]) -> Result<ProductAgreement> {
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
+    let mut kernel = QuantisedMatMul::new();
+    let (mut bytes_compared, mut differing) = (0, 0);
+    for chain in chains {
+        let mut reference = one_thread_session_from_memory(
+            env,
+            &chain.reference_model(),
+            "the attention product's reference model",
+        )?;
+        for (batch, m, k, n) in PRODUCT_CHECK_SHAPES {
+            let a: Vec<u8> = (0..batch * m * k).map(|_| (next() >> 32) as u8).collect();
+            let b: Vec<u8> = (0..batch * k * n).map(|_| (next() >> 32) as u8).collect();
+            let outputs = reference
+                .run(ort::inputs![
+                    TensorRef::from_array_view(([batch, m, k], &a[..]))
+                        .map_err(Error::ort("product reference input"))?,
+                    TensorRef::from_array_view(([batch, k, n], &b[..]))
+                        .map_err(Error::ort("product reference input"))?
+                ])
+                .map_err(Error::ort("product reference run"))?;
+            let (_, theirs) = outputs[0]
+                .try_extract_tensor::<u8>()
+                .map_err(Error::ort("product reference output"))?;
+            let mut ours = vec![0u8; batch * m * n];
+            let dims = Dims { batch, m, k, n };
+            if theirs.len() != ours.len()
+                || !kernel.run(&a, &b, dims, &chain.requantisation, &mut ours)
+            {
+                differing += ours.len();
+            } else {
+                differing += ours.iter().zip(theirs).filter(|(x, y)| x != y).count();
+            }
+            bytes_compared += ours.len();
+        }
+    }
+    Ok(ProductAgreement {
+        chains: chains.len(),
+        bytes_compared,
+        differing,
+    })
 }
 
 /// How ontime's attention softmax kernel compared with ONNX Runtime's on one model.

@@ -1,16 +1,23 @@
-//! Edits of the Smart Turn graph around its attention softmaxes.
+//! Edits of the Smart Turn graph around its attention layers.
 //!
 //! Smart Turn v3.2's CPU model is statically quantised: every attention layer computes
-//! `Q·Kᵀ` to uint8 (`QuantizeLinear` → `DequantizeLinear`), then `Softmax`, then uint8 again.
-//! ONNX Runtime fuses that `DequantizeLinear → Softmax → QuantizeLinear` into its
-//! `QLinearSoftmax` kernel, a scalar lookup-table loop over 6 heads × 400 × 400 values a layer:
-//! a quarter of a run's time (ONNX Runtime's profiler, docs/inference.md, *Float attention
-//! softmax*). Two edits address it:
+//! `Q·Kᵀ` to uint8 (`QuantizeLinear` → `DequantizeLinear`), then `Softmax`, then uint8 again,
+//! then `P·V` to uint8. ONNX Runtime fuses the `DequantizeLinear → Softmax → QuantizeLinear`
+//! into its `QLinearSoftmax` kernel, a scalar lookup-table loop over 6 heads × 400 × 400 values
+//! a layer (a quarter of a run's time, ONNX Runtime's profiler, docs/inference.md, *Float
+//! attention softmax*), and each product of two activations into `QLinearMatMul`, which runs a
+//! head at a time through memory (a fifth of a run). Three edits address them:
 //!
-//! - `own_softmax_kernel` (the default, through [`crate::TurnGraph::OwnSoftmaxKernel`])
-//!   replaces each such chain with one node of ontime's operator (`softmax_op`), which
-//!   computes the same bytes as ONNX Runtime's kernel several rows at a time. Nothing else in
-//!   the graph changes, and the session checks the bytes against ONNX Runtime's kernel at load.
+//! - `own_softmax_kernel` ([`crate::TurnGraph::OwnSoftmaxKernel`], and part of the default)
+//!   replaces each softmax chain with one node of ontime's operator (`softmax_op`), which
+//!   computes the same bytes as ONNX Runtime's kernel several rows at a time.
+//! - `own_attention_products` (with it, the default [`crate::TurnGraph::OwnAttentionKernels`])
+//!   replaces each `DequantizeLinear ×2 → MatMul → QuantizeLinear` over two activations with one
+//!   node of ontime's operator (`matmul_op`), which computes the same bytes as
+//!   `QLinearMatMul` a register tile at a time. Products with a weight operand stay.
+//!
+//!   For both, nothing else in the graph changes, and the session checks the bytes against
+//!   ONNX Runtime's kernels at load.
 //! - [`float_attention_softmax`] removes the 8-bit round trip *before* each such softmax, so the
 //!   scores stay in float (`Q·Kᵀ` becomes ONNX Runtime's `MatMulIntegerToFloat`) and `Softmax`
 //!   runs on its vectorised float kernel; the probabilities are quantised after it as before.
@@ -19,12 +26,14 @@
 //!   off by default.
 //!
 //! Done at the protobuf wire level (`onnx_wire`): every other byte of the model stays
-//! as published. Only the graph's node list and initializers (and, for the operator, the
+//! as published. Only the graph's node list and initializers (and, for the operators, the
 //! model's opset imports) are touched.
 
 use std::collections::{HashMap, HashSet};
 
+use crate::attention_matmul::Requantisation;
 use crate::attention_softmax::ShiftLog;
+use crate::matmul_op::OP_TYPE as MATMUL_OP_TYPE;
 use crate::onnx_wire::{
     attr_int, malformed, name_of, put_len_field, put_varint_field, read_varint, value_info, varint,
     Dim, Fields, Node, ATTR_I, ATTR_NAME, FLOAT, GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_NAME,
@@ -149,10 +158,15 @@ impl<'a> GraphIndex<'a> {
             .filter(|&i| self.nodes[i].is(op))
     }
 
-    /// The initializers only `dropped` nodes read (ONNX Runtime would otherwise warn about
-    /// each unused one at every start).
-    fn orphaned_by(&self, dropped: &HashSet<usize>) -> HashSet<&'a [u8]> {
+    /// The initializers only `dropped` nodes read, and no node that replaces them (ONNX
+    /// Runtime would otherwise warn about each unused one at every start).
+    fn orphaned_by(
+        &self,
+        dropped: &HashSet<usize>,
+        replacements_read: &HashSet<&[u8]>,
+    ) -> HashSet<&'a [u8]> {
         let mut still_read: HashSet<&[u8]> = self.graph_outputs.clone();
+        still_read.extend(replacements_read.iter().copied());
         for (i, node) in self.nodes.iter().enumerate() {
             if !dropped.contains(&i) {
                 still_read.extend(node.inputs.iter().copied());
@@ -233,7 +247,8 @@ fn float_edit(graph: &[u8]) -> Result<(Vec<u8>, usize)> {
         dropped.insert(q);
         dropped.insert(dq);
     }
-    let orphaned = index.orphaned_by(&dropped);
+    // The rewired softmaxes stay undropped: what they read is counted with every other node.
+    let orphaned = index.orphaned_by(&dropped, &HashSet::new());
     Ok((
         rewrite(graph, &dropped, &replaced, &orphaned)?,
         replaced.len(),
@@ -254,6 +269,50 @@ fn with_first_input(node: &[u8], input: &[u8]) -> Result<Vec<u8>> {
         }
     }
     Ok(out)
+}
+
+/// The model's IR version and opset imports, encoded (a chain's reference model starts with
+/// them), and whether they import ontime's operator domain already.
+fn header_of(model: &[u8]) -> Result<(Vec<u8>, bool)> {
+    let mut header = Vec::new();
+    let mut imports_ours = false;
+    for field in Fields::new(model) {
+        let field = field?;
+        if matches!(field.number, MODEL_IR_VERSION | MODEL_OPSET_IMPORT) {
+            header.extend_from_slice(field.raw);
+        }
+        if field.number == MODEL_OPSET_IMPORT
+            && field.wire == WIRE_LEN
+            && name_of(field.payload, OPSET_DOMAIN)? == Some(DOMAIN.as_bytes())
+        {
+            imports_ours = true;
+        }
+    }
+    Ok((header, imports_ours))
+}
+
+/// Chains replaced by nodes of ontime's operators: the nodes dropped, the new nodes by the
+/// index they take, and the values the new nodes read.
+#[derive(Default)]
+struct Edit<'a> {
+    dropped: HashSet<usize>,
+    replaced: HashMap<usize, Vec<u8>>,
+    replacements_read: HashSet<&'a [u8]>,
+}
+
+impl Edit<'_> {
+    /// The model with the edit made: initializers nothing reads any more left out, and
+    /// ontime's operator domain imported if a node now uses it and the model did not import
+    /// it yet.
+    fn apply(&self, model: &[u8], graph: &[u8], index: &GraphIndex) -> Result<Vec<u8>> {
+        let orphaned = index.orphaned_by(&self.dropped, &self.replacements_read);
+        let new_graph = rewrite(graph, &self.dropped, &self.replaced, &orphaned)?;
+        let mut import = Vec::new();
+        put_len_field(&mut import, OPSET_DOMAIN, DOMAIN.as_bytes());
+        put_varint_field(&mut import, OPSET_VERSION, 1);
+        let needs_import = !self.replaced.is_empty() && !header_of(model)?.1;
+        with_graph(model, &new_graph, needs_import.then_some(&import[..]))
+    }
 }
 
 /// One `DequantizeLinear → Softmax → QuantizeLinear` chain that [`own_softmax_kernel`]
@@ -306,16 +365,9 @@ pub(crate) fn own_softmax_kernel(
     shift_log: ShiftLog,
 ) -> Result<(Vec<u8>, Vec<QuantisedSoftmax>)> {
     let graph = graph_of(model)?;
-    let mut header = Vec::new();
-    for field in Fields::new(model) {
-        let field = field?;
-        if matches!(field.number, MODEL_IR_VERSION | MODEL_OPSET_IMPORT) {
-            header.extend_from_slice(field.raw);
-        }
-    }
+    let (header, _) = header_of(model)?;
     let index = GraphIndex::parse(graph)?;
-    let mut replaced: HashMap<usize, Vec<u8>> = HashMap::new();
-    let mut dropped: HashSet<usize> = HashSet::new();
+    let mut edit = Edit::default();
     let mut chains = Vec::new();
     for (i, node) in index.nodes.iter().enumerate() {
         if !node.is("Softmax") || !last_axis(node)? {
@@ -368,6 +420,7 @@ pub(crate) fn own_softmax_kernel(
         let mut n = Vec::new();
         for input in [*x, *x_scale, *y_scale, *y_zp] {
             put_len_field(&mut n, NODE_INPUT, input);
+            edit.replacements_read.insert(input);
         }
         put_len_field(&mut n, NODE_OUTPUT, y);
         let mut name = y.to_vec();
@@ -382,8 +435,8 @@ pub(crate) fn own_softmax_kernel(
         );
         // In the DequantizeLinear's place: its inputs exist there, and every reader of the
         // QuantizeLinear's output comes after it.
-        replaced.insert(dq, n);
-        dropped.extend([dq, i, q]);
+        edit.replaced.insert(dq, n);
+        edit.dropped.extend([dq, i, q]);
         chains.push(QuantisedSoftmax {
             x_scale: x_scale_value,
             y_scale: y_scale_value,
@@ -399,17 +452,181 @@ pub(crate) fn own_softmax_kernel(
             header: header.clone(),
         });
     }
-    let orphaned = index.orphaned_by(&dropped);
-    let new_graph = rewrite(graph, &dropped, &replaced, &orphaned)?;
-    let mut import = Vec::new();
-    put_len_field(&mut import, OPSET_DOMAIN, DOMAIN.as_bytes());
-    put_varint_field(&mut import, OPSET_VERSION, 1);
-    let model = with_graph(
-        model,
-        &new_graph,
-        (!chains.is_empty()).then_some(&import[..]),
-    )?;
-    Ok((model, chains))
+    Ok((edit.apply(model, graph, &index)?, chains))
+}
+
+/// One `DequantizeLinear ×2 → MatMul → QuantizeLinear` chain over two activations that
+/// [`own_attention_products`] replaced: its constants, and what
+/// [`QuantisedProduct::reference_model`] needs to run the chain alone on ONNX Runtime's kernel.
+#[derive(Debug, Clone)]
+pub(crate) struct QuantisedProduct {
+    /// The chain's scales and zero points, as the kernel takes them.
+    pub(crate) requantisation: Requantisation,
+    /// The four nodes (two `DequantizeLinear`, `MatMul`, `QuantizeLinear`) and the scales'
+    /// and zero points' initializers, encoded, as the model has them.
+    nodes: [Vec<u8>; 4],
+    initializers: Vec<Vec<u8>>,
+    inputs: [Vec<u8>; 2],
+    output: Vec<u8>,
+    /// The model's IR version and opset imports, encoded.
+    header: Vec<u8>,
+}
+
+impl QuantisedProduct {
+    /// A model of this chain alone: uint8 `A` `[batch, m, k]` and `B` `[batch, k, n]` in
+    /// (every dimension symbolic), uint8 out, the nodes and constants exactly as in the model,
+    /// so ONNX Runtime fuses it into the same `QLinearMatMul` with the same scales.
+    pub(crate) fn reference_model(&self) -> Vec<u8> {
+        let mut g = Vec::new();
+        for node in &self.nodes {
+            put_len_field(&mut g, GRAPH_NODE, node);
+        }
+        put_len_field(&mut g, GRAPH_NAME, b"quantised_product");
+        for init in &self.initializers {
+            put_len_field(&mut g, GRAPH_INITIALIZER, init);
+        }
+        let (batch, m, k, n) = (
+            Dim::Param("batch"),
+            Dim::Param("m"),
+            Dim::Param("k"),
+            Dim::Param("n"),
+        );
+        let name = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        put_len_field(
+            &mut g,
+            GRAPH_INPUT,
+            &value_info(&name(&self.inputs[0]), UINT8, &[batch, m, k]),
+        );
+        put_len_field(
+            &mut g,
+            GRAPH_INPUT,
+            &value_info(&name(&self.inputs[1]), UINT8, &[batch, k, n]),
+        );
+        put_len_field(
+            &mut g,
+            GRAPH_OUTPUT,
+            &value_info(&name(&self.output), UINT8, &[batch, m, n]),
+        );
+        let mut model = self.header.clone();
+        put_len_field(&mut model, MODEL_GRAPH, &g);
+        model
+    }
+}
+
+/// The model with every quantised `MatMul` of two activations (both operands from
+/// `DequantizeLinear` of a computed value, uint8 scalar scales and zero points, the product read
+/// only by a `QuantizeLinear`: what ONNX Runtime fuses into `QLinearMatMul`) replaced by one
+/// [`crate::matmul_op`] node; with the chains replaced, in graph order. Products with a
+/// constant operand (the weights) stay on ONNX Runtime's kernel, which packs them once.
+pub(crate) fn own_attention_products(model: &[u8]) -> Result<(Vec<u8>, Vec<QuantisedProduct>)> {
+    let graph = graph_of(model)?;
+    let (header, _) = header_of(model)?;
+    let index = GraphIndex::parse(graph)?;
+    let constant = |name: &[u8]| index.initializers.get(name).copied();
+    let mut edit = Edit::default();
+    let mut chains = Vec::new();
+    for (i, node) in index.nodes.iter().enumerate() {
+        if !node.is("MatMul") {
+            continue;
+        }
+        let ([left, right], [product]) = (&node.inputs[..], &node.outputs[..]) else {
+            continue;
+        };
+        let (Some(dq_a), Some(dq_b)) = (
+            index.producer_is(left, "DequantizeLinear"),
+            index.producer_is(right, "DequantizeLinear"),
+        ) else {
+            continue;
+        };
+        let readers: Vec<usize> = (0..index.nodes.len())
+            .filter(|&j| index.nodes[j].inputs.contains(product))
+            .collect();
+        let [q] = readers[..] else {
+            continue;
+        };
+        if dq_a == dq_b
+            || !index.nodes[q].is("QuantizeLinear")
+            || !index.used_once(left)
+            || !index.used_once(right)
+            || !index.used_once(product)
+            || index.nodes[q].inputs.first() != Some(product)
+        {
+            continue;
+        }
+        let (a_node, b_node, q_node) = (&index.nodes[dq_a], &index.nodes[dq_b], &index.nodes[q]);
+        let ([a, a_scale, a_zp], [b, b_scale, b_zp], [_, y_scale, y_zp], [y]) = (
+            &a_node.inputs[..],
+            &b_node.inputs[..],
+            &q_node.inputs[..],
+            &q_node.outputs[..],
+        ) else {
+            continue;
+        };
+        // Both operands computed: a constant one is a weight matrix.
+        if constant(a).is_some() || constant(b).is_some() {
+            continue;
+        }
+        let scales = [*a_scale, *b_scale, *y_scale];
+        let zero_points = [*a_zp, *b_zp, *y_zp];
+        let mut scale_values = [0f32; 3];
+        let mut zero_values = [0u8; 3];
+        let mut all_scalars = true;
+        for (name, value) in scales.iter().zip(&mut scale_values) {
+            match constant(name).map(scalar_f32).transpose()?.flatten() {
+                Some(v) => *value = v,
+                None => all_scalars = false,
+            }
+        }
+        for (name, value) in zero_points.iter().zip(&mut zero_values) {
+            match constant(name).map(scalar_u8).transpose()?.flatten() {
+                Some(v) => *value = v,
+                None => all_scalars = false,
+            }
+        }
+        if !all_scalars {
+            continue;
+        }
+        let mut n = Vec::new();
+        for input in [*a, *a_scale, *a_zp, *b, *b_scale, *b_zp, *y_scale, *y_zp] {
+            put_len_field(&mut n, NODE_INPUT, input);
+            edit.replacements_read.insert(input);
+        }
+        put_len_field(&mut n, NODE_OUTPUT, y);
+        let mut name = y.to_vec();
+        name.extend_from_slice(b"_tiles");
+        put_len_field(&mut n, NODE_NAME, &name);
+        put_len_field(&mut n, NODE_OP_TYPE, MATMUL_OP_TYPE.as_bytes());
+        put_len_field(&mut n, NODE_DOMAIN, DOMAIN.as_bytes());
+        // In the MatMul's place: both operands exist there, and every reader of the
+        // QuantizeLinear's output comes after it.
+        edit.replaced.insert(i, n);
+        edit.dropped.extend([dq_a, dq_b, i, q]);
+        let mut initializers: Vec<Vec<u8>> = Vec::new();
+        let mut seen: HashSet<&[u8]> = HashSet::new();
+        for name in scales.into_iter().chain(zero_points) {
+            if seen.insert(name) {
+                if let Some(t) = constant(name) {
+                    initializers.push(t.to_vec());
+                }
+            }
+        }
+        chains.push(QuantisedProduct {
+            requantisation: Requantisation::new(
+                scale_values[0],
+                zero_values[0],
+                scale_values[1],
+                zero_values[1],
+                scale_values[2],
+                zero_values[2],
+            ),
+            nodes: [dq_a, dq_b, i, q].map(|j| index.node_bytes[j].to_vec()),
+            initializers,
+            inputs: [a.to_vec(), b.to_vec()],
+            output: y.to_vec(),
+            header: header.clone(),
+        });
+    }
+    Ok((edit.apply(model, graph, &index)?, chains))
 }
 
 /// Whether a Softmax node reduces over the last axis (its `axis` is −1). A missing `axis` is
@@ -622,6 +839,14 @@ mod tests {
             .collect()
     }
 
+    /// A node as [`nodes_of`] lists it.
+    fn expect(op: &str, inputs: &[&str]) -> (String, Vec<String>) {
+        (
+            op.to_string(),
+            inputs.iter().map(|s| s.to_string()).collect(),
+        )
+    }
+
     fn initializers_of(model: &[u8]) -> Vec<String> {
         let g = graph_of(model);
         Fields::new(&g)
@@ -640,12 +865,6 @@ mod tests {
         let (edited, rewired) = float_attention_softmax(&model).unwrap();
         assert_eq!(rewired, 1);
         let ops: Vec<(String, Vec<String>)> = nodes_of(&edited);
-        let expect = |op: &str, inputs: &[&str]| {
-            (
-                op.to_string(),
-                inputs.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-            )
-        };
         assert_eq!(
             ops,
             vec![
@@ -747,12 +966,6 @@ mod tests {
         assert_eq!(chains[0].x_scale, 0.208);
         assert_eq!(chains[0].y_scale, 0.003_875);
         assert_eq!(chains[0].y_zero_point, 0);
-        let expect = |op: &str, inputs: &[&str]| {
-            (
-                op.to_string(),
-                inputs.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-            )
-        };
         assert_eq!(
             nodes_of(&edited),
             vec![
@@ -830,5 +1043,130 @@ mod tests {
             own_softmax_kernel(b"", ShiftLog::Double),
             Err(Error::ModelFormat(_))
         ));
+    }
+
+    /// `Q·Kᵀ` as the exporter writes it (two computed operands, each quantised and dequantised,
+    /// the product quantised), its output dequantised under other constants into a weight
+    /// product (a constant operand), and, if `shared`, the first operand's dequantised value
+    /// read by another node too.
+    fn products_model(shared: bool) -> Vec<u8> {
+        let mut g = Vec::new();
+        let mut add = |inputs: &[&str], outputs: &[&str], op: &str| {
+            put_len_field(&mut g, GRAPH_NODE, &node(inputs, outputs, op));
+        };
+        add(&["qf", "qs", "qz"], &["qq"], "QuantizeLinear");
+        add(&["kf", "ks", "kz"], &["kq"], "QuantizeLinear");
+        add(&["qq", "qs", "qz"], &["qd"], "DequantizeLinear");
+        add(&["kq", "ks", "kz"], &["kd"], "DequantizeLinear");
+        if shared {
+            add(&["qd"], &["other"], "Relu");
+        }
+        add(&["qd", "kd"], &["s"], "MatMul");
+        add(&["s", "ss", "sz"], &["sq"], "QuantizeLinear");
+        add(&["sq", "ts", "tz"], &["sd"], "DequantizeLinear");
+        add(&["w", "ws", "wz"], &["wd"], "DequantizeLinear");
+        add(&["sd", "wd"], &["z"], "MatMul");
+        add(&["z", "ts", "tz"], &["y"], "QuantizeLinear");
+        put_len_field(&mut g, 2, b"graph-name");
+        for (name, value) in [
+            ("qs", Scalar::F32(0.024)),
+            ("qz", Scalar::U8(141)),
+            ("ks", Scalar::F32(0.022)),
+            ("kz", Scalar::U8(130)),
+            ("ss", Scalar::F32(0.208)),
+            ("sz", Scalar::U8(114)),
+            ("ts", Scalar::F32(0.05)),
+            ("tz", Scalar::U8(128)),
+            ("ws", Scalar::F32(0.01)),
+            ("wz", Scalar::U8(0)),
+        ] {
+            put_len_field(&mut g, GRAPH_INITIALIZER, &scalar(name, value));
+        }
+        put_len_field(&mut g, GRAPH_INITIALIZER, &initializer("w"));
+        let mut out = Vec::new();
+        put_len_field(&mut out, VALUE_INFO_NAME, b"y");
+        put_len_field(&mut g, GRAPH_OUTPUT, &out);
+        let mut m = Vec::new();
+        put_varint(&mut m, 1 << 3);
+        put_varint(&mut m, 10);
+        put_len_field(&mut m, MODEL_GRAPH, &g);
+        m
+    }
+
+    #[test]
+    fn a_product_of_two_activations_becomes_one_node_and_weights_stay() {
+        let (edited, chains) = own_attention_products(&products_model(false)).unwrap();
+        assert_eq!(chains.len(), 1);
+        assert_eq!(
+            chains[0].requantisation,
+            Requantisation::new(0.024, 141, 0.022, 130, 0.208, 114)
+        );
+        assert_eq!(
+            nodes_of(&edited),
+            vec![
+                expect("QuantizeLinear", &["qf", "qs", "qz"]),
+                expect("QuantizeLinear", &["kf", "ks", "kz"]),
+                expect(
+                    MATMUL_OP_TYPE,
+                    &["qq", "qs", "qz", "kq", "ks", "kz", "ss", "sz"]
+                ),
+                expect("DequantizeLinear", &["sq", "ts", "tz"]),
+                expect("DequantizeLinear", &["w", "ws", "wz"]),
+                expect("MatMul", &["sd", "wd"]),
+                expect("QuantizeLinear", &["z", "ts", "tz"]),
+            ]
+        );
+        // `ss` and `sz` were read only by the dropped QuantizeLinear: the new node reads them,
+        // so they stay.
+        assert_eq!(
+            initializers_of(&edited),
+            vec!["qs", "qz", "ks", "kz", "ss", "sz", "ts", "tz", "ws", "wz", "w"]
+        );
+        let imports = Fields::new(&edited)
+            .map(Result::unwrap)
+            .filter(|f| f.number == MODEL_OPSET_IMPORT)
+            .count();
+        assert_eq!(imports, 1);
+        // Edited again (as after the softmax edit): no second import.
+        let (twice, again) = own_attention_products(&edited).unwrap();
+        assert_eq!(again.len(), 0);
+        assert_eq!(twice, edited);
+        // The chain alone, for the load check: its four nodes and six constants.
+        let reference = chains[0].reference_model();
+        assert_eq!(
+            nodes_of(&reference),
+            vec![
+                expect("DequantizeLinear", &["qq", "qs", "qz"]),
+                expect("DequantizeLinear", &["kq", "ks", "kz"]),
+                expect("MatMul", &["qd", "kd"]),
+                expect("QuantizeLinear", &["s", "ss", "sz"]),
+            ]
+        );
+        assert_eq!(
+            initializers_of(&reference),
+            vec!["qs", "ks", "ss", "qz", "kz", "sz"]
+        );
+    }
+
+    #[test]
+    fn products_edit_of_malformed_bytes_is_an_error_not_a_panic() {
+        let model = products_model(false);
+        let accepted: Vec<usize> = (1..model.len())
+            .filter(|&cut| own_attention_products(&model[..cut]).is_ok())
+            .collect();
+        // The model's one field after its IR version is the graph: only the whole model parses.
+        assert_eq!(accepted, Vec::<usize>::new());
+        assert!(matches!(
+            own_attention_products(b""),
+            Err(Error::ModelFormat(_))
+        ));
+    }
+
+    #[test]
+    fn an_operand_read_elsewhere_is_left_alone() {
+        let model = products_model(true);
+        let (edited, chains) = own_attention_products(&model).unwrap();
+        assert_eq!(chains.len(), 0);
+        assert_eq!(edited, model);
     }
 }

@@ -1,5 +1,5 @@
-//! Smart Turn's attention softmax on ontime's kernel (`TurnGraph::OwnSoftmaxKernel`, the
-//! default) against ONNX Runtime's `QLinearSoftmax`: the load-time comparison tells the two
+//! Smart Turn's attention softmax on ontime's kernel (`TurnGraph::OwnSoftmaxKernel`, part of
+//! the default) against ONNX Runtime's `QLinearSoftmax`: the load-time comparison tells the two
 //! ways of evaluating the table's shift apart and accepts only the one that matches, and the
 //! edited session gives the published session's probabilities bit for bit on every turn of
 //! the recordings. (With the other shift, one of these turns' probabilities moved from 0.393
@@ -11,21 +11,6 @@ use common::*;
 use ontime_inference::attention_softmax::ShiftLog;
 use ontime_inference::turn::{softmax_agreement, SoftmaxAgreement, ATTENTION_LENGTH};
 use ontime_inference::{runtime, SmartTurn, TurnGraph};
-
-/// Every recording the repository ships, 8 kHz.
-fn recordings() -> Vec<(String, Vec<i16>)> {
-    let mut out = Vec::new();
-    for name in ["book_table_8k.wav", "book_table_trailing_8k.wav"] {
-        let (rate, pcm) = read_wav(&fixture(name));
-        assert_eq!(rate, 8000, "{name}");
-        out.push((name.to_string(), pcm));
-    }
-    for i in 1..=4 {
-        let path = workspace_root().join(format!("fixtures/callers/utterance_{i}.ulaw.wav"));
-        out.push((format!("utterance_{i}"), ulaw_wav(&path)));
-    }
-    out
-}
 
 #[test]
 fn the_load_check_tells_the_two_shifts_apart_and_accepts_the_one_that_matches() {
@@ -70,27 +55,13 @@ fn the_decision_takes_only_a_kernel_that_matched_every_byte() {
 fn the_own_kernel_gives_the_published_probabilities_bit_for_bit() {
     let Some(paths) = model_paths() else { return };
     let env = runtime::load_runtime(&paths.ort_dylib).expect("runtime");
-    let mut own = SmartTurn::load(&env, &paths.smart_turn).expect("own kernel");
+    let mut own = SmartTurn::load_graph(&env, &paths.smart_turn, TurnGraph::OwnSoftmaxKernel)
+        .expect("own kernel");
     let mut published =
         SmartTurn::load_graph(&env, &paths.smart_turn, TurnGraph::Published).expect("published");
     assert_eq!(own.graph(), TurnGraph::OwnSoftmaxKernel);
     assert_eq!(published.graph(), TurnGraph::Published);
 
-    // Every recording cut after every 400 ms: turns of every length up to the model's 8 s,
-    // some mid-word, some after a pause.
-    let step = 8000 * 400 / 1000;
-    let mut compared = 0usize;
-    let mut expected = 0usize;
-    for (name, pcm) in recordings() {
-        expected += pcm.len() / step;
-        for end in (step..=pcm.len()).step_by(step) {
-            let turn = &pcm[end.saturating_sub(8 * 8000)..end];
-            let a = own.predict_pcm(turn, 8000).expect("own run");
-            let b = published.predict_pcm(turn, 8000).expect("published run");
-            assert_eq!(a.to_bits(), b.to_bits(), "{name} to {end}: {a} against {b}");
-            compared += 1;
-        }
-    }
-    println!("{compared} turns compared");
-    assert_eq!(compared, expected);
+    // The six recordings cut every 400 ms: 59 turns of 0.4–8 s.
+    assert_eq!(assert_same_probabilities(&mut own, &mut published), 59);
 }

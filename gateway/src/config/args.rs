@@ -120,6 +120,12 @@ pub struct Args {
     /// time (checked against ONNX Runtime's at start); this is for comparing the two.
     #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_TURN_RUNTIME_SOFTMAX"))]
     pub turn_runtime_softmax: Option<bool>,
+    /// Smart Turn's attention products (`Q·Kᵀ`, `P·V`) on ONNX Runtime's own kernel, `false`
+    /// (the default) or `true`: where the CPU has AVX-512 VNNI the default runs ontime's
+    /// kernel, which gives the same bytes (checked against ONNX Runtime's at start); this is
+    /// for comparing the two.
+    #[cfg_attr(feature = "cli", arg(long, env = "ONTIME_TURN_RUNTIME_PRODUCTS"))]
+    pub turn_runtime_products: Option<bool>,
     /// Silero VAD on its published graph, `false` (the default) or `true`: the default runs
     /// the same arithmetic on a graph without the published one's control flow (checked bit
     /// for bit at start), about a third less CPU per VAD run; this is for comparing the two.
@@ -412,6 +418,7 @@ impl Args {
             vad_pair_speech,
             turn_float_softmax,
             turn_runtime_softmax,
+            turn_runtime_products,
             vad_published_graph,
             answer_delay,
             log_format,

@@ -338,6 +338,8 @@ pub struct Config {
     pub turn_float_softmax: bool,
     /// Smart Turn's attention softmax on ONNX Runtime's kernel (`PoolConfig::turn_graph`).
     pub turn_runtime_softmax: bool,
+    /// Smart Turn's attention products on ONNX Runtime's kernel (`PoolConfig::turn_graph`).
+    pub turn_runtime_products: bool,
     /// Silero VAD on its published graph (`PoolConfig::vad_graph`).
     pub vad_published_graph: bool,
     /// Ring time before answering.
@@ -466,6 +468,7 @@ impl Default for Config {
             vad_pair_speech: true,
             turn_float_softmax: false,
             turn_runtime_softmax: false,
+            turn_runtime_products: false,
             vad_published_graph: false,
             answer_delay: Duration::ZERO,
             log_format: LogFormat::Text,
@@ -637,6 +640,9 @@ impl Config {
         }
         if let Some(v) = a.turn_runtime_softmax {
             c.turn_runtime_softmax = v;
+        }
+        if let Some(v) = a.turn_runtime_products {
+            c.turn_runtime_products = v;
         }
         if let Some(v) = a.vad_published_graph {
             c.vad_published_graph = v;

@@ -205,3 +205,43 @@ pub fn ulaw_wav(path: &Path) -> Vec<i16> {
         .map(|&b| ontime_rtp::g711::ulaw_decode(b))
         .collect()
 }
+
+/// Every recording the repository ships, 8 kHz.
+pub fn recordings() -> Vec<(String, Vec<i16>)> {
+    let mut out = Vec::new();
+    for name in ["book_table_8k.wav", "book_table_trailing_8k.wav"] {
+        let (rate, pcm) = read_wav(&fixture(name));
+        assert_eq!(rate, 8000, "{name}");
+        out.push((name.to_string(), pcm));
+    }
+    for i in 1..=4 {
+        let path = workspace_root().join(format!("fixtures/callers/utterance_{i}.ulaw.wav"));
+        out.push((format!("utterance_{i}"), ulaw_wav(&path)));
+    }
+    out
+}
+
+/// Runs `ours` and `published` on every recording cut after every 400 ms (turns of every
+/// length up to the model's 8 s, some mid-word, some after a pause) and asserts the same
+/// probability, bit for bit, on each; the turns compared.
+pub fn assert_same_probabilities(
+    ours: &mut ontime_inference::SmartTurn,
+    published: &mut ontime_inference::SmartTurn,
+) -> usize {
+    let step = 8000 * 400 / 1000;
+    let mut compared = 0usize;
+    let mut expected = 0usize;
+    for (name, pcm) in recordings() {
+        expected += pcm.len() / step;
+        for end in (step..=pcm.len()).step_by(step) {
+            let turn = &pcm[end.saturating_sub(8 * 8000)..end];
+            let a = ours.predict_pcm(turn, 8000).expect("edited graph's run");
+            let b = published.predict_pcm(turn, 8000).expect("published run");
+            assert_eq!(a.to_bits(), b.to_bits(), "{name} to {end}: {a} against {b}");
+            compared += 1;
+        }
+    }
+    println!("{compared} turns compared");
+    assert_eq!(compared, expected);
+    compared
+}
