@@ -181,6 +181,9 @@ pub struct CallCore {
     /// Frames played while the jitter buffer grew, held back from the VAD until it is known
     /// whether they were the caller's time ([`Self::hear_on_callers_timeline`]).
     stretch_held: Vec<Popped>,
+    /// The frames one playout pops, kept from wake to wake so that a wake allocates nothing
+    /// for them.
+    popped: Vec<Popped>,
     /// Decodes what the sender sent, as the caller's decoder does (the echo canceller's
     /// reference and the recording's agent track).
     sent_decoder: LineDecoder,
@@ -330,6 +333,7 @@ impl CallCore {
             agent_wideband: None,
             wide_for_models: None,
             stretch_held: Vec::new(),
+            popped: Vec::new(),
             rtcp,
             settings,
             info,
@@ -1632,7 +1636,7 @@ impl CallCore {
     fn play_caller_audio(&mut self, now: Instant) {
         let record = self.settings.record;
         let start = self.samples_since_answer(now);
-        let mut frames: Vec<Popped> = Vec::new();
+        let mut frames = std::mem::take(&mut self.popped);
         self.inbound.pop(now, |frame, wide, origin| {
             frames.push((*frame, wide.map(|w| Box::new(*w)), origin))
         });
@@ -1643,7 +1647,7 @@ impl CallCore {
         // Bridged to another leg, nothing here decides on the caller's speech: no VAD, no turn,
         // no echo to take out of what the VAD hears.
         let to_vad = !self.in_bridge();
-        for (frame, wide, origin) in frames {
+        for (frame, wide, origin) in frames.drain(..) {
             if to_vad {
                 self.hear_on_callers_timeline(start, now, (frame, wide.clone(), origin));
             }
@@ -1672,6 +1676,7 @@ impl CallCore {
                 None => self.notify(AgentNotice::CallerAudio(Box::new(frame))),
             }
         }
+        self.popped = frames;
     }
 
     /// Hands a played frame to what judges the caller's speech (the echo canceller, AMD, the
