@@ -168,8 +168,13 @@ impl QuantisedMatMul {
         if m == 0 || n == 0 {
             return true;
         }
+        if k == 0 {
+            // Empty sums: every byte is the requantised zero.
+            y.fill(rq.byte(0));
+            return true;
+        }
         #[cfg(target_arch = "x86_64")]
-        if !self.portable_only && k % 4 == 0 && k > 0 && vnni::available() {
+        if !self.portable_only && k % 4 == 0 && vnni::available() {
             for ((a, b), y) in a
                 .chunks_exact(m * k)
                 .zip(b.chunks_exact(k * n))
@@ -488,6 +493,8 @@ mod tests {
             (3, 8, 4, 16),
             (1, 1, 8, 1),
             (2, 7, 5, 3),
+            (2, 3, 0, 5),
+            (0, 3, 4, 5),
         ];
         for (batch, m, k, n) in shapes {
             let d = Dims { batch, m, k, n };
