@@ -212,7 +212,16 @@ fn own_kernel_session(
             )))
         }
     };
-    let (edited, graph) = if products {
+    let (edited, graph) = if !products {
+        (edited, TurnGraph::OwnSoftmaxKernel)
+    } else if !crate::attention_matmul::fast_path_available() {
+        // Not a fault: ontime's kernel is only faster with VNNI.
+        tracing::info!(
+            "Smart Turn: the attention products stay on ONNX Runtime's kernel (this CPU has no \
+             AVX-512 VNNI)"
+        );
+        (edited, TurnGraph::OwnSoftmaxKernel)
+    } else {
         match with_own_products(env, &edited) {
             Ok(with_products) => (with_products, TurnGraph::OwnAttentionKernels),
             Err(e) => {
@@ -220,8 +229,6 @@ fn own_kernel_session(
                 (edited, TurnGraph::OwnSoftmaxKernel)
             }
         }
-    } else {
-        (edited, TurnGraph::OwnSoftmaxKernel)
     };
     let session = one_thread_builder(env)?
         .with_operators(crate::softmax_op::domain()?)
@@ -231,15 +238,9 @@ fn own_kernel_session(
     Ok((session, graph))
 }
 
-/// `model` with its attention products on ontime's kernel, if the CPU runs the kernel's fast
-/// path and [`product_agreement`] finds it identical to ONNX Runtime's on every chain.
+/// `model` with its attention products on ontime's kernel, if [`product_agreement`] finds it
+/// identical to ONNX Runtime's on every chain.
 fn with_own_products(env: &Environment, model: &[u8]) -> Result<Vec<u8>> {
-    if !crate::attention_matmul::fast_path_available() {
-        return Err(Error::ModelFormat(
-            "this CPU has no AVX-512 VNNI, which ontime's attention products need to be faster"
-                .into(),
-        ));
-    }
     let (edited, chains) = own_attention_products(model)?;
     let agreement = compare_products(env, &chains)?;
     if agreement.identical() {
