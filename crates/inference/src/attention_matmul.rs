@@ -175,12 +175,14 @@ impl QuantisedMatMul {
         }
         #[cfg(target_arch = "x86_64")]
         if !self.portable_only && k % 4 == 0 && vnni::available() {
+            // Sized once for every head: `prepare` overwrites every value but the padding,
+            // which stays zero.
+            self.size(dims);
             for ((a, b), y) in a
                 .chunks_exact(m * k)
                 .zip(b.chunks_exact(k * n))
                 .zip(y.chunks_exact_mut(m * n))
             {
-                self.size(dims);
                 // SAFETY: the CPU has the features (checked above); `a`, `b`, the buffers and
                 // `y` have the lengths `dims` asks for (checked above and sized by `size`), and
                 // `k` is a multiple of four.
